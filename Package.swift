@@ -1,0 +1,64 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "drowse",
+    platforms: [.macOS(.v14)],
+    products: [
+        .executable(name: "drowsed", targets: ["drowsed"]),
+        .executable(name: "drowse", targets: ["drowse"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+    ],
+    targets: [
+        // C libraries, found through pkg-config.
+        .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
+        .systemLibrary(name: "CMosquitto", pkgConfig: "libmosquitto", providers: [.apt(["libmosquitto-dev"])]),
+        .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+        .systemLibrary(name: "CCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
+        // Small C helpers for what Swift cannot do safely between fork and exec.
+        .target(name: "CDrowseSys"),
+
+        // No I/O, no C: models, config, planner, state machines.
+        .target(name: "DrowseCore"),
+        .target(name: "DrowseStore", dependencies: ["DrowseCore", "CSQLite"]),
+        .target(name: "DrowseSystem", dependencies: [
+            "DrowseCore", "CDrowseSys", "CCrypto",
+            .product(name: "Logging", package: "swift-log"),
+        ]),
+        .target(name: "DrowseTransfers", dependencies: [
+            "DrowseCore", "DrowseSystem", "CCurl",
+            .product(name: "Logging", package: "swift-log"),
+        ]),
+        .target(name: "DrowseMQTT", dependencies: [
+            "DrowseCore", "DrowseSystem", "CMosquitto",
+            .product(name: "Logging", package: "swift-log"),
+        ]),
+        .target(name: "DrowseAgent", dependencies: [
+            "DrowseCore", "DrowseStore", "DrowseSystem", "DrowseTransfers", "DrowseMQTT",
+            .product(name: "Logging", package: "swift-log"),
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "NIOPosix", package: "swift-nio"),
+            .product(name: "NIOHTTP1", package: "swift-nio"),
+            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+        ]),
+        .executableTarget(name: "drowsed", dependencies: [
+            "DrowseAgent", "DrowseCore",
+            .product(name: "Logging", package: "swift-log"),
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+        ]),
+        .executableTarget(name: "drowse", dependencies: [
+            "DrowseCore", "DrowseSystem", "DrowseMQTT",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        ]),
+
+        .testTarget(name: "DrowseCoreTests", dependencies: ["DrowseCore"]),
+        .testTarget(name: "DrowseStoreTests", dependencies: ["DrowseStore", "DrowseCore"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,31 @@
+#ifndef DROWSE_SYS_H
+#define DROWSE_SYS_H
+#include <sys/types.h>
+
+/// Starts `path` in a new process group with the given stdio descriptors, working
+/// directory and (when `set_ids` is non-zero) user, group and supplementary groups.
+/// Everything between fork and exec is async-signal-safe, which Swift code cannot promise.
+/// Returns 0 and stores the pid, or an errno value (exec failures are reported too).
+int drowse_spawn(const char *path, char *const argv[], char *const envp[], const char *cwd,
+                 int set_ids, uid_t uid, gid_t gid, const gid_t *groups, int ngroups,
+                 int stdin_fd, int stdout_fd, int stderr_fd, pid_t *out_pid);
+
+/// Peer credentials of a connected Unix socket (SO_PEERCRED). Returns 0 or errno.
+int drowse_peercred(int fd, pid_t *pid, uid_t *uid, gid_t *gid);
+
+/// pidfd_open(2): a descriptor that becomes readable when the process exits. -1 on error.
+int drowse_pidfd_open(pid_t pid);
+
+/// pipe2(2) with O_CLOEXEC. Returns 0 or errno.
+int drowse_pipe(int fds[2]);
+
+/// eventfd(2) with EFD_CLOEXEC | EFD_NONBLOCK. -1 on error.
+int drowse_eventfd(void);
+
+/// Names the calling thread (shown by top -H and /proc/PID/task/*/comm).
+void drowse_set_thread_name(const char *name);
+
+/// Sends a datagram to systemd's $NOTIFY_SOCKET. Returns 0, or errno; 0 when unset.
+int drowse_sd_notify(const char *state);
+
+#endif

@@ -1,0 +1,152 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import DrowseCore
+import DrowseSystem
+import Logging
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+import ServiceLifecycle
+
+/// The local API: HTTP/1.1 with JSON bodies on a Unix socket, every caller identified by
+/// SO_PEERCRED. One event-loop thread, which sleeps in epoll when nobody calls.
+public struct APIServer: Service {
+    let path: String
+    let router: APIRouter
+    let logger: Logger
+
+    public init(path: String, router: APIRouter, logger: Logger) {
+        self.path = path
+        self.router = router
+        self.logger = logger
+    }
+
+    public func run() async throws {
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let folder = ConfigPath.directory(of: path)
+        try FileSystem.makeDirectories(folder, mode: 0o755)
+        // A socket left by a killed daemon would make bind fail.
+        if FileSystem.exists(path) { unlink(path) }
+        let router = self.router
+        let logger = self.logger
+        let channel = try await ServerBootstrap(group: group)
+            .serverChannelOption(ChannelOptions.backlog, value: 64)
+            .childChannelInitializer { channel in
+                channel.pipeline.configureHTTPServerPipeline(withErrorHandling: true).flatMapThrowing {
+                    try channel.pipeline.syncOperations.addHandler(APIHandler(router: router, logger: logger))
+                }
+            }
+            .bind(unixDomainSocketPath: path, cleanupExistingSocketFile: true)
+            .get()
+        // App users reach the socket for their own app; every request is authorized by peer credentials.
+        chmod(path, 0o666)
+        logger.info("local API listening on \(path)")
+        await withGracefulShutdownHandler {
+            try? await channel.closeFuture.get()
+        } onGracefulShutdown: {
+            channel.close(promise: nil)
+        }
+        unlink(path)
+        try? await group.shutdownGracefully()
+    }
+}
+
+/// Peer credentials as the kernel fills them for SO_PEERCRED.
+struct PeerCredentials: Sendable {
+    var pid: Int32 = 0
+    var uid: UInt32 = 0
+    var gid: UInt32 = 0
+}
+
+final class APIHandler: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias OutboundOut = HTTPServerResponsePart
+
+    static let maxBody = 256 * 1024
+    let router: APIRouter
+    let logger: Logger
+    var head: HTTPRequestHead?
+    var body: [UInt8] = []
+    var tooLarge = false
+    var caller: Caller?
+
+    init(router: APIRouter, logger: Logger) {
+        self.router = router
+        self.logger = logger
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        if let provider = context.channel as? SocketOptionProvider {
+            let f: EventLoopFuture<PeerCredentials> = provider.unsafeGetSocketOption(level: SocketOptionLevel(SOL_SOCKET), name: SO_PEERCRED)
+            let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
+            f.whenSuccess { cred in loopBound.value.caller = Caller.from(uid: cred.uid, gid: cred.gid) }
+        }
+        context.fireChannelActive()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data) {
+        case .head(let h):
+            head = h
+            body = []
+            tooLarge = false
+        case .body(var buf):
+            if body.count + buf.readableBytes > Self.maxBody { tooLarge = true } else {
+                body += buf.readBytes(length: buf.readableBytes) ?? []
+            }
+        case .end:
+            guard let head else { return }
+            self.head = nil
+            let keepAlive = head.isKeepAlive
+            let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+            if tooLarge {
+                respond(context: context, status: 413, json: .object([("error", .object([("code", "too_large"), ("message", "request body over 256 KiB")]))]), keepAlive: false)
+                return
+            }
+            guard let caller else {
+                respond(context: context, status: 403, json: .object([("error", .object([("code", "forbidden"), ("message", "no peer credentials")]))]), keepAlive: false)
+                return
+            }
+            let (path, query) = Self.split(head.uri)
+            let req = APIRequest(method: head.method.rawValue, path: path, query: query, body: body)
+            let router = self.router
+            let promise = context.eventLoop.makePromise(of: (Int, JSON).self)
+            promise.completeWithTask { await router.handle(req, caller: caller) }
+            promise.futureResult.whenSuccess { status, json in
+                let (handler, ctx) = loopBound.value
+                handler.respond(context: ctx, status: status, json: json, keepAlive: keepAlive)
+            }
+        }
+    }
+
+    static func split(_ uri: String) -> (String, [String: String]) {
+        let parts = uri.split(separator: "?", maxSplits: 1)
+        var query: [String: String] = [:]
+        if parts.count == 2 {
+            for pair in parts[1].split(separator: "&") {
+                let kv = pair.split(separator: "=", maxSplits: 1)
+                query[String(kv[0])] = kv.count == 2 ? String(kv[1]) : ""
+            }
+        }
+        return (String(parts.first ?? ""), query)
+    }
+
+    func respond(context: ChannelHandlerContext, status: Int, json: JSON, keepAlive: Bool) {
+        let text = json.pretty + "\n"
+        var headers = HTTPHeaders()
+        headers.add(name: "Content-Type", value: "application/json")
+        headers.add(name: "Content-Length", value: String(text.utf8.count))
+        if !keepAlive { headers.add(name: "Connection", value: "close") }
+        let head = HTTPResponseHead(version: .http1_1, status: HTTPResponseStatus(statusCode: status), headers: headers)
+        context.write(wrapOutboundOut(.head(head)), promise: nil)
+        var buf = context.channel.allocator.buffer(capacity: text.utf8.count)
+        buf.writeString(text)
+        context.write(wrapOutboundOut(.body(.byteBuffer(buf))), promise: nil)
+        let done = context.writeAndFlush(wrapOutboundOut(.end(nil)))
+        if !keepAlive {
+            let ch = context.channel
+            done.whenComplete { _ in ch.close(promise: nil) }
+        }
+    }
+}

@@ -1,0 +1,96 @@
+import DrowseCore
+import DrowseStore
+import DrowseSystem
+
+extension Agent {
+    func interval(of app: AppDefinition) -> Duration? {
+        switch app.fetchInterval {
+        case .never: nil
+        case .minimum: config.scheduler.minimumInterval
+        case .every(let d): d
+        }
+    }
+
+    /// The planner's view of every app not fetching right now.
+    func plannerInputs() -> [FetchPlanner.AppInput] {
+        apps.values.sorted { $0.id < $1.id }.compactMap { app in
+            guard !runningFetches.contains(app.id), let rec = try? store.app(app.id, now: now()) else { return nil }
+            return FetchPlanner.AppInput(
+                id: app.id, interval: interval(of: app), lastFetch: rec.lastFetch,
+                consecutiveFailures: rec.consecutiveFailures, registeredAt: rec.registeredAt)
+        }
+    }
+
+    /// Sets the one timer for the next window. Called whenever the plan may have changed.
+    func replan() {
+        windowTask?.cancel()
+        windowTask = nil
+        let t = now()
+        guard let window = planner.nextWindow(plannerInputs(), now: t) else {
+            plannedWindow = nil
+            return
+        }
+        plannedWindow = window
+        let delay = max(0, window.at - t)
+        logger.debug("next fetch window in \(DurationText.format(.milliseconds(Int64(delay * 1000))))", metadata: ["apps": "\(window.apps)"])
+        windowTask = Task { [weak self] in
+            // Leeway lets the kernel coalesce this wakeup with others; the planner already
+            // allows each app a tolerance well above it.
+            let leeway = Duration.milliseconds(Int64(min(delay * 0.01, 1) * 1000))
+            do { try await Task.sleep(for: .milliseconds(Int64(delay * 1000)), tolerance: leeway) } catch { return }
+            await self?.openWindow()
+        }
+    }
+
+    /// Runs every app that is eligible now, together.
+    func openWindow() {
+        let t = now()
+        let inputs = plannerInputs()
+        let due = inputs.filter { app in
+            guard let e = planner.eligibleAt(app) else { return false }
+            return e <= t + 0.001
+        }
+        if due.isEmpty { replan(); return }
+        // Fresh conditions at each window boundary (no polling in between).
+        conditions = probe.read(now: t)
+        logger.info("fetch window opens", metadata: ["apps": "\(due.map(\.id))"])
+        for input in due {
+            guard let app = apps[input.id] else { continue }
+            startFetch(app, trigger: "scheduled")
+        }
+        replan()
+    }
+
+    /// Starts a fetch unless one is already running for this app.
+    @discardableResult
+    func startFetch(_ app: AppDefinition, trigger: String) -> Task<HandlerOutcome, Never>? {
+        guard !runningFetches.contains(app.id) else { return nil }
+        runningFetches.insert(app.id)
+        let stdin = Array(JSON.object([("event", "fetch"), ("app", .string(app.id)), ("reason", .string(trigger))]).serialized.utf8)
+        return Task {
+            let outcome = await self.runHandler(app, event: .fetch, stdin: stdin, trigger: trigger)
+            self.fetchEnded(app.id)
+            return outcome
+        }
+    }
+
+    func fetchEnded(_ id: String) {
+        runningFetches.remove(id)
+        replan()
+    }
+
+    /// `drowse fetch ID`: run now and wait for the result.
+    public func fetchNow(_ id: String, caller: Caller) async throws(APIError) -> HandlerOutcome {
+        let app = try app(id, for: caller)
+        guard app.fetchCommand != nil else { throw APIError(409, "no_fetch_command", "app '\(id)' has no fetch command") }
+        guard let task = startFetch(app, trigger: "manual") else {
+            throw APIError(409, "busy", "a fetch of '\(id)' is already running")
+        }
+        return await task.value
+    }
+
+    public func used(_ id: String, caller: Caller) throws(APIError) {
+        _ = try app(id, for: caller)
+        do { try store.recordUse(app: id, at: now()) } catch { throw .internal("\(error)") }
+    }
+}

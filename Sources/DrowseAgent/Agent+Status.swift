@@ -1,0 +1,74 @@
+import DrowseCore
+import DrowseStore
+import DrowseSystem
+
+extension Agent {
+    public func status(caller: Caller) -> JSON {
+        .object([
+            ("version", .string(Agent.version)), ("device_id", .string(config.deviceID)),
+            ("mqtt", .object([
+                ("configured", .bool(config.mqtt != nil)), ("connected", .bool(mqtt?.connected ?? false)),
+                ("url", JSON(config.mqtt?.url)), ("refused_notifications", JSON(refusedNotifications)),
+            ])),
+            ("conditions", conditions.json),
+            ("next_window", JSON(plannedWindow?.at)),
+            ("next_window_apps", .array((plannedWindow?.apps ?? []).map { .string($0) })),
+            ("apps", JSON(apps.count)), ("invalid_apps", JSON(invalidApps.count)),
+            ("running_handlers", JSON(runningFetches.count)),
+        ])
+    }
+
+    public func conditions(refresh: Bool) -> JSON {
+        if refresh {
+            conditions = probe.read(now: now())
+            replan()
+        }
+        return conditions.json
+    }
+
+    func appJSON(_ app: AppDefinition, plan: FetchPlanner.AppPlan?, history: Bool) -> JSON {
+        let rec = try? store.app(app.id, now: now())
+        var members: [(String, JSON)] = [
+            ("id", .string(app.id)), ("valid", true), ("error", nil), ("file", .string(app.file)),
+            ("last_result", JSON(rec?.lastResult?.rawValue)), ("last_fetch", JSON(rec?.lastFetch)),
+            ("next_fetch", JSON(runningFetches.contains(app.id) ? nil : plan?.plannedAt)),
+            ("next_fetch_reason", .string(runningFetches.contains(app.id) ? "fetching now" : plan?.reason ?? "")),
+            ("minimum_interval", .string(app.fetchInterval.description)),
+            ("consecutive_failures", JSON(rec?.consecutiveFailures)), ("last_used", JSON(rec?.lastUsed)),
+            ("user", JSON(app.user)), ("running", .bool(runningFetches.contains(app.id))),
+        ]
+        if history {
+            let runs = (try? store.runs(app: app.id)) ?? []
+            members.append(("history", .array(runs.map { r in
+                .object([
+                    ("event", .string(r.event.rawValue)), ("trigger", JSON(r.trigger)), ("result", .string(r.result.rawValue)),
+                    ("ending", .string(r.ending)), ("started_at", .number(r.startedAt)), ("ended_at", .number(r.endedAt)),
+                ])
+            })))
+        }
+        return .object(members)
+    }
+
+    func invalidJSON(_ e: (file: String, id: String, error: String)) -> JSON {
+        .object([
+            ("id", .string(e.id)), ("valid", false), ("error", .string(e.error)), ("file", .string(e.file)),
+            ("last_result", nil), ("last_fetch", nil), ("next_fetch", nil), ("next_fetch_reason", .string("invalid app definition")),
+        ])
+    }
+
+    public func appsList(caller: Caller) -> JSON {
+        let plans = Dictionary(uniqueKeysWithValues: planner.plans(plannerInputs(), now: now()).map { ($0.id, $0) })
+        var out = apps.values.filter { visible($0, to: caller) }.sorted { $0.id < $1.id }.map {
+            appJSON($0, plan: plans[$0.id], history: false)
+        }
+        if caller.isAdmin { out += invalidApps.map(invalidJSON) }
+        return .array(out)
+    }
+
+    public func appDetail(_ id: String, caller: Caller) throws(APIError) -> JSON {
+        if apps[id] == nil, caller.isAdmin, let bad = invalidApps.first(where: { $0.id == id }) { return invalidJSON(bad) }
+        let app = try app(id, for: caller)
+        let plan = planner.plans(plannerInputs(), now: now()).first { $0.id == id }
+        return appJSON(app, plan: plan, history: true)
+    }
+}

@@ -1,0 +1,260 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import DrowseCore
+import DrowseStore
+import DrowseSystem
+import DrowseTransfers
+
+/// A request to create a transfer, from the API.
+public struct TransferRequest: Sendable {
+    public var kind: Transfer.Kind
+    public var url: String
+    public var app: String
+    public var session: String
+    public var destination: String?
+    public var sha256: String?
+}
+
+extension Agent {
+    func startTransferEngine() {
+        let (stream, continuation) = AsyncStream<TransferEvent>.makeStream()
+        transferEvents = continuation
+        let opts = TransferEngine.Options(
+            maxConnectionsPerHost: config.transfers.maxConnectionsPerHost,
+            commitInterval: config.transfers.commitInterval.seconds, commitBytes: Int64(config.transfers.commitBytes))
+        engine = TransferEngine(options: opts, logger: logger) { continuation.yield($0) }
+        background.append(Task {
+            for await event in stream { await self.transferEvent(event) }
+        })
+    }
+
+    func partPath(_ id: String) -> String { config.stateDir + "/transfers/\(id).part" }
+
+    func finalPath(_ t: Transfer) -> String {
+        if let d = t.destination { return d }
+        var name = URLParts.parse(t.url)?.lastPathComponent ?? ""
+        if name.isEmpty || !Identifier.isValid(name) { name = "download" }
+        return config.stateDir + "/inbox/\(t.app)/\(t.id)-\(name)"
+    }
+
+    func job(_ t: Transfer) -> DownloadJob {
+        DownloadJob(
+            id: t.id, url: t.url, partPath: partPath(t.id), finalPath: finalPath(t), resumeFrom: t.bytesDone,
+            etag: t.etag, lastModified: t.lastModified, expectedTotal: t.bytesTotal, sha256: t.sha256)
+    }
+
+    /// Restarts every unfinished transfer from its committed offset; delivers finished sessions not yet delivered.
+    func resumeTransfers() {
+        guard let all = try? store.transfers() else { return }
+        var sessions: Set<[String]> = []
+        for var t in all {
+            if t.state.isFinished {
+                if !t.delivered { sessions.insert([t.app, t.session]) }
+                continue
+            }
+            // A crash between the rename and the store update: the verified file is already in place.
+            let final = finalPath(t)
+            if !FileSystem.exists(partPath(t.id)), let size = FileSystem.fileSize(final), t.bytesTotal == size {
+                t.state = .completed
+                t.location = final
+                t.bytesDone = size
+                t.finishedAt = now()
+                try? store.save(t)
+                sessions.insert([t.app, t.session])
+                continue
+            }
+            logger.info("resuming transfer from byte \(t.bytesDone)", metadata: ["transfer.id": "\(t.id)", "app.id": "\(t.app)"])
+            begin(t)
+        }
+        for s in sessions { checkSession(app: s[0], session: s[1]) }
+    }
+
+    func begin(_ t: Transfer) {
+        var t = t
+        t.state = .running
+        t.reason = nil
+        if t.kind == .download, t.destination == nil {
+            try? FileSystem.makeDirectories(config.stateDir + "/inbox/\(t.app)", mode: 0o750)
+        }
+        do { try store.save(t) } catch { logger.error("store: \(error)") }
+        engine?.start(job(t))
+    }
+
+    public func createTransfer(_ req: TransferRequest, caller: Caller) throws(APIError) -> Transfer {
+        let app = try app(req.app, for: caller)
+        guard URLParts.isTransferURL(req.url) else {
+            throw .badRequest("only http and https URLs can be transferred: '\(req.url)'")
+        }
+        guard req.kind == .download else { throw APIError(501, "not_implemented", "uploads are not supported yet") }
+        if let d = req.destination {
+            guard d.hasPrefix("/") else { throw .badRequest("--to must be an absolute path") }
+            guard FileSystem.isDirectory(ConfigPath.directory(of: d)) else { throw .badRequest("folder of '\(d)' does not exist") }
+        }
+        if let h = req.sha256, h.count != 64 || !h.allSatisfy(\.isHexDigit) {
+            throw .badRequest("sha256 must be 64 hex digits")
+        }
+        guard Identifier.isValid(req.session) else { throw .badRequest("session names hold only letters, digits, '-', '_' and '.'") }
+        var bytes = [UInt8](repeating: 0, count: 8)
+        for i in 0..<8 { bytes[i] = UInt8.random(in: 0...255) }
+        let id = SHA256Hasher.hex(bytes)
+        let t = Transfer(
+            id: id, app: app.id, session: req.session, kind: req.kind, url: req.url, destination: req.destination,
+            sha256: req.sha256?.lowercased(), createdAt: now())
+        do { try store.save(t) } catch { throw .internal("\(error)") }
+        logger.info("transfer queued", metadata: ["transfer.id": "\(id)", "app.id": "\(app.id)", "url": "\(req.url)"])
+        begin(t)
+        return withLive(t)
+    }
+
+    func withLive(_ t: Transfer) -> Transfer {
+        var t = t
+        if t.state == .running, let (done, total) = liveProgress[t.id] {
+            t.bytesDone = max(t.bytesDone, done)
+            t.bytesTotal = total ?? t.bytesTotal
+        }
+        return t
+    }
+
+    public func transfers(app: String?, caller: Caller) throws(APIError) -> [Transfer] {
+        let all: [Transfer]
+        do { all = try store.transfers(app: app) } catch { throw .internal("\(error)") }
+        return all.filter { t in apps[t.app].map { visible($0, to: caller) } ?? caller.isAdmin }.map(withLive)
+    }
+
+    public func transfer(_ id: String, caller: Caller) throws(APIError) -> Transfer {
+        guard let t = try? store.transfer(id: id) else { throw .notFound("no transfer '\(id)'") }
+        guard caller.isAdmin || (apps[t.app].map { visible($0, to: caller) } ?? false) else { throw .notFound("no transfer '\(id)'") }
+        return withLive(t)
+    }
+
+    public func cancel(_ id: String, caller: Caller) throws(APIError) -> Transfer {
+        var t = try transfer(id, caller: caller)
+        guard !t.state.isFinished else { return t }
+        cancelNow(&t, reason: "cancelled")
+        checkSession(app: t.app, session: t.session)
+        return t
+    }
+
+    func cancelNow(_ t: inout Transfer, reason: String) {
+        engine?.stop(id: t.id)
+        retryTasks.removeValue(forKey: t.id)?.cancel()
+        liveProgress[t.id] = nil
+        t.state = .cancelled
+        t.reason = reason
+        t.finishedAt = now()
+        try? store.save(t)
+        FileSystem.remove(partPath(t.id))
+        logger.info("transfer cancelled", metadata: ["transfer.id": "\(t.id)"])
+    }
+
+    /// `drowse quit ID`: the force-quit cancels the app's unfinished transfers.
+    public func quit(_ id: String, caller: Caller) throws(APIError) -> Int {
+        let app = try app(id, for: caller)
+        var n = 0
+        var sessions: Set<String> = []
+        for var t in (try? store.transfers(app: app.id)) ?? [] where !t.state.isFinished {
+            cancelNow(&t, reason: "cancelled: the app was force-quit")
+            sessions.insert(t.session)
+            n += 1
+        }
+        for s in sessions { checkSession(app: app.id, session: s) }
+        return n
+    }
+
+    func transferEvent(_ event: TransferEvent) {
+        switch event {
+        case let .committed(id, done, total, etag, lm):
+            do { try store.commitProgress(id: id, bytesDone: done, bytesTotal: total, etag: etag, lastModified: lm) } catch {
+                logger.error("store: \(error)")
+            }
+            liveProgress[id] = (done, total)
+        case let .progress(id, done, total):
+            liveProgress[id] = (done, total)
+        case let .completed(id, bytes, path):
+            liveProgress[id] = nil
+            retryBackoff[id] = nil
+            guard var t = try? store.transfer(id: id), !t.state.isFinished else { return }
+            t.state = .completed
+            t.bytesDone = bytes
+            t.bytesTotal = bytes
+            t.location = path
+            t.reason = nil
+            t.finishedAt = now()
+            do { try store.save(t) } catch { logger.error("store: \(error)") }
+            logger.info("transfer completed (\(bytes) bytes)", metadata: ["transfer.id": "\(id)", "app.id": "\(t.app)"])
+            checkSession(app: t.app, session: t.session)
+        case let .failed(id, error):
+            liveProgress[id] = nil
+            guard var t = try? store.transfer(id: id), !t.state.isFinished else { return }
+            let age = now() - t.createdAt
+            if error.transient && age < 7 * 86400 {
+                var backoff = retryBackoff[id] ?? Backoff(base: error.noSpace ? 10 : 1, cap: error.noSpace ? 60 : 300)
+                let delay = backoff.next(unit: Double.random(in: 0..<1))
+                retryBackoff[id] = backoff
+                t.state = error.noSpace ? .paused : .waiting
+                t.reason = (error.noSpace ? "paused: disk full (" : "retrying in \(Int(delay.rounded(.up)))s after: ") + error.reason + (error.noSpace ? ")" : "")
+                try? store.save(t)
+                logger.warning("transfer attempt failed: \(error.reason); retry in \(delay)s", metadata: ["transfer.id": "\(id)"])
+                retryTasks[id] = Task {
+                    do { try await Task.sleep(for: .milliseconds(Int64(delay * 1000))) } catch { return }
+                    await self.retry(id)
+                }
+                return
+            }
+            t.state = .failed
+            t.reason = error.reason
+            t.finishedAt = now()
+            try? store.save(t)
+            FileSystem.remove(partPath(id))
+            logger.warning("transfer failed: \(error.reason)", metadata: ["transfer.id": "\(id)", "app.id": "\(t.app)"])
+            checkSession(app: t.app, session: t.session)
+        }
+    }
+
+    func retry(_ id: String) {
+        retryTasks[id] = nil
+        guard let t = try? store.transfer(id: id), !t.state.isFinished else { return }
+        begin(t)
+    }
+
+    /// When every transfer of an app's session has finished, hands the finished ones to the
+    /// app's events handler, then removes downloaded files that had no `--to`.
+    func checkSession(app appID: String, session: String) {
+        let key = appID + "\u{0}" + session
+        guard !deliveringSessions.contains(key), let app = apps[appID],
+            let all = try? store.transfers(app: appID)
+        else { return }
+        let inSession = all.filter { $0.session == session }
+        guard inSession.allSatisfy({ $0.state.isFinished }) else { return }
+        let batch = inSession.filter { !$0.delivered }
+        guard !batch.isEmpty else { return }
+        guard app.eventsCommand != nil else {
+            for var t in batch { t.delivered = true; try? store.save(t) }
+            return
+        }
+        guard app.sendsLaunchEvents else { return }
+        deliveringSessions.insert(key)
+        let doc = JSON.object([
+            ("event", "transfers"), ("app", .string(appID)), ("session", .string(session)),
+            ("transfers", .array(batch.map(\.json))),
+        ])
+        Task {
+            _ = await self.runHandler(app, event: .transfers, stdin: Array(doc.serialized.utf8), trigger: "transfers")
+            self.sessionDelivered(key: key, batch: batch)
+        }
+    }
+
+    func sessionDelivered(key: String, batch: [Transfer]) {
+        deliveringSessions.remove(key)
+        for var t in batch {
+            if t.destination == nil, let loc = t.location {
+                FileSystem.remove(loc)
+                t.location = nil
+            }
+            t.delivered = true
+            try? store.save(t)
+        }
+        if let first = batch.first { checkSession(app: first.app, session: first.session) }
+    }
+}

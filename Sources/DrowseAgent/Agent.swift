@@ -1,0 +1,171 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import DrowseCore
+import DrowseMQTT
+import DrowseStore
+import DrowseSystem
+import DrowseTransfers
+import Logging
+
+/// The daemon's brain: apps, the fetch plan, notifications and transfers. One actor owns
+/// the store and every decision; the C libraries run on their own threads and report here
+/// through ordered streams.
+public actor Agent {
+    public static let version = "0.1.0"
+
+    let config: MainConfig
+    let logger: Logger
+    let launcher: HandlerLaunching
+    let store: Store
+    let planner = FetchPlanner()
+    let probe: ConditionsProbe
+    var conditions: Conditions
+
+    /// Valid apps by id.
+    var apps: [String: AppDefinition] = [:]
+    /// App files that could not be used, with why.
+    var invalidApps: [(file: String, id: String, error: String)] = []
+
+    var engine: TransferEngine?
+    var mqtt: MQTTSession?
+    var mqttEvents: AsyncStream<MQTTSessionEvent>.Continuation?
+    var transferEvents: AsyncStream<TransferEvent>.Continuation?
+
+    /// Apps whose fetch handler is running now (no second one starts).
+    var runningFetches: Set<String> = []
+    var windowTask: Task<Void, Never>?
+    var plannedWindow: FetchPlanner.Window?
+    /// Live progress of running downloads, for display only.
+    var liveProgress: [String: (Int64, Int64?)] = [:]
+    var retryTasks: [String: Task<Void, Never>] = [:]
+    var retryBackoff: [String: Backoff] = [:]
+    var deliveringSessions: Set<String> = []
+    var background: [Task<Void, Never>] = []
+    var refusedNotifications = 0
+
+    public init(config: MainConfig, logger: Logger, launcher: HandlerLaunching = ProcessLauncher()) throws {
+        self.config = config
+        self.logger = logger
+        self.launcher = launcher
+        for dir in [config.stateDir, config.stateDir + "/transfers", config.stateDir + "/inbox"] {
+            try FileSystem.makeDirectories(dir, mode: 0o750)
+        }
+        store = try Store(path: config.stateDir + "/state.db")
+        probe = ConditionsProbe(sysfsRoot: config.conditions.sysfsRoot, meteredInterfaces: config.conditions.meteredInterfaces)
+        conditions = probe.read(now: WallClock.now())
+    }
+
+    /// Loads apps, resumes unfinished work and connects. Returns once running.
+    public func start() {
+        loadApps()
+        startTransferEngine()
+        startMQTT()
+        resumeTransfers()
+        handlePendingNotifications()
+        replan()
+    }
+
+    /// Stops cleanly: transfer progress committed, MQTT offline status published.
+    public func shutdown() async {
+        windowTask?.cancel()
+        for t in retryTasks.values { t.cancel() }
+        if let engine { await engine.shutdown() }
+        transferEvents?.finish()
+        if let mqtt { await mqtt.stop() }
+        mqttEvents?.finish()
+        // Let the ordered streams drain so the last commits reach the store.
+        for t in background { await t.value }
+        logger.info("drowsed stopped")
+    }
+
+    func now() -> Double { WallClock.now() }
+
+    // MARK: apps
+
+    func loadApps() {
+        apps = [:]
+        invalidApps = []
+        let files = FileSystem.listDirectory(config.appsDir).filter { $0.hasSuffix(".toml") }
+        if !FileSystem.isDirectory(config.appsDir) {
+            logger.warning("apps_dir \(config.appsDir) does not exist: no apps")
+        }
+        for name in files {
+            let path = config.appsDir + "/" + name
+            let stem = String(name.dropLast(5))
+            do {
+                let text = try FileSystem.readText(path, limit: 1 << 20)
+                let app = try AppDefinition.parse(text, file: path)
+                if let other = apps[app.id] {
+                    throw ConfigError(file: path, key: "id", problem: "'\(app.id)' is already defined by \(other.file)")
+                }
+                apps[app.id] = app
+                _ = try? store.app(app.id, now: now())
+            } catch let e as ConfigError {
+                invalidApps.append((path, stem, e.description))
+                logger.error("app file skipped: \(e.description)")
+            } catch {
+                invalidApps.append((path, stem, "\(path): \(error)"))
+                logger.error("app file skipped: \(path): \(error)")
+            }
+        }
+        logger.info("loaded \(apps.count) app(s), \(invalidApps.count) invalid", metadata: ["apps": "\(apps.keys.sorted())"])
+    }
+
+    func app(_ id: String, for caller: Caller) throws(APIError) -> AppDefinition {
+        guard let app = apps[id] else {
+            if invalidApps.contains(where: { $0.id == id }) { throw APIError(409, "invalid_app", "app '\(id)' has an invalid definition") }
+            throw .notFound("no app '\(id)'")
+        }
+        guard caller.isAdmin || (app.user != nil && app.user == caller.userName) else {
+            throw .forbidden("app '\(id)' is not yours")
+        }
+        return app
+    }
+
+    func visible(_ app: AppDefinition, to caller: Caller) -> Bool {
+        caller.isAdmin || (app.user != nil && app.user == caller.userName)
+    }
+
+    // MARK: handlers
+
+    /// Runs one handler to its end and records the run.
+    func runHandler(_ app: AppDefinition, event: HandlerEvent, stdin: [UInt8], trigger: String) async -> HandlerOutcome {
+        let start = now()
+        guard let argv = app.command(for: event) else {
+            return HandlerOutcome(ending: .launchFailed("no \(event.rawValue) command"), startedAt: start, endedAt: start)
+        }
+        let deadline = start + config.scheduler.handlerDeadline.seconds
+        var env: [String: String] = [
+            "DROWSE_APP": app.id, "DROWSE_EVENT": event.rawValue,
+            "DROWSE_DEADLINE": String(format3(deadline)), "DROWSE_SOCKET": config.socket,
+            "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8",
+        ]
+        if app.user == nil, let home = getenv("HOME") { env["HOME"] = String(cString: home) }
+        let request = LaunchRequest(
+            app: app.id, event: event, argv: argv, user: app.user,
+            workingDirectory: app.workingDirectory ?? ConfigPath.directory(of: app.file),
+            environment: env, stdin: stdin, deadline: deadline)
+        let log = logger
+        let appID = app.id
+        logger.info("launching \(event.rawValue) handler", metadata: ["app.id": "\(app.id)", "trigger": "\(trigger)"])
+        let outcome = await launcher.run(request) { line, isErr in
+            log.info("\(line)", metadata: ["app.id": "\(appID)", "handler.stream": isErr ? "stderr" : "stdout"])
+        }
+        let run = RunRecord(
+            app: app.id, event: event, trigger: trigger, result: outcome.result, ending: outcome.summary,
+            startedAt: outcome.startedAt, endedAt: outcome.endedAt)
+        do { try store.record(run) } catch { logger.error("store: \(error)") }
+        let level: Logger.Level = outcome.result == .failed ? .warning : .info
+        logger.log(level: level, "\(event.rawValue) handler finished: \(outcome.result.rawValue) (\(outcome.summary))",
+                   metadata: ["app.id": "\(app.id)"])
+        return outcome
+    }
+}
+
+/// Unix time with millisecond precision, as handlers see it in DROWSE_DEADLINE.
+func format3(_ t: Double) -> String {
+    let ms = Int64((t * 1000).rounded())
+    let frac = ms % 1000
+    return "\(ms / 1000)." + String(repeating: "0", count: 3 - String(frac).count) + String(frac)
+}

@@ -1,0 +1,46 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import DrowseSystem
+
+/// Who is calling the local API, from SO_PEERCRED. Root, the daemon's own user and members
+/// of the `drowse` group see everything; anyone else sees only the apps that run as them.
+public struct Caller: Sendable, Equatable {
+    public var uid: UInt32
+    public var gid: UInt32
+    public var isAdmin: Bool
+    public var userName: String?
+
+    public static func from(uid: UInt32, gid: UInt32) -> Caller {
+        let admin: Bool
+        if uid == 0 || uid == geteuid() {
+            admin = true
+        } else if let g = UserAccount.groupID("drowse") {
+            admin = UserAccount.isMember(uid: uid, primaryGID: gid, of: g)
+        } else {
+            admin = false
+        }
+        return Caller(uid: uid, gid: gid, isAdmin: admin, userName: UserAccount.lookup(uid: uid)?.name)
+    }
+
+    /// The daemon itself, for internal calls.
+    public static let daemon = Caller(uid: geteuid(), gid: getegid(), isAdmin: true, userName: nil)
+}
+
+/// An API failure: HTTP status, a stable code and a message.
+public struct APIError: Error, Sendable {
+    public var status: Int
+    public var code: String
+    public var message: String
+
+    public init(_ status: Int, _ code: String, _ message: String) {
+        self.status = status
+        self.code = code
+        self.message = message
+    }
+
+    public static func notFound(_ what: String) -> APIError { APIError(404, "not_found", what) }
+    public static func forbidden(_ what: String) -> APIError { APIError(403, "forbidden", what) }
+    public static func badRequest(_ what: String) -> APIError { APIError(400, "bad_request", what) }
+    public static func `internal`(_ what: String) -> APIError { APIError(500, "internal", what) }
+}

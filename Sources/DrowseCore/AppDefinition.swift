@@ -1,0 +1,108 @@
+/// How often an app wants its fetch handler run (`fetch.minimum_interval`).
+public enum FetchInterval: Sendable, Equatable, CustomStringConvertible {
+    /// Never fetched in the background (the default, as on iOS).
+    case never
+    /// As often as the planner allows.
+    case minimum
+    case every(Duration)
+
+    public var description: String {
+        switch self {
+        case .never: "never"
+        case .minimum: "minimum"
+        case .every(let d): DurationText.format(d)
+        }
+    }
+}
+
+/// `apps.d/<id>.toml` (SPEC.md, "App definition").
+public struct AppDefinition: Sendable, Equatable {
+    public var id: String
+    public var file: String
+    public var user: String?
+    public var workingDirectory: String?
+    public var fetchCommand: [String]?
+    public var fetchInterval: FetchInterval
+    public var notificationCommand: [String]?
+    public var notificationPublicKey: String?
+    public var allowDownload: Bool
+    public var eventsCommand: [String]?
+    public var sendsLaunchEvents: Bool
+
+    /// The command for an event kind, with the SPEC's fallbacks.
+    public func command(for event: HandlerEvent) -> [String]? {
+        switch event {
+        case .fetch: fetchCommand
+        case .notification: notificationCommand ?? fetchCommand
+        case .transfers: eventsCommand
+        }
+    }
+
+    public static func parse(_ text: String, file: String) throws(ConfigError) -> AppDefinition {
+        let table: TOMLTable
+        do { table = try TOMLParser.parse(text) } catch {
+            throw ConfigError(file: file, line: error.line, problem: error.reason)
+        }
+        let dir = ConfigPath.directory(of: file)
+        var r = TableReader(table, file: file)
+        guard let id = try r.string("id") else { throw r.error("id", "missing") }
+        guard Identifier.isValid(id) else { throw r.error("id", "'\(id)' may hold only letters, digits, '-', '_' and '.'") }
+        let user = try r.string("user")
+        let wd = try r.string("working_directory").map { ConfigPath.resolve($0, relativeTo: dir) }
+
+        var fetchCommand: [String]?
+        var interval = FetchInterval.never
+        if var f = try r.table("fetch") {
+            fetchCommand = try f.command("command")
+            if let s = try f.string("minimum_interval") {
+                switch s {
+                case "never": interval = .never
+                case "minimum": interval = .minimum
+                default:
+                    guard let d = DurationText.parse(s), d > .zero else {
+                        throw f.error("minimum_interval", "'\(s)' is not \"minimum\", \"never\" or a duration like \"15m\"")
+                    }
+                    interval = .every(d)
+                }
+            }
+            if interval != .never, fetchCommand == nil { throw f.error("command", "missing, but minimum_interval asks for fetches") }
+            try f.rejectUnknown()
+        }
+        var notificationCommand: [String]?
+        var publicKey: String?
+        var allowDownload = false
+        if var n = try r.table("notification") {
+            notificationCommand = try n.command("command")
+            publicKey = try n.string("public_key")
+            if let k = publicKey, Base64.decode(k)?.count != 32 {
+                throw n.error("public_key", "expected the base64 of a raw 32-byte Ed25519 public key")
+            }
+            allowDownload = try n.bool("allow_download") ?? false
+            try n.rejectUnknown()
+        }
+        var events: [String]?
+        var launchEvents = true
+        if var t = try r.table("transfers") {
+            events = try t.command("events_command")
+            launchEvents = try t.bool("sends_launch_events") ?? true
+            try t.rejectUnknown()
+        }
+        try r.rejectUnknown()
+        func resolved(_ argv: [String]?) -> [String]? {
+            guard var argv else { return nil }
+            // "./x" and "x/y" are relative to the app file's folder unless a working directory is set.
+            if argv[0].contains("/"), !argv[0].hasPrefix("/") { argv[0] = ConfigPath.resolve(argv[0], relativeTo: wd ?? dir) }
+            return argv
+        }
+        return AppDefinition(
+            id: id, file: file, user: user, workingDirectory: wd, fetchCommand: resolved(fetchCommand),
+            fetchInterval: interval, notificationCommand: resolved(notificationCommand),
+            notificationPublicKey: publicKey, allowDownload: allowDownload, eventsCommand: resolved(events),
+            sendsLaunchEvents: launchEvents)
+    }
+}
+
+/// The events a handler is launched for (`DROWSE_EVENT`).
+public enum HandlerEvent: String, Sendable, CaseIterable {
+    case fetch, notification, transfers
+}

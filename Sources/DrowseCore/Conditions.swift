@@ -1,0 +1,63 @@
+/// What the board has right now: power and network (SPEC.md, `drowse conditions`).
+public struct Conditions: Sendable, Equatable {
+    public enum PowerSource: String, Sendable { case ac, battery, unknown }
+    public enum Network: String, Sendable { case none, ethernet, wifi, cellular }
+
+    public var powerSource: PowerSource = .unknown
+    public var batteryPercent: Int?
+    public var charging: Bool?
+    public var network: Network = .none
+    public var interface: String?
+    public var metered: Bool = false
+    public var readAt: Double = 0
+
+    public init() {}
+
+    public var json: JSON {
+        [
+            "power_source": .string(powerSource.rawValue), "battery_percent": JSON(batteryPercent),
+            "charging": JSON(charging), "network": .string(network.rawValue), "interface": JSON(interface),
+            "metered": .bool(metered),
+        ]
+    }
+}
+
+/// One entry of /sys/class/power_supply, as read.
+public struct PowerSupplyReading: Sendable, Equatable {
+    public var name: String
+    public var type: String?
+    public var online: Bool?
+    public var capacity: Int?
+    public var status: String?
+
+    public init(name: String, type: String?, online: Bool?, capacity: Int?, status: String?) {
+        self.name = name
+        self.type = type
+        self.online = online
+        self.capacity = capacity
+        self.status = status
+    }
+
+    /// Combines every supply into one power picture. No supply at all: external power.
+    public static func combine(_ supplies: [PowerSupplyReading], into c: inout Conditions) {
+        let batteries = supplies.filter { ($0.type ?? "").lowercased() == "battery" || ($0.type ?? "").lowercased() == "ups" }
+        let external = supplies.filter { ["mains", "usb", "usb_c", "usb_pd", "usb_dcp", "usb_cdp", "wireless"].contains(($0.type ?? "").lowercased()) }
+        let externalOnline = external.contains { $0.online == true }
+        let charging = batteries.contains { ["charging", "full"].contains(($0.status ?? "").lowercased()) }
+        let discharging = batteries.contains { ($0.status ?? "").lowercased() == "discharging" }
+        let capacities = batteries.compactMap(\.capacity).filter { (0...100).contains($0) }
+        c.batteryPercent = capacities.isEmpty ? nil : capacities.min()
+        c.charging = batteries.isEmpty ? nil : charging
+        if supplies.isEmpty {
+            c.powerSource = .ac
+        } else if externalOnline || (charging && !discharging) {
+            c.powerSource = .ac
+        } else if !batteries.isEmpty && (discharging || !external.isEmpty) {
+            c.powerSource = .battery
+        } else if batteries.isEmpty {
+            c.powerSource = external.isEmpty ? .ac : (externalOnline ? .ac : .unknown)
+        } else {
+            c.powerSource = .unknown
+        }
+    }
+}

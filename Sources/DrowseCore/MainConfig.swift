@@ -1,0 +1,142 @@
+/// `drowse.toml`: the daemon's configuration (SPEC.md, "Main config").
+public struct MainConfig: Sendable, Equatable {
+    public var file: String
+    public var deviceID: String
+    public var stateDir: String
+    public var appsDir: String
+    public var socket: String
+    public var mqtt: MQTTConfig?
+    public var conditions: ConditionsConfig
+    public var radioModel: String
+    public var scheduler: SchedulerConfig
+    public var transfers: TransfersConfig
+
+    public struct MQTTConfig: Sendable, Equatable {
+        public var url: String
+        public var host: String
+        public var port: Int
+        public var tls: Bool
+        public var topicPrefix: String
+        public var keepalive: Duration
+        public var clientID: String
+        public var username: String?
+        public var passwordFile: String?
+        public var caFile: String?
+        public var certFile: String?
+        public var keyFile: String?
+    }
+
+    public struct ConditionsConfig: Sendable, Equatable {
+        public var batteryLowPercent: Int = 20
+        public var sysfsRoot: String = "/sys"
+        public var meteredInterfaces: [String]? = nil
+    }
+
+    /// Knobs beyond the SPEC's defaults, mainly so tests can run at seconds scale.
+    public struct SchedulerConfig: Sendable, Equatable {
+        /// How long a handler may run (the SPEC's 30 s).
+        public var handlerDeadline: Duration = .seconds(30)
+        /// What `minimum_interval = "minimum"` means.
+        public var minimumInterval: Duration = .seconds(600)
+    }
+
+    public struct TransfersConfig: Sendable, Equatable {
+        public var maxConnectionsPerHost: Int = 6
+        public var commitInterval: Duration = .seconds(2)
+        public var commitBytes: Int = 8 << 20
+    }
+
+    public static let defaultPath = "/etc/drowse/drowse.toml"
+
+    /// Parses `text` read from `file`. `machineID` supplies the default device id.
+    public static func parse(_ text: String, file: String, machineID: String?) throws(ConfigError) -> MainConfig {
+        let table: TOMLTable
+        do { table = try TOMLParser.parse(text) } catch {
+            throw ConfigError(file: file, line: error.line, problem: error.reason)
+        }
+        let dir = ConfigPath.directory(of: file)
+        var r = TableReader(table, file: file)
+        let deviceID: String
+        if let d = try r.string("device_id") {
+            guard Identifier.isValid(d) else { throw r.error("device_id", "'\(d)' may hold only letters, digits, '-', '_' and '.'") }
+            deviceID = d
+        } else if let m = machineID, !m.isEmpty {
+            deviceID = "drowse-" + String(m.prefix(12))
+        } else {
+            throw r.error("device_id", "not set, and /etc/machine-id could not be read")
+        }
+        let stateDir = ConfigPath.resolve(try r.string("state_dir") ?? "/var/lib/drowse", relativeTo: dir)
+        let appsDir = ConfigPath.resolve(try r.string("apps_dir") ?? "/etc/drowse/apps.d", relativeTo: dir)
+        let socket = ConfigPath.resolve(try r.string("socket") ?? "/run/drowse/drowse.sock", relativeTo: dir)
+
+        var mqtt: MQTTConfig?
+        if var m = try r.table("mqtt") {
+            let url = try m.string("url") ?? "mqtt://127.0.0.1:1883"
+            guard let parsed = URLParts.parse(url), parsed.scheme == "mqtt" || parsed.scheme == "mqtts" else {
+                throw m.error("url", "'\(url)' is not an mqtt:// or mqtts:// URL")
+            }
+            let prefix = try m.string("topic_prefix") ?? "drowse"
+            guard !prefix.isEmpty, !prefix.contains(where: { $0 == "+" || $0 == "#" }) else {
+                throw m.error("topic_prefix", "must be non-empty and hold no MQTT wildcards")
+            }
+            let file = { (key: String, reader: inout TableReader) throws(ConfigError) -> String? in
+                try reader.string(key).map { ConfigPath.resolve($0, relativeTo: dir) }
+            }
+            mqtt = MQTTConfig(
+                url: url, host: parsed.host, port: parsed.port ?? (parsed.scheme == "mqtts" ? 8883 : 1883),
+                tls: parsed.scheme == "mqtts", topicPrefix: prefix,
+                keepalive: try m.duration("keepalive", minimum: .seconds(5)) ?? .seconds(240),
+                clientID: try m.string("client_id") ?? "drowse-\(deviceID)",
+                username: try m.string("username"),
+                passwordFile: try file("password_file", &m), caFile: try file("ca_file", &m),
+                certFile: try file("cert_file", &m), keyFile: try file("key_file", &m))
+            if mqtt!.keepalive > .seconds(65535) { throw m.error("keepalive", "must be at most 65535s") }
+            try m.rejectUnknown()
+        }
+
+        var conditions = ConditionsConfig()
+        if var c = try r.table("conditions") {
+            conditions.batteryLowPercent = try c.integer("battery_low_percent", in: 0...100) ?? 20
+            conditions.sysfsRoot = ConfigPath.resolve(try c.string("sysfs_root") ?? "/sys", relativeTo: dir)
+            conditions.meteredInterfaces = try c.stringArray("metered_interfaces")
+            try c.rejectUnknown()
+        }
+
+        var radioModel = "auto"
+        if var rr = try r.table("radio") {
+            radioModel = try rr.string("model") ?? "auto"
+            guard ["auto", "lte", "3g", "wifi", "ethernet"].contains(radioModel) else {
+                throw rr.error("model", "'\(radioModel)' is not one of auto, lte, 3g, wifi, ethernet")
+            }
+            try rr.rejectUnknown()
+        }
+
+        var scheduler = SchedulerConfig()
+        if var s = try r.table("scheduler") {
+            scheduler.handlerDeadline = try s.duration("handler_deadline", minimum: .seconds(1)) ?? .seconds(30)
+            scheduler.minimumInterval = try s.duration("minimum_interval", minimum: .seconds(1)) ?? .seconds(600)
+            try s.rejectUnknown()
+        }
+
+        var transfers = TransfersConfig()
+        if var t = try r.table("transfers") {
+            transfers.maxConnectionsPerHost = try t.integer("max_connections_per_host", in: 1...64) ?? 6
+            transfers.commitInterval = try t.duration("commit_interval", minimum: .milliseconds(100)) ?? .seconds(2)
+            transfers.commitBytes = try t.integer("commit_bytes", in: 65536...(1 << 30)) ?? (8 << 20)
+            try t.rejectUnknown()
+        }
+        try r.rejectUnknown()
+        return MainConfig(
+            file: file, deviceID: deviceID, stateDir: stateDir, appsDir: appsDir, socket: socket, mqtt: mqtt,
+            conditions: conditions, radioModel: radioModel, scheduler: scheduler, transfers: transfers)
+    }
+}
+
+/// Names that end up in MQTT topics, file names and URLs.
+public enum Identifier {
+    public static func isValid(_ s: String) -> Bool {
+        !s.isEmpty && s.count <= 64 && s.first != "." && s.allSatisfy { c in
+            c.isASCII && (c.isLetter || c.isNumber || c == "-" || c == "_" || c == ".")
+        }
+    }
+}

@@ -1,0 +1,82 @@
+/// A notification payload as received over MQTT, checked (SPEC.md, "Notifications over MQTT").
+public struct Notification: Sendable, Equatable {
+    public static let maxBytes = 4096
+
+    public var payload: JSON
+    public var raw: [UInt8]
+    public var contentAvailable: Bool
+    public var id: String?
+    public var collapseID: String?
+    public var expiration: Double?
+    public var priority: Int
+
+    public enum Refusal: Error, Equatable, CustomStringConvertible {
+        case tooLarge(Int)
+        case notJSON(String)
+        case notAnObject
+        case badKey(String, String)
+
+        public var description: String {
+            switch self {
+            case .tooLarge(let n): "payload of \(n) bytes is over the \(Notification.maxBytes)-byte limit"
+            case .notJSON(let why): "payload is not JSON (\(why))"
+            case .notAnObject: "payload is not a JSON object"
+            case .badKey(let key, let why): "key '\(key)' \(why)"
+            }
+        }
+    }
+
+    /// Checks a raw payload strictly.
+    public static func parse(_ bytes: [UInt8]) throws(Refusal) -> Notification {
+        guard bytes.count <= maxBytes else { throw .tooLarge(bytes.count) }
+        let json: JSON
+        do { json = try JSON.parse(bytes: bytes, maxDepth: 32) } catch { throw .notJSON(error.description) }
+        guard case .object = json else { throw .notAnObject }
+        var contentAvailable = false
+        if let aps = json["aps"] {
+            guard case .object = aps else { throw .badKey("aps", "must be an object") }
+            if let ca = aps["content-available"] {
+                guard let n = ca.intValue, n == 0 || n == 1 else { throw .badKey("aps.content-available", "must be 0 or 1") }
+                contentAvailable = n == 1
+            }
+        }
+        func optionalString(_ key: String) throws(Refusal) -> String? {
+            guard let v = json[key], !v.isNull else { return nil }
+            if let s = v.stringValue { return s }
+            if let n = v.intValue { return String(n) }
+            throw .badKey(key, "must be a string")
+        }
+        let id = try optionalString("id")
+        let collapse = try optionalString("collapse-id")
+        var expiration: Double?
+        if let e = json["expiration"], !e.isNull {
+            guard let d = e.doubleValue else { throw .badKey("expiration", "must be a Unix time") }
+            expiration = d
+        }
+        var priority = 5
+        if let p = json["priority"], !p.isNull {
+            guard let n = p.intValue, n == 5 || n == 10 else { throw .badKey("priority", "must be 5 or 10") }
+            priority = n
+        }
+        return Notification(
+            payload: json, raw: bytes, contentAvailable: contentAvailable, id: id, collapseID: collapse,
+            expiration: expiration, priority: priority)
+    }
+}
+
+/// MQTT topics Drowse uses (SPEC.md).
+public enum Topics {
+    public static func notify(prefix: String, device: String, app: String) -> String {
+        "\(prefix)/\(device)/apps/\(app)/notify"
+    }
+
+    public static func status(prefix: String, device: String) -> String { "\(prefix)/\(device)/status" }
+
+    /// The app id in a notify topic, if the topic is one of this device's.
+    public static func app(inNotifyTopic topic: String, prefix: String, device: String) -> String? {
+        let head = "\(prefix)/\(device)/apps/"
+        guard topic.hasPrefix(head), topic.hasSuffix("/notify") else { return nil }
+        let mid = topic.dropFirst(head.count).dropLast("/notify".count)
+        return mid.isEmpty || mid.contains("/") ? nil : String(mid)
+    }
+}

@@ -1,0 +1,308 @@
+/// A TOML value, as far as Drowse's config files need TOML: tables, strings, integers,
+/// floats, booleans, arrays and inline tables. Each value remembers its line for errors.
+public indirect enum TOMLValue: Sendable, Equatable {
+    case string(String)
+    case integer(Int)
+    case float(Double)
+    case bool(Bool)
+    case array([TOMLValue])
+    case table(TOMLTable)
+
+    var typeName: String {
+        switch self {
+        case .string: "a string"
+        case .integer: "an integer"
+        case .float: "a number"
+        case .bool: "a boolean"
+        case .array: "an array"
+        case .table: "a table"
+        }
+    }
+}
+
+/// A TOML table with its keys in file order.
+public struct TOMLTable: Sendable, Equatable {
+    public private(set) var keys: [String] = []
+    private var values: [String: TOMLValue] = [:]
+    private var lines: [String: Int] = [:]
+
+    public init() {}
+
+    public subscript(key: String) -> TOMLValue? { values[key] }
+    public func line(of key: String) -> Int? { lines[key] }
+
+    mutating func set(_ key: String, _ value: TOMLValue, line: Int) {
+        if values[key] == nil { keys.append(key) }
+        values[key] = value
+        lines[key] = line
+    }
+}
+
+/// Why a TOML text was refused.
+public struct TOMLParseError: Error, Equatable, CustomStringConvertible {
+    public var line: Int
+    public var reason: String
+    public var description: String { "line \(line): \(reason)" }
+}
+
+/// A small strict TOML parser (the subset above; no dates, no multi-line strings).
+public struct TOMLParser {
+    private var bytes: [UInt8]
+    private var i = 0
+    private var line = 1
+
+    public static func parse(_ text: String) throws(TOMLParseError) -> TOMLTable {
+        var p = TOMLParser(bytes: Array(text.utf8))
+        return try p.document()
+    }
+
+    private init(bytes: [UInt8]) { self.bytes = bytes }
+
+    private func fail(_ reason: String) -> TOMLParseError { TOMLParseError(line: line, reason: reason) }
+    private var atEnd: Bool { i >= bytes.count }
+    private var peek: UInt8 { bytes[i] }
+
+    private mutating func skipSpaces() {
+        while !atEnd, peek == 0x20 || peek == 0x09 { i += 1 }
+    }
+
+    private mutating func skipComment() {
+        if !atEnd, peek == UInt8(ascii: "#") { while !atEnd, peek != 0x0A { i += 1 } }
+    }
+
+    /// Skips blank space, newlines and comments (inside arrays).
+    private mutating func skipAll() {
+        while !atEnd {
+            if peek == 0x20 || peek == 0x09 || peek == 0x0D { i += 1 }
+            else if peek == 0x0A { i += 1; line += 1 }
+            else if peek == UInt8(ascii: "#") { skipComment() }
+            else { break }
+        }
+    }
+
+    private mutating func endOfLine() throws(TOMLParseError) {
+        skipSpaces()
+        skipComment()
+        if !atEnd, peek == 0x0D { i += 1 }
+        if atEnd { return }
+        guard peek == 0x0A else { throw fail("unexpected text after value") }
+        i += 1
+        line += 1
+    }
+
+    private mutating func document() throws(TOMLParseError) -> TOMLTable {
+        var root = TOMLTable()
+        var current: [String] = []
+        var definedTables: Set<[String]> = []
+        while true {
+            skipAll()
+            if atEnd { break }
+            if peek == UInt8(ascii: "[") {
+                i += 1
+                if !atEnd, peek == UInt8(ascii: "[") { throw fail("arrays of tables are not supported") }
+                skipSpaces()
+                let path = try keyPath()
+                skipSpaces()
+                guard !atEnd, peek == UInt8(ascii: "]") else { throw fail("expected ']'") }
+                i += 1
+                guard definedTables.insert(path).inserted else { throw fail("table [\(path.joined(separator: "."))] defined twice") }
+                try Self.ensureTable(&root, path, line: line)
+                current = path
+                try endOfLine()
+                continue
+            }
+            let keyLine = line
+            let path = try keyPath()
+            skipSpaces()
+            guard !atEnd, peek == UInt8(ascii: "=") else { throw fail("expected '=' after key") }
+            i += 1
+            skipSpaces()
+            let value = try value()
+            try Self.insert(&root, current + path, value, line: keyLine)
+            try endOfLine()
+        }
+        return root
+    }
+
+    private static func ensureTable(_ t: inout TOMLTable, _ path: [String], line: Int) throws(TOMLParseError) {
+        guard let first = path.first else { return }
+        var sub: TOMLTable
+        switch t[first] {
+        case nil: sub = TOMLTable()
+        case .table(let existing)?: sub = existing
+        case let other?: throw TOMLParseError(line: line, reason: "'\(first)' is \(other.typeName), not a table")
+        }
+        try ensureTable(&sub, Array(path.dropFirst()), line: line)
+        t.set(first, .table(sub), line: t.line(of: first) ?? line)
+    }
+
+    private static func insert(_ t: inout TOMLTable, _ path: [String], _ v: TOMLValue, line: Int) throws(TOMLParseError) {
+        if path.count == 1 {
+            guard t[path[0]] == nil else { throw TOMLParseError(line: line, reason: "key '\(path[0])' defined twice") }
+            t.set(path[0], v, line: line)
+            return
+        }
+        var sub: TOMLTable
+        switch t[path[0]] {
+        case nil: sub = TOMLTable()
+        case .table(let existing)?: sub = existing
+        case let other?: throw TOMLParseError(line: line, reason: "'\(path[0])' is \(other.typeName), not a table")
+        }
+        try insert(&sub, Array(path.dropFirst()), v, line: line)
+        t.set(path[0], .table(sub), line: t.line(of: path[0]) ?? line)
+    }
+
+    private mutating func keyPath() throws(TOMLParseError) -> [String] {
+        var parts = [try simpleKey()]
+        while true {
+            skipSpaces()
+            guard !atEnd, peek == UInt8(ascii: ".") else { return parts }
+            i += 1
+            skipSpaces()
+            parts.append(try simpleKey())
+        }
+    }
+
+    private mutating func simpleKey() throws(TOMLParseError) -> String {
+        guard !atEnd else { throw fail("expected a key") }
+        if peek == UInt8(ascii: "\"") { return try basicString() }
+        if peek == UInt8(ascii: "'") { return try literalString() }
+        let start = i
+        while !atEnd, Self.isBareKeyByte(peek) { i += 1 }
+        guard i > start else { throw fail("expected a key") }
+        return String(decoding: bytes[start..<i], as: UTF8.self)
+    }
+
+    private static func isBareKeyByte(_ c: UInt8) -> Bool {
+        (0x30...0x39).contains(c) || (0x41...0x5A).contains(c) || (0x61...0x7A).contains(c)
+            || c == UInt8(ascii: "_") || c == UInt8(ascii: "-")
+    }
+
+    private mutating func value() throws(TOMLParseError) -> TOMLValue {
+        guard !atEnd else { throw fail("expected a value") }
+        switch peek {
+        case UInt8(ascii: "\""):
+            if i + 2 < bytes.count, bytes[i + 1] == 0x22, bytes[i + 2] == 0x22 { throw fail("multi-line strings are not supported") }
+            return .string(try basicString())
+        case UInt8(ascii: "'"): return .string(try literalString())
+        case UInt8(ascii: "["): return try array()
+        case UInt8(ascii: "{"): return try inlineTable()
+        default: return try scalar()
+        }
+    }
+
+    private mutating func array() throws(TOMLParseError) -> TOMLValue {
+        i += 1
+        var items: [TOMLValue] = []
+        while true {
+            skipAll()
+            guard !atEnd else { throw fail("unterminated array") }
+            if peek == UInt8(ascii: "]") { i += 1; return .array(items) }
+            items.append(try value())
+            skipAll()
+            guard !atEnd else { throw fail("unterminated array") }
+            if peek == UInt8(ascii: ",") { i += 1; continue }
+            if peek == UInt8(ascii: "]") { i += 1; return .array(items) }
+            throw fail("expected ',' or ']' in array")
+        }
+    }
+
+    private mutating func inlineTable() throws(TOMLParseError) -> TOMLValue {
+        i += 1
+        var t = TOMLTable()
+        skipSpaces()
+        if !atEnd, peek == UInt8(ascii: "}") { i += 1; return .table(t) }
+        while true {
+            skipSpaces()
+            let path = try keyPath()
+            skipSpaces()
+            guard !atEnd, peek == UInt8(ascii: "=") else { throw fail("expected '=' in inline table") }
+            i += 1
+            skipSpaces()
+            try Self.insert(&t, path, try value(), line: line)
+            skipSpaces()
+            guard !atEnd else { throw fail("unterminated inline table") }
+            if peek == UInt8(ascii: ",") { i += 1; continue }
+            if peek == UInt8(ascii: "}") { i += 1; return .table(t) }
+            throw fail("expected ',' or '}' in inline table")
+        }
+    }
+
+    private mutating func scalar() throws(TOMLParseError) -> TOMLValue {
+        let start = i
+        while !atEnd, !(peek == 0x20 || peek == 0x09 || peek == 0x0A || peek == 0x0D || peek == UInt8(ascii: ",")
+            || peek == UInt8(ascii: "]") || peek == UInt8(ascii: "}") || peek == UInt8(ascii: "#")) { i += 1 }
+        let word = String(decoding: bytes[start..<i], as: UTF8.self)
+        if word == "true" { return .bool(true) }
+        if word == "false" { return .bool(false) }
+        let digits = word.replacingOccurrences("_", with: "")
+        if let n = Int(digits) { return .integer(n) }
+        if digits.contains(where: { $0 == "." || $0 == "e" || $0 == "E" }), let d = Double(digits), d.isFinite { return .float(d) }
+        if word.isEmpty { throw fail("expected a value") }
+        throw fail("'\(word)' is not a valid value (strings need quotes)")
+    }
+
+    private mutating func literalString() throws(TOMLParseError) -> String {
+        i += 1
+        let start = i
+        while !atEnd, peek != UInt8(ascii: "'") {
+            if peek == 0x0A { throw fail("unterminated string") }
+            i += 1
+        }
+        guard !atEnd else { throw fail("unterminated string") }
+        let s = String(decoding: bytes[start..<i], as: UTF8.self)
+        i += 1
+        return s
+    }
+
+    private mutating func basicString() throws(TOMLParseError) -> String {
+        i += 1
+        var out: [UInt8] = []
+        while true {
+            guard !atEnd, peek != 0x0A else { throw fail("unterminated string") }
+            let c = peek
+            i += 1
+            if c == 0x22 { break }
+            if c != UInt8(ascii: "\\") { out.append(c); continue }
+            guard !atEnd else { throw fail("unterminated string") }
+            let e = peek
+            i += 1
+            switch e {
+            case UInt8(ascii: "n"): out.append(0x0A)
+            case UInt8(ascii: "t"): out.append(0x09)
+            case UInt8(ascii: "r"): out.append(0x0D)
+            case UInt8(ascii: "b"): out.append(0x08)
+            case UInt8(ascii: "f"): out.append(0x0C)
+            case UInt8(ascii: "\""): out.append(0x22)
+            case UInt8(ascii: "\\"): out.append(0x5C)
+            case UInt8(ascii: "u"), UInt8(ascii: "U"):
+                let n = e == UInt8(ascii: "u") ? 4 : 8
+                guard i + n <= bytes.count, bytes[i..<i + n].allSatisfy({ Character(Unicode.Scalar($0)).isHexDigit }),
+                    let v = UInt32(String(decoding: bytes[i..<i + n], as: UTF8.self), radix: 16),
+                    let u = Unicode.Scalar(v)
+                else { throw fail("bad unicode escape") }
+                i += n
+                out.append(contentsOf: Array(String(Character(u)).utf8))
+            default: throw fail("bad escape in string")
+            }
+        }
+        guard let s = String(validating: out, as: UTF8.self) else { throw fail("invalid UTF-8") }
+        return s
+    }
+}
+
+extension String {
+    /// FoundationEssentials-free replacement of every occurrence of one string by another.
+    public func replacingOccurrences(_ target: String, with replacement: String) -> String {
+        guard !target.isEmpty else { return self }
+        var out = ""
+        var rest = self[...]
+        while let r = rest.firstRange(of: target) {
+            out += rest[..<r.lowerBound]
+            out += replacement
+            rest = rest[r.upperBound...]
+        }
+        out += rest
+        return out
+    }
+}

@@ -1,0 +1,57 @@
+/// A background transfer as stored and shown (SPEC.md, "Transfers").
+public struct Transfer: Sendable, Equatable {
+    public enum Kind: String, Sendable { case download, upload }
+    public enum State: String, Sendable {
+        case waiting, running, paused, completed, failed, cancelled
+        public var isFinished: Bool { self == .completed || self == .failed || self == .cancelled }
+    }
+
+    public var id: String
+    public var app: String
+    public var session: String
+    public var kind: Kind
+    public var state: State
+    public var url: String
+    /// Where the user asked the file to go (`--to`).
+    public var destination: String?
+    public var sha256: String?
+    public var bytesDone: Int64
+    public var bytesTotal: Int64?
+    public var reason: String?
+    /// Where a finished download is now.
+    public var location: String?
+    public var etag: String?
+    public var lastModified: String?
+    public var createdAt: Double
+    public var finishedAt: Double?
+    /// Whether the finished transfer has been handed to the app's events handler.
+    public var delivered: Bool
+
+    public init(id: String, app: String, session: String, kind: Kind, url: String, destination: String?, sha256: String?, createdAt: Double) {
+        self.id = id
+        self.app = app
+        self.session = session
+        self.kind = kind
+        self.state = .waiting
+        self.url = url
+        self.destination = destination
+        self.sha256 = sha256
+        self.bytesDone = 0
+        self.bytesTotal = nil
+        self.reason = nil
+        self.location = nil
+        self.createdAt = createdAt
+        self.finishedAt = nil
+        self.delivered = false
+    }
+
+    /// The SPEC's `--json` shape.
+    public var json: JSON {
+        [
+            "id": .string(id), "app": .string(app), "session": .string(session), "kind": .string(kind.rawValue),
+            "state": .string(state.rawValue), "url": .string(url), "bytes_done": JSON(bytesDone),
+            "bytes_total": JSON(bytesTotal), "reason": JSON(reason), "location": JSON(location),
+            "sha256": JSON(sha256), "destination": JSON(destination),
+        ]
+    }
+}

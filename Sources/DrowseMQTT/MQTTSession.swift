@@ -1,0 +1,273 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import CMosquitto
+import DrowseCore
+import DrowseSystem
+import Logging
+import Synchronization
+
+/// Settings for the device's one persistent MQTT session.
+public struct MQTTSessionOptions: Sendable {
+    public var host: String
+    public var port: Int
+    public var clientID: String
+    public var keepalive: Int
+    public var tls: Bool
+    public var username: String?
+    public var password: String?
+    public var caFile: String?
+    public var certFile: String?
+    public var keyFile: String?
+    public var will: (topic: String, payload: [UInt8])?
+
+    public init(host: String, port: Int, clientID: String, keepalive: Int, tls: Bool = false, username: String? = nil,
+                password: String? = nil, caFile: String? = nil, certFile: String? = nil, keyFile: String? = nil,
+                will: (topic: String, payload: [UInt8])? = nil) {
+        self.host = host
+        self.port = port
+        self.clientID = clientID
+        self.keepalive = keepalive
+        self.tls = tls
+        self.username = username
+        self.password = password
+        self.caFile = caFile
+        self.certFile = certFile
+        self.keyFile = keyFile
+        self.will = will
+    }
+}
+
+/// What the session tells its owner. Called on the session's thread.
+public enum MQTTSessionEvent: Sendable {
+    case connected
+    case disconnected(reason: String)
+    case message(topic: String, payload: [UInt8])
+}
+
+/// One persistent MQTT session (clean session off, fixed client id) driven by our own loop:
+/// a thread blocked in poll(2) on `mosquitto_socket()` and an eventfd, calling
+/// `mosquitto_loop_read/write` when the socket is ready and `loop_misc` only at the keepalive
+/// deadline. No `mosquitto_loop_start`/`loop_forever`: they wake every second.
+public final class MQTTSession: Sendable {
+    enum Command: Sendable {
+        case subscribe([String])
+        case publish(topic: String, payload: [UInt8], retain: Bool)
+        case stop(@Sendable () -> Void)
+    }
+
+    private let options: MQTTSessionOptions
+    private let logger: Logger
+    private let onEvent: @Sendable (MQTTSessionEvent) -> Void
+    private let commands = Mutex<[Command]>([])
+    private let wake = EventFD()
+    /// Topics to (re)subscribe on every connect, and the retained status to publish.
+    private let desired = Mutex<(topics: [String], onConnect: [(String, [UInt8])])>(([], []))
+    private let isConnected = Atomic<Bool>(false)
+
+    public var connected: Bool { isConnected.load(ordering: .relaxed) }
+
+    public init(options: MQTTSessionOptions, logger: Logger, onEvent: @escaping @Sendable (MQTTSessionEvent) -> Void) {
+        self.options = options
+        self.logger = logger
+        self.onEvent = onEvent
+    }
+
+    public func start() {
+        let me = Unmanaged.passRetained(self)
+        OSThread.detach(name: "mqtt") {
+            me.takeUnretainedValue().run()
+            me.release()
+        }
+    }
+
+    /// Sets the topics subscribed (QoS 1) now and after every reconnect.
+    public func setSubscriptions(_ topics: [String]) {
+        desired.withLock { $0.topics = topics }
+        send(.subscribe(topics))
+    }
+
+    /// Retained messages to publish after every (re)connect, e.g. the device status.
+    public func setPublishOnConnect(_ messages: [(String, [UInt8])]) {
+        desired.withLock { $0.onConnect = messages }
+    }
+
+    public func publish(topic: String, payload: [UInt8], retain: Bool) {
+        send(.publish(topic: topic, payload: payload, retain: retain))
+    }
+
+    /// Disconnects cleanly (the broker keeps the session) and ends the thread.
+    public func stop() async {
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in send(.stop({ c.resume() })) }
+    }
+
+    private func send(_ c: Command) {
+        commands.withLock { $0.append(c) }
+        wake.signal()
+    }
+
+    // MARK: session thread
+
+    final class Context {
+        unowned let session: MQTTSession
+        var connectedFlag = false
+        var lostReason: String?
+        init(_ s: MQTTSession) { session = s }
+    }
+
+    private func run() {
+        mosquitto_lib_init()
+        let ctx = Context(self)
+        let ctxPtr = Unmanaged.passUnretained(ctx).toOpaque()
+        guard let mosq = mosquitto_new(options.clientID, false, ctxPtr) else {
+            logger.error("mqtt: mosquitto_new failed", metadata: ["errno": "\(errno)"])
+            return
+        }
+        defer { mosquitto_destroy(mosq) }
+        _ = cmosq_int_option(mosq, MOSQ_OPT_PROTOCOL_VERSION, Int32(MQTT_PROTOCOL_V311))
+        _ = cmosq_int_option(mosq, MOSQ_OPT_TCP_NODELAY, 1)
+        if let will = options.will {
+            _ = will.payload.withUnsafeBytes { mosquitto_will_set(mosq, will.topic, Int32($0.count), $0.baseAddress, 1, true) }
+        }
+        if let u = options.username { mosquitto_username_pw_set(mosq, u, options.password) }
+        if options.tls {
+            let rc = mosquitto_tls_set(mosq, options.caFile, options.caFile == nil ? "/etc/ssl/certs" : nil, options.certFile, options.keyFile, nil)
+            if rc != MOSQ_ERR_SUCCESS.rawValue {
+                logger.error("mqtt: TLS setup failed: \(String(cString: mosquitto_strerror(rc)))")
+            }
+        }
+        mosquitto_connect_callback_set(mosq) { _, obj, rc in
+            let ctx = Unmanaged<Context>.fromOpaque(obj!).takeUnretainedValue()
+            if rc == 0 { ctx.connectedFlag = true } else { ctx.lostReason = String(cString: mosquitto_connack_string(rc)) }
+        }
+        mosquitto_disconnect_callback_set(mosq) { _, obj, rc in
+            let ctx = Unmanaged<Context>.fromOpaque(obj!).takeUnretainedValue()
+            ctx.connectedFlag = false
+            ctx.lostReason = rc == 0 ? "disconnected" : String(cString: mosquitto_strerror(rc))
+        }
+        mosquitto_message_callback_set(mosq) { _, obj, msg in
+            let ctx = Unmanaged<Context>.fromOpaque(obj!).takeUnretainedValue()
+            guard let m = msg?.pointee else { return }
+            let topic = String(cString: m.topic)
+            let payload = m.payloadlen > 0 ? Array(UnsafeRawBufferPointer(start: m.payload, count: Int(m.payloadlen))) : []
+            ctx.session.onEvent(.message(topic: topic, payload: payload))
+        }
+
+        var backoff = Backoff(base: 1, cap: 60)
+        var socketUp = false
+        var announced = false
+        var nextAttempt = 0.0
+        var lastIn = 0.0, lastOut = 0.0
+        let keepalive = Double(options.keepalive)
+        var stopDone: (@Sendable () -> Void)?
+
+        func lose(_ why: String) {
+            if announced { onEvent(.disconnected(reason: why)) }
+            if socketUp || announced { logger.warning("mqtt: connection lost: \(why)") }
+            isConnected.store(false, ordering: .relaxed)
+            socketUp = false
+            announced = false
+            ctx.connectedFlag = false
+            let delay = backoff.next(unit: Double.random(in: 0..<1))
+            nextAttempt = WallClock.monotonic() + delay
+            logger.info("mqtt: reconnecting in \(Int(delay * 1000)) ms")
+        }
+
+        while stopDone == nil {
+            let now = WallClock.monotonic()
+            if !socketUp && now >= nextAttempt {
+                let rc = announced ? mosquitto_reconnect(mosq) : mosquitto_connect(mosq, options.host, Int32(options.port), Int32(options.keepalive))
+                if rc == MOSQ_ERR_SUCCESS.rawValue {
+                    socketUp = true
+                    lastIn = WallClock.monotonic()
+                    lastOut = lastIn
+                } else {
+                    let why = rc == MOSQ_ERR_ERRNO.rawValue ? String(cString: strerror(errno)) : String(cString: mosquitto_strerror(rc))
+                    logger.warning("mqtt: cannot connect to \(options.host):\(options.port): \(why)")
+                    lose(why)
+                }
+            }
+            var fds = [pollfd(fd: wake.fd, events: Int16(POLLIN), revents: 0)]
+            let sock = socketUp ? mosquitto_socket(mosq) : -1
+            if sock >= 0 {
+                var ev = Int16(POLLIN)
+                if mosquitto_want_write(mosq) { ev |= Int16(POLLOUT) }
+                fds.append(pollfd(fd: sock, events: ev, revents: 0))
+            }
+            let deadline = socketUp ? min(lastIn, lastOut) + keepalive + 0.05 : nextAttempt
+            let timeoutMS = Int32(max(0, min(Double(Int32.max / 2), (deadline - WallClock.monotonic()) * 1000)).rounded(.up))
+            let n = poll(&fds, nfds_t(fds.count), timeoutMS)
+            if n < 0 && errno != EINTR { logger.error("mqtt: poll failed: \(errno)"); break }
+
+            if fds[0].revents != 0 {
+                wake.drain()
+                let pending = commands.withLock { q -> [Command] in defer { q.removeAll() }; return q }
+                for c in pending {
+                    switch c {
+                    case .subscribe(let topics):
+                        if announced { for t in topics { mosquitto_subscribe(mosq, nil, t, 1) }; lastOut = WallClock.monotonic() }
+                    case .publish(let topic, let payload, let retain):
+                        if socketUp {
+                            _ = payload.withUnsafeBytes { mosquitto_publish(mosq, nil, topic, Int32($0.count), $0.baseAddress, 1, retain) }
+                            lastOut = WallClock.monotonic()
+                        }
+                    case .stop(let done):
+                        stopDone = done
+                    }
+                }
+            }
+            if socketUp, fds.count > 1 {
+                let re = fds[1].revents
+                if re & Int16(POLLIN | POLLHUP | POLLERR) != 0 {
+                    let rc = mosquitto_loop_read(mosq, 1)
+                    lastIn = WallClock.monotonic()
+                    if rc != MOSQ_ERR_SUCCESS.rawValue { lose(ctx.lostReason ?? String(cString: mosquitto_strerror(rc))); continue }
+                }
+                if mosquitto_want_write(mosq) || re & Int16(POLLOUT) != 0 {
+                    let rc = mosquitto_loop_write(mosq, 1)
+                    lastOut = WallClock.monotonic()
+                    if rc != MOSQ_ERR_SUCCESS.rawValue { lose(String(cString: mosquitto_strerror(rc))); continue }
+                }
+            }
+            if socketUp, WallClock.monotonic() >= min(lastIn, lastOut) + keepalive {
+                let rc = mosquitto_loop_misc(mosq)
+                // libmosquitto sent PINGREQ (or gave up on a dead link): it restarts its own clock now.
+                lastIn = WallClock.monotonic()
+                lastOut = lastIn
+                if rc != MOSQ_ERR_SUCCESS.rawValue || mosquitto_socket(mosq) < 0 {
+                    lose(ctx.lostReason ?? "keepalive: no answer from the broker"); continue
+                }
+                if mosquitto_want_write(mosq) { _ = mosquitto_loop_write(mosq, 1) }
+            }
+            if socketUp, ctx.connectedFlag, !announced {
+                announced = true
+                backoff.reset()
+                isConnected.store(true, ordering: .relaxed)
+                let (topics, onConnect) = desired.withLock { ($0.topics, $0.onConnect) }
+                for t in topics { mosquitto_subscribe(mosq, nil, t, 1) }
+                for (topic, payload) in onConnect {
+                    _ = payload.withUnsafeBytes { mosquitto_publish(mosq, nil, topic, Int32($0.count), $0.baseAddress, 1, true) }
+                }
+                lastOut = WallClock.monotonic()
+                logger.info("mqtt: connected to \(options.host):\(options.port) as \(options.clientID)")
+                onEvent(.connected)
+            }
+            if socketUp, !ctx.connectedFlag, let why = ctx.lostReason, !announced {
+                ctx.lostReason = nil
+                mosquitto_disconnect(mosq)
+                lose("broker refused: \(why)")
+            }
+        }
+        if socketUp {
+            // Publish the offline status ourselves: a clean DISCONNECT suppresses the will.
+            if let will = options.will {
+                _ = will.payload.withUnsafeBytes { mosquitto_publish(mosq, nil, will.topic, Int32($0.count), $0.baseAddress, 1, true) }
+                _ = mosquitto_loop_write(mosq, 1)
+            }
+            mosquitto_disconnect(mosq)
+            _ = mosquitto_loop_write(mosq, 1)
+        }
+        isConnected.store(false, ordering: .relaxed)
+        stopDone?()
+    }
+}

@@ -1,0 +1,130 @@
+import CSQLite
+import DrowseCore
+
+/// A failed SQLite call, with the statement and SQLite's message.
+public struct StoreError: Error, CustomStringConvertible, Sendable {
+    public var code: Int32
+    public var message: String
+    public var sql: String?
+    public var description: String { "SQLite error \(code): \(message)" + (sql.map { " (in: \($0))" } ?? "") }
+}
+
+/// A value bound to or read from a statement.
+public enum SQLValue: Sendable, Equatable {
+    case null
+    case int(Int64)
+    case double(Double)
+    case text(String)
+}
+
+/// A thin layer over the system libsqlite3. Not thread-safe: one owner uses it
+/// (the agent actor), which is how DESIGN.md wants every C library held.
+public final class SQLiteDatabase {
+    private var db: OpaquePointer?
+    public let path: String
+
+    public init(path: String) throws(StoreError) {
+        self.path = path
+        var handle: OpaquePointer?
+        let rc = sqlite3_open_v2(path, &handle, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nil)
+        guard rc == SQLITE_OK, let handle else {
+            let msg = handle.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
+            sqlite3_close(handle)
+            throw StoreError(code: rc, message: "\(path): \(msg)")
+        }
+        db = handle
+        sqlite3_busy_timeout(handle, 5000)
+    }
+
+    deinit { sqlite3_close_v2(db) }
+
+    private func fail(_ rc: Int32, _ sql: String?) -> StoreError {
+        StoreError(code: rc, message: String(cString: sqlite3_errmsg(db)), sql: sql)
+    }
+
+    /// Runs one or more statements without results.
+    public func exec(_ sql: String) throws(StoreError) {
+        var err: UnsafeMutablePointer<CChar>?
+        let rc = sqlite3_exec(db, sql, nil, nil, &err)
+        if rc != SQLITE_OK {
+            let msg = err.map { String(cString: $0) } ?? "error"
+            sqlite3_free(err)
+            throw StoreError(code: rc, message: msg, sql: sql)
+        }
+    }
+
+    /// Runs one statement with bound parameters and returns every row.
+    @discardableResult
+    public func query(_ sql: String, _ params: [SQLValue] = []) throws(StoreError) -> [[SQLValue]] {
+        var stmt: OpaquePointer?
+        var rc = sqlite3_prepare_v2(db, sql, -1, &stmt, nil)
+        guard rc == SQLITE_OK else { throw fail(rc, sql) }
+        defer { sqlite3_finalize(stmt) }
+        for (i, p) in params.enumerated() {
+            let idx = Int32(i + 1)
+            switch p {
+            case .null: rc = sqlite3_bind_null(stmt, idx)
+            case .int(let v): rc = sqlite3_bind_int64(stmt, idx, v)
+            case .double(let v): rc = sqlite3_bind_double(stmt, idx, v)
+            case .text(let v): rc = sqlite3_bind_text(stmt, idx, v, -1, csqlite_transient())
+            }
+            guard rc == SQLITE_OK else { throw fail(rc, sql) }
+        }
+        var rows: [[SQLValue]] = []
+        while true {
+            rc = sqlite3_step(stmt)
+            if rc == SQLITE_DONE { break }
+            guard rc == SQLITE_ROW else { throw fail(rc, sql) }
+            let n = sqlite3_column_count(stmt)
+            var row: [SQLValue] = []
+            row.reserveCapacity(Int(n))
+            for c in 0..<n {
+                switch sqlite3_column_type(stmt, c) {
+                case SQLITE_INTEGER: row.append(.int(sqlite3_column_int64(stmt, c)))
+                case SQLITE_FLOAT: row.append(.double(sqlite3_column_double(stmt, c)))
+                case SQLITE_NULL: row.append(.null)
+                default: row.append(.text(String(cString: sqlite3_column_text(stmt, c))))
+                }
+            }
+            rows.append(row)
+        }
+        return rows
+    }
+
+    /// Runs `body` in one transaction (BEGIN IMMEDIATE … COMMIT, rolled back on error).
+    public func transaction<T>(_ body: () throws(StoreError) -> T) throws(StoreError) -> T {
+        try exec("BEGIN IMMEDIATE")
+        do {
+            let v = try body()
+            try exec("COMMIT")
+            return v
+        } catch {
+            try? exec("ROLLBACK")
+            throw error
+        }
+    }
+
+    public var changes: Int { Int(sqlite3_changes(db)) }
+}
+
+extension SQLValue {
+    public var string: String? { if case .text(let s) = self { return s }; return nil }
+    public var int64: Int64? {
+        switch self {
+        case .int(let v): return v
+        case .double(let d): return Int64(d)
+        default: return nil
+        }
+    }
+    public var double: Double? {
+        switch self {
+        case .double(let d): return d
+        case .int(let v): return Double(v)
+        default: return nil
+        }
+    }
+
+    public init(_ s: String?) { self = s.map { .text($0) } ?? .null }
+    public init(_ v: Int64?) { self = v.map { .int($0) } ?? .null }
+    public init(_ v: Double?) { self = v.map { .double($0) } ?? .null }
+}

@@ -1,0 +1,86 @@
+import DrowseCore
+
+/// What the store remembers of one app between runs of the daemon.
+public struct AppRecord: Sendable, Equatable {
+    public var id: String
+    public var registeredAt: Double
+    public var lastFetch: Double?
+    public var lastResult: FetchResult?
+    public var consecutiveFailures: Int
+    public var lastUsed: Double?
+}
+
+/// One handler run, as shown by `drowse apps show`.
+public struct RunRecord: Sendable, Equatable {
+    public var app: String
+    public var event: HandlerEvent
+    public var trigger: String?
+    public var result: FetchResult
+    public var ending: String
+    public var startedAt: Double
+    public var endedAt: Double
+
+    public init(app: String, event: HandlerEvent, trigger: String?, result: FetchResult, ending: String, startedAt: Double, endedAt: Double) {
+        self.app = app
+        self.event = event
+        self.trigger = trigger
+        self.result = result
+        self.ending = ending
+        self.startedAt = startedAt
+        self.endedAt = endedAt
+    }
+}
+
+extension Store {
+    /// The app's record, created on first sight.
+    public func app(_ id: String, now: Double) throws(StoreError) -> AppRecord {
+        try db.query("INSERT OR IGNORE INTO apps(id, registered_at) VALUES (?, ?)", [.text(id), .double(now)])
+        let row = try db.query(
+            "SELECT registered_at, last_fetch, last_result, consecutive_failures, last_used FROM apps WHERE id = ?", [.text(id)])[0]
+        return AppRecord(
+            id: id, registeredAt: row[0].double ?? now, lastFetch: row[1].double,
+            lastResult: row[2].string.flatMap(FetchResult.init(rawValue:)),
+            consecutiveFailures: Int(row[3].int64 ?? 0), lastUsed: row[4].double)
+    }
+
+    /// Records a finished run; fetch runs also move the app's fetch bookkeeping, in one transaction.
+    public func record(_ run: RunRecord) throws(StoreError) {
+        try db.transaction { () throws(StoreError) in
+            try db.query(
+                "INSERT INTO runs(app, event, trigger, result, ending, started_at, ended_at) VALUES (?,?,?,?,?,?,?)",
+                [.text(run.app), .text(run.event.rawValue), SQLValue(run.trigger), .text(run.result.rawValue),
+                 .text(run.ending), .double(run.startedAt), .double(run.endedAt)])
+            if run.event == .fetch {
+                let failures = run.result == .failed ? "consecutive_failures + 1" : "0"
+                try db.query(
+                    "UPDATE apps SET last_fetch = ?, last_result = ?, consecutive_failures = \(failures) WHERE id = ?",
+                    [.double(run.startedAt), .text(run.result.rawValue), .text(run.app)])
+            } else {
+                try db.query("UPDATE apps SET last_result = ? WHERE id = ?", [.text(run.result.rawValue), .text(run.app)])
+            }
+            // Bounded history: the newest 200 runs per app.
+            try db.query(
+                "DELETE FROM runs WHERE app = ? AND seq <= (SELECT seq FROM runs WHERE app = ? ORDER BY seq DESC LIMIT 1 OFFSET 200)",
+                [.text(run.app), .text(run.app)])
+        }
+    }
+
+    public func runs(app: String, limit: Int = 20) throws(StoreError) -> [RunRecord] {
+        try db.query(
+            "SELECT event, trigger, result, ending, started_at, ended_at FROM runs WHERE app = ? ORDER BY seq DESC LIMIT ?",
+            [.text(app), .int(Int64(limit))]
+        ).map { r in
+            RunRecord(
+                app: app, event: HandlerEvent(rawValue: r[0].string ?? "") ?? .fetch, trigger: r[1].string,
+                result: FetchResult(rawValue: r[2].string ?? "") ?? .failed, ending: r[3].string ?? "",
+                startedAt: r[4].double ?? 0, endedAt: r[5].double ?? 0)
+        }
+    }
+
+    public func recordUse(app: String, at: Double) throws(StoreError) {
+        try db.transaction { () throws(StoreError) in
+            try db.query("INSERT INTO usage(app, at) VALUES (?, ?)", [.text(app), .double(at)])
+            try db.query("UPDATE apps SET last_used = ? WHERE id = ?", [.double(at), .text(app)])
+        }
+    }
+}

@@ -1,0 +1,85 @@
+import DrowseCore
+
+/// Drowse's durable state in `state_dir/state.db`: fetch history, app bookkeeping,
+/// notifications received, transfers. WAL with `synchronous=FULL`, so a commit that
+/// returned survives a power cut. Versioned schema with forward migrations.
+public final class Store {
+    public let db: SQLiteDatabase
+    public static let schemaVersion: Int64 = 1
+
+    public init(path: String) throws(StoreError) {
+        db = try SQLiteDatabase(path: path)
+        try db.exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;")
+        try migrate()
+    }
+
+    private func migrate() throws(StoreError) {
+        try db.exec("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+        let current = try db.query("SELECT version FROM schema_version").first?.first?.int64 ?? 0
+        if current > Self.schemaVersion {
+            throw StoreError(code: 0, message: "state.db has schema \(current), newer than this drowsed understands (\(Self.schemaVersion))")
+        }
+        if current < 1 {
+            try db.transaction { () throws(StoreError) in
+                try db.exec(
+                    """
+                    CREATE TABLE apps (
+                        id TEXT PRIMARY KEY,
+                        registered_at REAL NOT NULL,
+                        last_fetch REAL,
+                        last_result TEXT,
+                        consecutive_failures INTEGER NOT NULL DEFAULT 0,
+                        last_used REAL
+                    );
+                    CREATE TABLE runs (
+                        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                        app TEXT NOT NULL,
+                        event TEXT NOT NULL,
+                        trigger TEXT,
+                        result TEXT NOT NULL,
+                        ending TEXT NOT NULL,
+                        started_at REAL NOT NULL,
+                        ended_at REAL NOT NULL
+                    );
+                    CREATE INDEX runs_app ON runs(app, seq);
+                    CREATE TABLE usage (
+                        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                        app TEXT NOT NULL,
+                        at REAL NOT NULL
+                    );
+                    CREATE TABLE notifications (
+                        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                        app TEXT NOT NULL,
+                        dedupe_key TEXT NOT NULL,
+                        payload TEXT NOT NULL,
+                        received_at REAL NOT NULL,
+                        state TEXT NOT NULL,
+                        handled_at REAL,
+                        UNIQUE(app, dedupe_key)
+                    );
+                    CREATE TABLE transfers (
+                        id TEXT PRIMARY KEY,
+                        app TEXT NOT NULL,
+                        session TEXT NOT NULL,
+                        kind TEXT NOT NULL,
+                        state TEXT NOT NULL,
+                        url TEXT NOT NULL,
+                        destination TEXT,
+                        sha256 TEXT,
+                        bytes_done INTEGER NOT NULL DEFAULT 0,
+                        bytes_total INTEGER,
+                        reason TEXT,
+                        location TEXT,
+                        etag TEXT,
+                        last_modified TEXT,
+                        created_at REAL NOT NULL,
+                        finished_at REAL,
+                        delivered INTEGER NOT NULL DEFAULT 0
+                    );
+                    CREATE INDEX transfers_app ON transfers(app, session);
+                    INSERT INTO schema_version(version) VALUES (1);
+                    """)
+            }
+        }
+    }
+}

@@ -1,0 +1,83 @@
+import DrowseCore
+
+/// Reads power and network facts from sysfs and procfs. Reading is cheap and happens on
+/// demand (start, `conditions --refresh`, window boundaries), never on a timer.
+public struct ConditionsProbe: Sendable {
+    public var sysfsRoot: String
+    public var procRoot: String
+    public var meteredInterfaces: [String]?
+
+    public init(sysfsRoot: String, procRoot: String = "/proc", meteredInterfaces: [String]?) {
+        self.sysfsRoot = sysfsRoot
+        self.procRoot = procRoot
+        self.meteredInterfaces = meteredInterfaces
+    }
+
+    public func read(now: Double) -> Conditions {
+        var c = Conditions()
+        c.readAt = now
+        PowerSupplyReading.combine(powerSupplies(), into: &c)
+        if let iface = defaultRouteInterface() {
+            c.interface = iface
+            c.network = kind(of: iface)
+            if let metered = meteredInterfaces {
+                c.metered = metered.contains(iface)
+            } else {
+                c.metered = c.network == .cellular
+            }
+        }
+        return c
+    }
+
+    public func powerSupplies() -> [PowerSupplyReading] {
+        let base = sysfsRoot + "/class/power_supply"
+        return FileSystem.listDirectory(base).map { name in
+            let dir = base + "/" + name
+            return PowerSupplyReading(
+                name: name, type: FileSystem.attribute(dir + "/type"),
+                online: FileSystem.attribute(dir + "/online").flatMap(Int.init).map { $0 != 0 },
+                capacity: FileSystem.attribute(dir + "/capacity").flatMap(Int.init),
+                status: FileSystem.attribute(dir + "/status"))
+        }
+    }
+
+    /// The interface behind the IPv4 (else IPv6) default route with the lowest metric.
+    public func defaultRouteInterface() -> String? {
+        var best: (String, Int)?
+        if let text = try? FileSystem.readText(procRoot + "/net/route") {
+            for line in text.split(separator: "\n").dropFirst() {
+                let f = line.split(whereSeparator: { $0 == " " || $0 == "\t" })
+                guard f.count >= 8, f[1] == "00000000", f[7] == "00000000", let flags = Int(f[3], radix: 16), flags & 1 == 1,
+                    let metric = Int(f[6]) else { continue }
+                if best == nil || metric < best!.1 { best = (String(f[0]), metric) }
+            }
+        }
+        if best == nil, let text = try? FileSystem.readText(procRoot + "/net/ipv6_route") {
+            for line in text.split(separator: "\n") {
+                let f = line.split(separator: " ", omittingEmptySubsequences: true)
+                guard f.count >= 10, f[0] == String(repeating: "0", count: 32), f[1] == "00",
+                    let metric = Int(f[5], radix: 16), f[9] != "lo" else { continue }
+                if best == nil || metric < best!.1 { best = (String(f[9]), metric) }
+            }
+        }
+        return best?.0
+    }
+
+    /// The kind of an interface from its sysfs facts, never from its name.
+    public func kind(of iface: String) -> Conditions.Network {
+        let dir = sysfsRoot + "/class/net/" + iface
+        if FileSystem.exists(dir + "/wireless") || FileSystem.exists(dir + "/phy80211") { return .wifi }
+        if let uevent = try? FileSystem.readText(dir + "/uevent", limit: 8192) {
+            for line in uevent.split(separator: "\n") {
+                if line == "DEVTYPE=wlan" { return .wifi }
+                if line == "DEVTYPE=wwan" { return .cellular }
+            }
+        }
+        // ARPHRD_PPP (512), ARPHRD_RAWIP (519), ARPHRD_NONE (65534) are modem links.
+        if let type = FileSystem.attribute(dir + "/type").flatMap(Int.init), [512, 519, 65534].contains(type) { return .cellular }
+        if FileSystem.exists(dir + "/device/driver/module/drivers/usb:cdc_mbim") || FileSystem.exists(dir + "/device/driver/module/drivers/usb:qmi_wwan") {
+            return .cellular
+        }
+        return .ethernet
+    }
+}

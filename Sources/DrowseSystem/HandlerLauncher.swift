@@ -1,0 +1,233 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import CDrowseSys
+import DrowseCore
+
+/// One launch of an app's handler (SPEC.md, "Handler protocol").
+public struct LaunchRequest: Sendable {
+    public var app: String
+    public var event: HandlerEvent
+    public var argv: [String]
+    public var user: String?
+    public var workingDirectory: String?
+    public var environment: [String: String]
+    public var stdin: [UInt8]
+    /// Unix time by which the handler must finish.
+    public var deadline: Double
+    /// Between SIGTERM and SIGKILL.
+    public var killGrace: Double
+
+    public init(app: String, event: HandlerEvent, argv: [String], user: String?, workingDirectory: String?,
+                environment: [String: String], stdin: [UInt8], deadline: Double, killGrace: Double = 2) {
+        self.app = app
+        self.event = event
+        self.argv = argv
+        self.user = user
+        self.workingDirectory = workingDirectory
+        self.environment = environment
+        self.stdin = stdin
+        self.deadline = deadline
+        self.killGrace = killGrace
+    }
+}
+
+/// Launches handlers. `ProcessLauncher` is the real one; tests may supply a twin.
+public protocol HandlerLaunching: Sendable {
+    /// Runs the handler to its end; `output` gets each line it prints (`true` for stderr).
+    func run(_ request: LaunchRequest, output: @escaping @Sendable (String, Bool) -> Void) async -> HandlerOutcome
+}
+
+/// Runs handlers as real processes: own process group, the app's user, a clean environment,
+/// JSON on stdin, output by line, and the deadline enforced with SIGTERM then SIGKILL to the
+/// whole group. Each running handler is supervised by one thread blocked in poll(2) on a
+/// pidfd and its pipes, so a quiet handler costs no wakeups.
+public struct ProcessLauncher: HandlerLaunching {
+    public init() {}
+
+    public func run(_ request: LaunchRequest, output: @escaping @Sendable (String, Bool) -> Void) async -> HandlerOutcome {
+        await withCheckedContinuation { (cont: CheckedContinuation<HandlerOutcome, Never>) in
+            OSThread.detach(name: "handler-\(request.app)") {
+                cont.resume(returning: Self.runBlocking(request, output: output))
+            }
+        }
+    }
+
+    static func resolveProgram(_ name: String, path: String) -> String? {
+        if name.contains("/") { return name }
+        for dir in path.split(separator: ":") where !dir.isEmpty {
+            let candidate = "\(dir)/\(name)"
+            if access(candidate, X_OK) == 0 { return candidate }
+        }
+        return nil
+    }
+
+    static func runBlocking(_ req: LaunchRequest, output: @escaping @Sendable (String, Bool) -> Void) -> HandlerOutcome {
+        let start = WallClock.now()
+        func failed(_ why: String) -> HandlerOutcome {
+            HandlerOutcome(ending: .launchFailed(why), startedAt: start, endedAt: WallClock.now())
+        }
+        guard let name = req.argv.first else { return failed("empty command") }
+        var env = req.environment
+        var setIDs: Int32 = 0
+        var uid = getuid(), gid = getgid()
+        var groups: [gid_t] = []
+        if let userName = req.user {
+            guard let account = UserAccount.lookup(name: userName) else { return failed("no such user '\(userName)'") }
+            if account.uid != geteuid() {
+                guard geteuid() == 0 else { return failed("cannot run as '\(userName)': drowsed is not running as root") }
+                setIDs = 1
+                uid = account.uid
+                gid = account.gid
+                groups = account.groups
+            }
+            env["HOME"] = env["HOME"] ?? account.home
+            env["USER"] = account.name
+            env["LOGNAME"] = account.name
+        }
+        let searchPath = env["PATH"] ?? "/usr/local/bin:/usr/bin:/bin"
+        guard let program = resolveProgram(name, path: searchPath) else { return failed("'\(name)' not found in PATH") }
+
+        var inPipe: [Int32] = [0, 0], outPipe: [Int32] = [0, 0], errPipe: [Int32] = [0, 0]
+        guard drowse_pipe(&inPipe) == 0 else { return failed("pipe: \(errno)") }
+        guard drowse_pipe(&outPipe) == 0 else { close(inPipe[0]); close(inPipe[1]); return failed("pipe: \(errno)") }
+        guard drowse_pipe(&errPipe) == 0 else {
+            for fd in inPipe + outPipe { close(fd) }
+            return failed("pipe: \(errno)")
+        }
+
+        let envStrings = env.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
+        var pid: pid_t = 0
+        let rc = withCStrings(req.argv) { argv in
+            withCStrings(envStrings) { envp in
+                groups.withUnsafeBufferPointer { g in
+                    drowse_spawn(program, argv, envp, req.workingDirectory, setIDs, uid, gid, g.baseAddress, Int32(g.count),
+                                 inPipe[0], outPipe[1], errPipe[1], &pid)
+                }
+            }
+        }
+        close(inPipe[0]); close(outPipe[1]); close(errPipe[1])
+        guard rc == 0 else {
+            close(inPipe[1]); close(outPipe[0]); close(errPipe[0])
+            return failed("\(program): \(String(cString: strerror(rc)))")
+        }
+        let ending = supervise(pid: pid, stdinFD: inPipe[1], stdoutFD: outPipe[0], stderrFD: errPipe[0], req: req, output: output)
+        return HandlerOutcome(ending: ending, startedAt: start, endedAt: WallClock.now())
+    }
+
+    private static func supervise(pid: pid_t, stdinFD: Int32, stdoutFD: Int32, stderrFD: Int32, req: LaunchRequest,
+                                  output: @escaping @Sendable (String, Bool) -> Void) -> HandlerOutcome.Ending {
+        for fd in [stdinFD, stdoutFD, stderrFD] { _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) }
+        let pidfd = drowse_pidfd_open(pid)
+        var inFD: Int32 = stdinFD
+        var written = 0
+        var outFD = stdoutFD, errFD = stderrFD
+        var lines: [Int32: [UInt8]] = [stdoutFD: [], stderrFD: []]
+        var status: Int32 = 0
+        var exited = false
+        var termSentAt: Double?
+        var killed = false
+        if req.stdin.isEmpty { close(inFD); inFD = -1 }
+
+        func flush(_ fd: Int32, final: Bool) {
+            guard var buf = lines[fd] else { return }
+            while let nl = buf.firstIndex(of: 0x0A) {
+                output(String(decoding: buf[..<nl], as: UTF8.self), fd == stderrFD)
+                buf.removeSubrange(...nl)
+            }
+            if final, !buf.isEmpty { output(String(decoding: buf, as: UTF8.self), fd == stderrFD); buf.removeAll() }
+            // A handler that prints a huge line without newlines is cut into 4 KiB pieces.
+            while buf.count > 4096 {
+                output(String(decoding: buf.prefix(4096), as: UTF8.self), fd == stderrFD)
+                buf.removeFirst(4096)
+            }
+            lines[fd] = buf
+        }
+
+        func drain(_ fd: inout Int32) {
+            guard fd >= 0 else { return }
+            var chunk = [UInt8](repeating: 0, count: 8192)
+            while true {
+                let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+                if n > 0 { lines[fd, default: []].append(contentsOf: chunk[0..<n]); flush(fd, final: false); continue }
+                if n < 0 && (errno == EAGAIN || errno == EINTR) { return }
+                flush(fd, final: true)
+                close(fd)
+                fd = -1
+                return
+            }
+        }
+
+        func reap() -> Bool {
+            let r = waitpid(pid, &status, WNOHANG)
+            return r == pid
+        }
+
+        while !exited {
+            let now = WallClock.now()
+            var timeoutMS: Int32
+            if let t = termSentAt {
+                timeoutMS = Int32(max(0, min(60_000, (t + req.killGrace - now) * 1000)))
+            } else {
+                timeoutMS = Int32(max(0, min(3_600_000, (req.deadline - now) * 1000)))
+            }
+            if pidfd < 0 { timeoutMS = min(timeoutMS, 50) }  // kernels before 5.3: no pidfd, fall back to short checks
+            var fds: [pollfd] = []
+            if pidfd >= 0 { fds.append(pollfd(fd: pidfd, events: Int16(POLLIN), revents: 0)) }
+            if outFD >= 0 { fds.append(pollfd(fd: outFD, events: Int16(POLLIN), revents: 0)) }
+            if errFD >= 0 { fds.append(pollfd(fd: errFD, events: Int16(POLLIN), revents: 0)) }
+            if inFD >= 0 { fds.append(pollfd(fd: inFD, events: Int16(POLLOUT), revents: 0)) }
+            let n = poll(&fds, nfds_t(fds.count), timeoutMS)
+            if n < 0 && errno != EINTR { break }
+            for p in fds where p.revents != 0 {
+                if p.fd == outFD { drain(&outFD) }
+                else if p.fd == errFD { drain(&errFD) }
+                else if p.fd == inFD {
+                    if p.revents & Int16(POLLERR | POLLHUP) != 0 { close(inFD); inFD = -1; continue }
+                    let w = req.stdin.withUnsafeBytes { write(inFD, $0.baseAddress! + written, $0.count - written) }
+                    if w > 0 { written += w }
+                    if w < 0 && errno != EAGAIN && errno != EINTR { close(inFD); inFD = -1; continue }
+                    if written >= req.stdin.count { close(inFD); inFD = -1 }
+                }
+            }
+            if reap() { exited = true; break }
+            if n == 0 || WallClock.now() >= (termSentAt.map { $0 + req.killGrace } ?? req.deadline) {
+                let now2 = WallClock.now()
+                if termSentAt == nil, now2 >= req.deadline {
+                    killpg(pid, SIGTERM)
+                    termSentAt = now2
+                } else if let t = termSentAt, now2 >= t + req.killGrace, !killed {
+                    killpg(pid, SIGKILL)
+                    killed = true
+                }
+            }
+        }
+        if pidfd >= 0 { close(pidfd) }
+        // The handler's run is over: whatever it left behind in its group goes too.
+        killpg(pid, SIGKILL)
+        if inFD >= 0 { close(inFD) }
+        // Collect the last output; the group is gone, so the pipes reach EOF promptly.
+        let drainUntil = WallClock.now() + 0.5
+        while (outFD >= 0 || errFD >= 0) && WallClock.now() < drainUntil {
+            var fds: [pollfd] = []
+            if outFD >= 0 { fds.append(pollfd(fd: outFD, events: Int16(POLLIN), revents: 0)) }
+            if errFD >= 0 { fds.append(pollfd(fd: errFD, events: Int16(POLLIN), revents: 0)) }
+            _ = poll(&fds, nfds_t(fds.count), 100)
+            drain(&outFD)
+            drain(&errFD)
+        }
+        if outFD >= 0 { flush(outFD, final: true); close(outFD) }
+        if errFD >= 0 { flush(errFD, final: true); close(errFD) }
+        if termSentAt != nil { return .timedOut }
+        if status & 0x7f == 0 { return .exited((status >> 8) & 0xff) }
+        return .signaled(status & 0x7f)
+    }
+}
+
+/// Calls `body` with a NULL-terminated C string array that lives for the call.
+func withCStrings<R>(_ strings: [String], _ body: (UnsafePointer<UnsafeMutablePointer<CChar>?>) -> R) -> R {
+    var ptrs: [UnsafeMutablePointer<CChar>?] = strings.map { strdup($0) }
+    ptrs.append(nil)
+    defer { for p in ptrs { free(p) } }
+    return ptrs.withUnsafeBufferPointer { body($0.baseAddress!) }
+}

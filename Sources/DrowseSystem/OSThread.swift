@@ -1,0 +1,70 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import CDrowseSys
+
+/// A plain OS thread for work that blocks in poll(2): the C libraries' loops and handler
+/// supervision. Blocking there keeps Swift's cooperative pool free and the process asleep.
+public enum OSThread {
+    private final class Box {
+        let body: @Sendable () -> Void
+        let name: String
+        init(_ name: String, _ body: @escaping @Sendable () -> Void) {
+            self.body = body
+            self.name = String(name.prefix(15))
+        }
+    }
+
+    public static func detach(name: String, _ body: @escaping @Sendable () -> Void) {
+        let arg = Unmanaged.passRetained(Box(name, body)).toOpaque()
+        var tid = pthread_t()
+        let rc = pthread_create(&tid, nil, { raw in
+            let box = Unmanaged<Box>.fromOpaque(raw!).takeRetainedValue()
+            drowse_set_thread_name(box.name)
+            box.body()
+            return nil
+        }, arg)
+        precondition(rc == 0, "pthread_create failed: \(rc)")
+        pthread_detach(tid)
+    }
+}
+
+/// An eventfd used to wake a thread blocked in poll(2).
+public final class EventFD: Sendable {
+    public let fd: Int32
+
+    public init() {
+        fd = drowse_eventfd()
+        precondition(fd >= 0, "eventfd failed: \(errno)")
+    }
+
+    deinit { close(fd) }
+
+    public func signal() {
+        var one: UInt64 = 1
+        _ = write(fd, &one, 8)
+    }
+
+    /// Clears pending signals (call after poll reports the fd readable).
+    public func drain() {
+        var v: UInt64 = 0
+        _ = read(fd, &v, 8)
+    }
+}
+
+/// Wall-clock time as Unix seconds; the daemon's one source of "now".
+public enum WallClock {
+    public static func now() -> Double {
+        var ts = timespec()
+        clock_gettime(CLOCK_REALTIME, &ts)
+        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+    }
+
+    public static func monotonic() -> Double {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+    }
+}

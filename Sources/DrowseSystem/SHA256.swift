@@ -1,0 +1,61 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import CCrypto
+
+/// Incremental SHA-256 from the OpenSSL libcrypto that libcurl already loads.
+public struct SHA256Hasher: ~Copyable {
+    private let ctx: OpaquePointer
+
+    public init() {
+        ctx = EVP_MD_CTX_new()
+        EVP_DigestInit_ex(ctx, EVP_sha256(), nil)
+    }
+
+    deinit { EVP_MD_CTX_free(ctx) }
+
+    public mutating func update(_ buffer: UnsafeRawBufferPointer) {
+        if buffer.count > 0 { EVP_DigestUpdate(ctx, buffer.baseAddress, buffer.count) }
+    }
+
+    public mutating func update(_ bytes: [UInt8]) {
+        bytes.withUnsafeBytes { update($0) }
+    }
+
+    public consuming func finalize() -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: 32)
+        var len: UInt32 = 0
+        EVP_DigestFinal_ex(ctx, &out, &len)
+        return out
+    }
+
+    public static func hex(_ digest: [UInt8]) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        var s: [UInt8] = []
+        for b in digest { s.append(digits[Int(b >> 4)]); s.append(digits[Int(b & 15)]) }
+        return String(decoding: s, as: UTF8.self)
+    }
+
+    /// The hex SHA-256 of some bytes.
+    public static func hexDigest(of bytes: [UInt8]) -> String {
+        var h = SHA256Hasher()
+        h.update(bytes)
+        return hex(h.finalize())
+    }
+
+    /// The hex SHA-256 of a file, read in 1 MiB blocks.
+    public static func hexDigest(ofFile path: String) throws(SystemError) -> String {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw SystemError("open \(path)", errno: errno) }
+        defer { close(fd) }
+        var h = SHA256Hasher()
+        var buf = [UInt8](repeating: 0, count: 1 << 20)
+        while true {
+            let n = buf.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n < 0 { if errno == EINTR { continue }; throw SystemError("read \(path)", errno: errno) }
+            if n == 0 { break }
+            buf.withUnsafeBytes { h.update(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+        }
+        return hex(h.finalize())
+    }
+}

@@ -1,0 +1,58 @@
+import DrowseCore
+
+/// What the engine needs to run (or resume) one download.
+public struct DownloadJob: Sendable {
+    public var id: String
+    public var url: String
+    /// Where bytes accumulate until the download is verified.
+    public var partPath: String
+    /// Where the verified file is renamed to.
+    public var finalPath: String
+    /// Bytes already committed (data fdatasync'ed, offset recorded). The part file is cut back to this.
+    public var resumeFrom: Int64
+    public var etag: String?
+    public var lastModified: String?
+    /// Total size learnt on an earlier attempt.
+    public var expectedTotal: Int64?
+    public var sha256: String?
+
+    public init(id: String, url: String, partPath: String, finalPath: String, resumeFrom: Int64, etag: String?,
+                lastModified: String?, expectedTotal: Int64?, sha256: String?) {
+        self.id = id
+        self.url = url
+        self.partPath = partPath
+        self.finalPath = finalPath
+        self.resumeFrom = resumeFrom
+        self.etag = etag
+        self.lastModified = lastModified
+        self.expectedTotal = expectedTotal
+        self.sha256 = sha256
+    }
+}
+
+/// What the engine reports to its owner.
+public enum TransferEvent: Sendable {
+    /// Bytes up to `bytesDone` are on disk (fdatasync'ed): safe to record.
+    case committed(id: String, bytesDone: Int64, bytesTotal: Int64?, etag: String?, lastModified: String?)
+    /// Live progress for display; not durable.
+    case progress(id: String, bytesDone: Int64, bytesTotal: Int64?)
+    /// Verified and at its final path.
+    case completed(id: String, bytes: Int64, path: String)
+    case failed(id: String, error: TransferError)
+}
+
+/// Why a transfer attempt ended badly, and whether trying again can help.
+public struct TransferError: Error, Sendable, Equatable, CustomStringConvertible {
+    public var reason: String
+    public var transient: Bool
+    /// Disk full: wait for space rather than counting a failure.
+    public var noSpace: Bool
+
+    public init(_ reason: String, transient: Bool, noSpace: Bool = false) {
+        self.reason = reason
+        self.transient = transient
+        self.noSpace = noSpace
+    }
+
+    public var description: String { reason }
+}

@@ -1,0 +1,457 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import CCurl
+import DrowseCore
+import DrowseSystem
+import Logging
+import Synchronization
+
+/// Runs downloads with libcurl's multi interface on one thread of its own. The thread
+/// blocks in `curl_multi_poll` with exactly the timeout libcurl asks for (none when idle)
+/// and is woken by `curl_multi_wakeup` when work is queued.
+public final class TransferEngine: Sendable {
+    public struct Options: Sendable {
+        public var maxConnectionsPerHost: Int
+        public var commitInterval: Double
+        public var commitBytes: Int64
+        public var maxRedirects: Int = 10
+        public var lowSpeedLimit: Int = 1
+        public var lowSpeedTime: Int = 60
+        public var userAgent: String = "drowsed"
+
+        public init(maxConnectionsPerHost: Int, commitInterval: Double, commitBytes: Int64) {
+            self.maxConnectionsPerHost = maxConnectionsPerHost
+            self.commitInterval = commitInterval
+            self.commitBytes = commitBytes
+        }
+    }
+
+    enum Command: Sendable {
+        case start(DownloadJob)
+        case stop(String)
+        case shutdown(@Sendable () -> Void)
+    }
+
+    private let commands = Mutex<[Command]>([])
+    // The multi handle is only touched on the engine thread, except curl_multi_wakeup,
+    // which libcurl documents as callable from any thread.
+    nonisolated(unsafe) private let multi: UnsafeMutableRawPointer
+    private let options: Options
+    private let onEvent: @Sendable (TransferEvent) -> Void
+    private let logger: Logger
+
+    public init(options: Options, logger: Logger, onEvent: @escaping @Sendable (TransferEvent) -> Void) {
+        curl_global_init(Int(CURL_GLOBAL_DEFAULT))
+        multi = curl_multi_init()!
+        self.options = options
+        self.onEvent = onEvent
+        self.logger = logger
+        _ = ccurl_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, options.maxConnectionsPerHost)
+        let box = Unmanaged.passUnretained(self)
+        OSThread.detach(name: "transfers") { box.takeUnretainedValue().loop() }
+    }
+
+    public func start(_ job: DownloadJob) { send(.start(job)) }
+    public func stop(id: String) { send(.stop(id)) }
+
+    /// Commits every running download's progress (reported as `.committed`) and stops the thread.
+    public func shutdown() async {
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in send(.shutdown({ c.resume() })) }
+    }
+
+    private func send(_ c: Command) {
+        commands.withLock { $0.append(c) }
+        curl_multi_wakeup(multi)
+    }
+
+    // MARK: engine thread
+
+    private func loop() {
+        var active: [String: Download] = [:]
+        var stillRunning: Int32 = 0
+        while true {
+            let pending = commands.withLock { q -> [Command] in defer { q.removeAll() }; return q }
+            for c in pending {
+                switch c {
+                case .start(let job):
+                    if let old = active.removeValue(forKey: job.id) { finish(old, nil) }
+                    do {
+                        let d = try Download(job: job, engine: self)
+                        curl_multi_add_handle(multi, d.easy)
+                        active[job.id] = d
+                    } catch {
+                        onEvent(.failed(id: job.id, error: error))
+                    }
+                case .stop(let id):
+                    if let d = active.removeValue(forKey: id) {
+                        d.commit(force: true)
+                        finish(d, nil)
+                    }
+                case .shutdown(let done):
+                    for d in active.values { d.commit(force: true); finish(d, nil) }
+                    active.removeAll()
+                    done()
+                    return
+                }
+            }
+            curl_multi_perform(multi, &stillRunning)
+            var left: Int32 = 0
+            while let msg = curl_multi_info_read(multi, &left) {
+                guard msg.pointee.msg == CURLMSG_DONE, let easy = msg.pointee.easy_handle else { continue }
+                let result = ccurl_msg_result(msg)
+                guard let d = active.values.first(where: { $0.easy == easy }) else { continue }
+                active.removeValue(forKey: d.job.id)
+                complete(d, result)
+            }
+            // Time-based commits: a slow download still commits every commitInterval.
+            let now = WallClock.monotonic()
+            var nextCommit = Double.infinity
+            for d in active.values {
+                if d.uncommittedBytes > 0 {
+                    if now - d.lastCommitAt >= options.commitInterval { d.commit(force: false) }
+                    if d.uncommittedBytes > 0 { nextCommit = min(nextCommit, d.lastCommitAt + options.commitInterval) }
+                }
+            }
+            var timeout: Int = -1
+            curl_multi_timeout(multi, &timeout)
+            if timeout < 0 { timeout = active.isEmpty ? Int(Int32.max) : 1000 }
+            if nextCommit.isFinite { timeout = min(timeout, max(0, Int((nextCommit - now) * 1000) + 1)) }
+            var numfds: Int32 = 0
+            curl_multi_poll(multi, nil, 0, Int32(min(timeout, Int(Int32.max))), &numfds)
+        }
+    }
+
+    private func finish(_ d: Download, _ event: TransferEvent?) {
+        curl_multi_remove_handle(multi, d.easy)
+        d.close()
+        if let event { onEvent(event) }
+    }
+
+    private func complete(_ d: Download, _ result: CURLcode) {
+        if let err = d.abortError ?? d.classify(result) {
+            // Whatever arrived intact so far is kept for the retry.
+            if !err.transient || d.restartNeeded { d.discardProgress() } else { d.commit(force: true) }
+            finish(d, .failed(id: d.job.id, error: err))
+            return
+        }
+        switch d.finalize() {
+        case .success(let bytes):
+            finish(d, .completed(id: d.job.id, bytes: bytes, path: d.job.finalPath))
+        case .failure(let err):
+            finish(d, .failed(id: d.job.id, error: err))
+        }
+    }
+
+    fileprivate func emit(_ e: TransferEvent) { onEvent(e) }
+    fileprivate var opts: Options { options }
+}
+
+/// One download's libcurl handle and file. Lives on the engine thread only.
+final class Download {
+    let job: DownloadJob
+    let easy: UnsafeMutableRawPointer
+    unowned let engine: TransferEngine
+    var fd: Int32 = -1
+    /// Bytes on disk in the part file (committed or not).
+    var written: Int64
+    var committed: Int64
+    var lastCommitAt: Double
+    var total: Int64?
+    var etag: String?
+    var lastModified: String?
+    var validated = false
+    var abortError: TransferError?
+    var restartNeeded = false
+    var headerStatus = 0
+    var headerContentRange: String?
+    var headerContentLength: Int64?
+    var headerETag: String?
+    var headerLastModified: String?
+    var lastProgressAt: Double = 0
+    var headers: UnsafeMutablePointer<curl_slist>?
+
+    var uncommittedBytes: Int64 { written - committed }
+
+    init(job: DownloadJob, engine: TransferEngine) throws(TransferError) {
+        self.job = job
+        self.engine = engine
+        guard let easy = curl_easy_init() else { throw TransferError("libcurl could not make a handle", transient: true) }
+        self.easy = easy
+        written = job.resumeFrom
+        committed = job.resumeFrom
+        total = job.expectedTotal
+        etag = job.etag
+        lastModified = job.lastModified
+        lastCommitAt = WallClock.monotonic()
+        try openPart()
+        configure()
+    }
+
+    private func openPart() throws(TransferError) {
+        fd = open(job.partPath, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else {
+            let e = errno
+            throw TransferError("cannot open \(job.partPath): \(String(cString: strerror(e)))", transient: e == ENOSPC, noSpace: e == ENOSPC)
+        }
+        // Anything past the committed offset may be torn: cut it off (DESIGN.md, Durability).
+        let size = Int64(lseek(fd, 0, SEEK_END))
+        if size != written {
+            if size < written { written = 0; committed = 0 }
+            _ = ftruncate(fd, off_t(written))
+        }
+        lseek(fd, off_t(written), SEEK_SET)
+    }
+
+    private func configure() {
+        let me = Unmanaged.passUnretained(self).toOpaque()
+        let o = engine.opts
+        _ = ccurl_setopt_str(easy, CURLOPT_URL, job.url)
+        _ = ccurl_setopt_str(easy, CURLOPT_PROTOCOLS_STR, "http,https")
+        _ = ccurl_setopt_str(easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https")
+        _ = ccurl_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 1)
+        _ = ccurl_setopt_long(easy, CURLOPT_MAXREDIRS, o.maxRedirects)
+        _ = ccurl_setopt_long(easy, CURLOPT_FAILONERROR, 1)
+        _ = ccurl_setopt_long(easy, CURLOPT_NOSIGNAL, 1)
+        _ = ccurl_setopt_long(easy, CURLOPT_SSL_VERIFYPEER, 1)
+        _ = ccurl_setopt_long(easy, CURLOPT_SSL_VERIFYHOST, 2)
+        _ = ccurl_setopt_long(easy, CURLOPT_LOW_SPEED_LIMIT, o.lowSpeedLimit)
+        _ = ccurl_setopt_long(easy, CURLOPT_LOW_SPEED_TIME, o.lowSpeedTime)
+        _ = ccurl_setopt_long(easy, CURLOPT_CONNECTTIMEOUT, 30)
+        _ = ccurl_setopt_long(easy, CURLOPT_BUFFERSIZE, 256 * 1024)
+        _ = ccurl_setopt_str(easy, CURLOPT_USERAGENT, o.userAgent)
+        headers = curl_slist_append(headers, "Accept-Encoding: identity")
+        if written > 0 {
+            _ = ccurl_setopt_str(easy, CURLOPT_RANGE, "\(written)-")
+            // If-Range: the server sends the rest only if the file is unchanged, else all of it (200).
+            if let validator = etag.flatMap({ $0.hasPrefix("W/") ? nil : $0 }) ?? lastModified {
+                headers = curl_slist_append(headers, "If-Range: \(validator)")
+            }
+        }
+        _ = ccurl_setopt_slist(easy, CURLOPT_HTTPHEADER, headers)
+        _ = ccurl_setopt_ptr(easy, CURLOPT_WRITEDATA, me)
+        _ = ccurl_setopt_data_cb(easy, CURLOPT_WRITEFUNCTION) { ptr, size, n, ud in
+            let d = Unmanaged<Download>.fromOpaque(ud!).takeUnretainedValue()
+            return d.onData(UnsafeRawBufferPointer(start: ptr, count: size * n))
+        }
+        _ = ccurl_setopt_ptr(easy, CURLOPT_HEADERDATA, me)
+        _ = ccurl_setopt_data_cb(easy, CURLOPT_HEADERFUNCTION) { ptr, size, n, ud in
+            let d = Unmanaged<Download>.fromOpaque(ud!).takeUnretainedValue()
+            d.onHeader(UnsafeRawBufferPointer(start: ptr, count: size * n))
+            return size * n
+        }
+    }
+
+    func onHeader(_ raw: UnsafeRawBufferPointer) {
+        let line = String(decoding: raw, as: UTF8.self).trimmingCharacters()
+        if line.hasPrefix("HTTP/") {
+            // A new response (after a redirect or 100-continue): forget the previous one's headers.
+            headerStatus = Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0
+            headerContentRange = nil
+            headerContentLength = nil
+            headerETag = nil
+            headerLastModified = nil
+            return
+        }
+        guard let colon = line.firstIndex(of: ":") else { return }
+        let name = line[..<colon].lowercased()
+        let value = String(line[line.index(after: colon)...]).trimmingCharacters()
+        switch name {
+        case "content-range": headerContentRange = value
+        case "content-length": headerContentLength = Int64(value)
+        case "etag": headerETag = value
+        case "last-modified": headerLastModified = value
+        default: break
+        }
+    }
+
+    /// Checks the final response before its first body byte is written.
+    private func validate() -> Bool {
+        validated = true
+        let start = written
+        if headerStatus == 206 {
+            guard start > 0, let cr = headerContentRange, let parsed = ContentRange.parse(cr) else {
+                return abort(TransferError("server sent 206 with a missing or bad Content-Range", transient: true), restart: true)
+            }
+            guard parsed.start == start else {
+                return abort(TransferError("server resumed at byte \(parsed.start), not \(start)", transient: true), restart: true)
+            }
+            if let t = parsed.total, let known = total, t != known {
+                return abort(TransferError("file size changed on the server (\(known) → \(t) bytes)", transient: true), restart: true)
+            }
+            if let etag, let newTag = headerETag, newTag != etag {
+                return abort(TransferError("file changed on the server (ETag)", transient: true), restart: true)
+            }
+            total = parsed.total ?? total
+        } else if headerStatus == 200 {
+            if start > 0 {
+                // Full body: the file changed or the server ignores ranges. Start over, never append.
+                _ = ftruncate(fd, 0)
+                lseek(fd, 0, SEEK_SET)
+                written = 0
+                committed = 0
+                engine.emit(.committed(id: job.id, bytesDone: 0, bytesTotal: nil, etag: nil, lastModified: nil))
+            }
+            total = headerContentLength
+        } else {
+            return abort(TransferError("unexpected HTTP status \(headerStatus)", transient: headerStatus >= 500), restart: false)
+        }
+        etag = headerETag
+        lastModified = headerLastModified
+        return true
+    }
+
+    private func abort(_ e: TransferError, restart: Bool) -> Bool {
+        abortError = e
+        restartNeeded = restart
+        return false
+    }
+
+    func onData(_ buf: UnsafeRawBufferPointer) -> Int {
+        if !validated, !validate() { return 0 }
+        // The byte cap: libcurl does not stop a chunked body that runs past the announced size.
+        if let total, written + Int64(buf.count) > total {
+            abortError = TransferError("server sent more than the announced \(total) bytes", transient: true)
+            restartNeeded = true
+            return 0
+        }
+        var off = 0
+        while off < buf.count {
+            let n = write(fd, buf.baseAddress! + off, buf.count - off)
+            if n < 0 {
+                if errno == EINTR { continue }
+                let e = errno
+                abortError = TransferError("writing \(job.partPath): \(String(cString: strerror(e)))", transient: true, noSpace: e == ENOSPC || e == EDQUOT)
+                return 0
+            }
+            off += n
+        }
+        written += Int64(buf.count)
+        if written - committed >= engine.opts.commitBytes { commit(force: false) }
+        let now = WallClock.monotonic()
+        if now - lastProgressAt >= 0.5 {
+            lastProgressAt = now
+            engine.emit(.progress(id: job.id, bytesDone: written, bytesTotal: total))
+        }
+        return buf.count
+    }
+
+    /// fdatasync, then report the offset: the store may record it only after the data is durable.
+    func commit(force: Bool) {
+        guard fd >= 0, written != committed || force else { return }
+        guard fdatasync(fd) == 0 else { return }
+        committed = written
+        lastCommitAt = WallClock.monotonic()
+        engine.emit(.committed(id: job.id, bytesDone: committed, bytesTotal: total, etag: etag, lastModified: lastModified))
+    }
+
+    /// After a response that must not be spliced: start the next attempt from zero.
+    func discardProgress() {
+        if fd >= 0 { _ = ftruncate(fd, 0) }
+        written = 0
+        committed = 0
+        engine.emit(.committed(id: job.id, bytesDone: 0, bytesTotal: nil, etag: nil, lastModified: nil))
+    }
+
+    func classify(_ result: CURLcode) -> TransferError? {
+        if result == CURLE_OK {
+            if !validated, !validate() { return abortError }
+            return nil
+        }
+        var code = 0
+        _ = ccurl_getinfo_long(easy, CURLINFO_RESPONSE_CODE, &code)
+        let message = String(cString: curl_easy_strerror(result))
+        switch result {
+        case CURLE_HTTP_RETURNED_ERROR:
+            if code == 416, written > 0 {
+                restartNeeded = true
+                return TransferError("server refused the range (HTTP 416)", transient: true)
+            }
+            let transient = code >= 500 || code == 408 || code == 429
+            return TransferError("HTTP \(code)", transient: transient)
+        case CURLE_UNSUPPORTED_PROTOCOL:
+            return TransferError("refused: redirect to a URL that is not http or https", transient: false)
+        case CURLE_TOO_MANY_REDIRECTS:
+            return TransferError("too many redirects", transient: false)
+        case CURLE_URL_MALFORMAT:
+            return TransferError("malformed URL", transient: false)
+        case CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CACERT_BADFILE:
+            return TransferError("TLS verification failed: \(message)", transient: false)
+        case CURLE_OPERATION_TIMEDOUT:
+            return TransferError("stalled: \(message)", transient: true)
+        default:
+            return TransferError(message, transient: true)
+        }
+    }
+
+    /// Size check, sha256, fsync, rename, fsync folder.
+    func finalize() -> Result<Int64, TransferError> {
+        if let total, written != total {
+            discardProgressIfShort()
+            return .failure(TransferError("body ended at \(written) of \(total) bytes", transient: true))
+        }
+        guard fsync(fd) == 0 else {
+            let e = errno
+            return .failure(TransferError("fsync: \(String(cString: strerror(e)))", transient: true, noSpace: e == ENOSPC))
+        }
+        Glibc.close(fd)
+        fd = -1
+        if let want = job.sha256?.lowercased() {
+            let got: String
+            do { got = try SHA256Hasher.hexDigest(ofFile: job.partPath) } catch {
+                return .failure(TransferError("reading back: \(error)", transient: true))
+            }
+            guard got == want else {
+                unlink(job.partPath)
+                engine.emit(.committed(id: job.id, bytesDone: 0, bytesTotal: nil, etag: nil, lastModified: nil))
+                return .failure(TransferError("sha256 mismatch: expected \(want), got \(got)", transient: false))
+            }
+        }
+        do { try FileSystem.rename(job.partPath, to: job.finalPath) } catch {
+            return .failure(TransferError("\(error)", transient: error.isNoSpace, noSpace: error.isNoSpace))
+        }
+        return .success(written)
+    }
+
+    private func discardProgressIfShort() {
+        // A short body is resumable: keep what arrived.
+        commit(force: true)
+    }
+
+    func close() {
+        if fd >= 0 { Glibc.close(fd); fd = -1 }
+        curl_easy_cleanup(easy)
+        curl_slist_free_all(headers)
+        headers = nil
+    }
+}
+
+/// `Content-Range: bytes START-END/TOTAL` (TOTAL may be `*`).
+public struct ContentRange: Equatable, Sendable {
+    public var start: Int64
+    public var end: Int64
+    public var total: Int64?
+
+    public static func parse(_ s: String) -> ContentRange? {
+        let t = s.trimmingCharacters()
+        guard t.lowercased().hasPrefix("bytes ") else { return nil }
+        let rest = t.dropFirst(6)
+        let parts = rest.split(separator: "/", maxSplits: 1)
+        guard parts.count == 2 else { return nil }
+        let range = parts[0].split(separator: "-", maxSplits: 1)
+        guard range.count == 2, let a = Int64(range[0]), let b = Int64(range[1]), a <= b else { return nil }
+        let total: Int64? = parts[1] == "*" ? nil : Int64(parts[1])
+        if parts[1] != "*", total == nil { return nil }
+        if let total, b >= total { return nil }
+        return ContentRange(start: a, end: b, total: total)
+    }
+}
+
+extension StringProtocol {
+    func trimmingCharacters() -> String {
+        var s = Substring(self)
+        while let f = s.first, f.isWhitespace { s = s.dropFirst() }
+        while let l = s.last, l.isWhitespace { s = s.dropLast() }
+        return String(s)
+    }
+}

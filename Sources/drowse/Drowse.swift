@@ -1,0 +1,92 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import ArgumentParser
+import DrowseCore
+import DrowseSystem
+
+@main
+enum Main {
+    /// `--socket PATH` may also come before the subcommand (`drowse --socket S status`).
+    static func main() {
+        var args = Array(CommandLine.arguments.dropFirst())
+        while let first = args.first, first.hasPrefix("--socket") {
+            if first == "--socket", args.count >= 2 {
+                setenv("DROWSE_SOCKET", args[1], 1)
+                args.removeFirst(2)
+            } else if first.hasPrefix("--socket=") {
+                setenv("DROWSE_SOCKET", String(first.dropFirst(9)), 1)
+                args.removeFirst()
+            } else {
+                break
+            }
+        }
+        Drowse.main(args)
+    }
+}
+
+struct Drowse: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "drowse",
+        abstract: "Talk to drowsed, the background-execution agent.",
+        version: "0.1.0",
+        subcommands: [
+            Status.self, Apps.self, Fetch.self, Used.self, ConditionsCommand.self, Push.self, TransferCommand.self,
+            Transfers.self, Quit.self,
+        ])
+}
+
+struct GlobalOptions: ParsableArguments {
+    @Option(name: .long, help: "drowsed's API socket (env DROWSE_SOCKET).")
+    var socket: String?
+
+    var socketPath: String {
+        socket ?? getenv("DROWSE_SOCKET").map { String(cString: $0) } ?? "/run/drowse/drowse.sock"
+    }
+
+    /// Calls the API; prints the error and exits non-zero on failure.
+    func call(_ method: String, _ path: String, body: JSON? = nil) throws -> JSON {
+        let r: UnixHTTPClient.Response
+        do { r = try UnixHTTPClient.request(socket: socketPath, method: method, path: path, body: body) } catch {
+            throw CLIError(error.description)
+        }
+        guard let json = r.json else { throw CLIError("drowsed answered HTTP \(r.status) with a body that is not JSON") }
+        guard (200..<300).contains(r.status) else {
+            throw CLIError(json["error"]?["message"]?.stringValue ?? "HTTP \(r.status)")
+        }
+        return json
+    }
+}
+
+struct CLIError: Error, CustomStringConvertible {
+    var description: String
+    init(_ d: String) { description = d }
+}
+
+/// Human-readable times relative to now.
+enum Human {
+    static func now() -> Double { WallClock.now() }
+
+    static func when(_ t: Double?) -> String {
+        guard let t else { return "—" }
+        let d = t - now()
+        let text = DurationText.format(.seconds(Int64(abs(d).rounded())))
+        if abs(d) < 1 { return "now" }
+        return d > 0 ? "in \(text)" : "\(text) ago"
+    }
+
+    static func bytes(_ n: Int64?) -> String {
+        guard let n else { return "?" }
+        let units = ["B", "KiB", "MiB", "GiB", "TiB"]
+        var v = Double(n)
+        var u = 0
+        while v >= 1024 && u < units.count - 1 { v /= 1024; u += 1 }
+        return u == 0 ? "\(n) B" : String(Int(v * 10) / 10) + "." + String(Int(v * 10) % 10) + " " + units[u]
+    }
+}
+
+func printJSON(_ j: JSON) { print(j.pretty) }
+
+extension String {
+    func padded(_ n: Int) -> String { count >= n ? self + " " : self + String(repeating: " ", count: n - count) }
+}

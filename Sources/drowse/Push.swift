@@ -1,0 +1,64 @@
+import ArgumentParser
+import DrowseCore
+import DrowseMQTT
+import DrowseSystem
+
+struct Push: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Publish a notification to a device's app (the provider side).",
+        discussion: "Example: drowse push --broker mqtt://127.0.0.1:1883 --device pi-kitchen --app weather --silent -d content-id=42")
+
+    @Option(help: "Broker URL, mqtt:// or mqtts://.") var broker: String
+    @Option(help: "Device id.") var device: String
+    @Option(help: "App id.") var app: String
+    @Option(help: "Topic prefix.") var prefix = "drowse"
+    @Flag(help: "A silent notification: aps.content-available = 1.") var silent = false
+    @Option(name: .customShort("d"), help: "Add key=value to the payload (numbers, true/false and null stay JSON).") var data: [String] = []
+    @Option(help: "Notification id (for dedupe).") var id: String?
+    @Option(help: "Collapse id: pending notifications with the same one keep only the newest.") var collapseId: String?
+    @Option(help: "Priority: 10 now, 5 may wait for a wake window.") var priority: Int?
+    @Option(help: "Expiration, Unix time.") var expiration: Double?
+    @Option(help: "A whole JSON payload instead of building one.") var payload: String?
+    @Option(help: "CA file for mqtts://.") var cafile: String?
+    @Option(help: "Client certificate for mqtts://.") var cert: String?
+    @Option(help: "Client key for mqtts://.") var key: String?
+    @Option(help: "Username.") var username: String?
+    @Option(help: "File holding the password.") var passwordFile: String?
+
+    func run() throws {
+        guard let url = URLParts.parse(broker), url.scheme == "mqtt" || url.scheme == "mqtts" else {
+            throw CLIError("--broker must be an mqtt:// or mqtts:// URL")
+        }
+        var body: [UInt8]
+        if let payload {
+            body = Array(payload.utf8)
+        } else {
+            var members: [(String, JSON)] = []
+            if silent { members.append(("aps", .object([("content-available", 1)]))) }
+            for item in data {
+                guard let eq = item.firstIndex(of: "=") else { throw CLIError("-d takes key=value, got '\(item)'") }
+                let k = String(item[..<eq])
+                let v = String(item[item.index(after: eq)...])
+                let value: JSON
+                if let parsed = try? JSON.parse(v), !(parsed.arrayValue != nil) || v.hasPrefix("[") { value = parsed } else { value = .string(v) }
+                members.append((k, value))
+            }
+            if let id { members.append(("id", .string(id))) }
+            if let collapseId { members.append(("collapse-id", .string(collapseId))) }
+            if let priority { members.append(("priority", JSON(priority))) }
+            if let expiration { members.append(("expiration", .number(expiration))) }
+            body = Array(JSON.object(members).serialized.utf8)
+        }
+        var password: String?
+        if let f = passwordFile { password = String(try FileSystem.readText(f).trimmingSpaces()) }
+        let topic = Topics.notify(prefix: prefix, device: device, app: app)
+        do {
+            try MQTTPublisher.publishOnce(
+                host: url.host, port: url.port ?? (url.scheme == "mqtts" ? 8883 : 1883), tls: url.scheme == "mqtts",
+                caFile: cafile, certFile: cert, keyFile: key, username: username, password: password, topic: topic, payload: body)
+        } catch {
+            throw CLIError(error.description)
+        }
+        print("published \(body.count) bytes to \(topic)")
+    }
+}

@@ -1,0 +1,129 @@
+import ArgumentParser
+import DrowseCore
+
+struct Status: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "The agent, MQTT connection, conditions, next wake window.")
+    @OptionGroup var global: GlobalOptions
+    @Flag(help: "Print JSON.") var json = false
+
+    func run() throws {
+        let s = try global.call("GET", "/v1/status")
+        if json { printJSON(s); return }
+        print("drowsed \(s["version"]?.stringValue ?? "?") on device \(s["device_id"]?.stringValue ?? "?")")
+        let m = s["mqtt"]
+        if m?["configured"]?.boolValue == true {
+            print("mqtt:        \(m?["connected"]?.boolValue == true ? "connected" : "not connected") (\(m?["url"]?.stringValue ?? ""))")
+        } else {
+            print("mqtt:        not configured")
+        }
+        if let c = s["conditions"] { print("conditions:  \(ConditionsCommand.summary(c))") }
+        let apps = s["next_window_apps"]?.arrayValue?.compactMap(\.stringValue) ?? []
+        print("next window: \(Human.when(s["next_window"]?.doubleValue))\(apps.isEmpty ? "" : " (" + apps.joined(separator: ", ") + ")")")
+        print("apps:        \(s["apps"]?.intValue ?? 0) valid, \(s["invalid_apps"]?.intValue ?? 0) invalid")
+    }
+}
+
+struct ConditionsCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "conditions", abstract: "Power source, battery, network kind, metered.")
+    @OptionGroup var global: GlobalOptions
+    @Flag(help: "Print JSON.") var json = false
+    @Flag(help: "Re-read power and network now.") var refresh = false
+
+    func run() throws {
+        let c = try global.call(refresh ? "POST" : "GET", refresh ? "/v1/conditions/refresh" : "/v1/conditions")
+        if json { printJSON(c); return }
+        print(Self.summary(c))
+    }
+
+    static func summary(_ c: JSON) -> String {
+        var power = c["power_source"]?.stringValue ?? "unknown"
+        if let b = c["battery_percent"]?.intValue { power += ", battery \(b)%" + (c["charging"]?.boolValue == true ? " charging" : "") }
+        var net = c["network"]?.stringValue ?? "none"
+        if let i = c["interface"]?.stringValue { net += " (\(i))" }
+        if c["metered"]?.boolValue == true { net += ", metered" }
+        return "power \(power); network \(net)"
+    }
+}
+
+struct Apps: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Apps, their state, last results, next planned fetch and why.",
+        subcommands: [List.self, Show.self], defaultSubcommand: List.self)
+
+    struct List: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List the apps.")
+        @OptionGroup var global: GlobalOptions
+        @Flag(help: "Print JSON.") var json = false
+
+        func run() throws {
+            let apps = try global.call("GET", "/v1/apps")
+            if json { printJSON(apps); return }
+            print("APP".padded(16) + "RESULT".padded(10) + "LAST FETCH".padded(14) + "NEXT FETCH".padded(14) + "WHY")
+            for a in apps.arrayValue ?? [] {
+                let id = a["id"]?.stringValue ?? "?"
+                if a["valid"]?.boolValue == false {
+                    print(id.padded(16) + "INVALID: " + (a["error"]?.stringValue ?? ""))
+                    continue
+                }
+                print(id.padded(16) + (a["last_result"]?.stringValue ?? "—").padded(10) + Human.when(a["last_fetch"]?.doubleValue).padded(14)
+                      + Human.when(a["next_fetch"]?.doubleValue).padded(14) + (a["next_fetch_reason"]?.stringValue ?? ""))
+            }
+        }
+    }
+
+    struct Show: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "One app in detail, with its recent runs.")
+        @OptionGroup var global: GlobalOptions
+        @Flag(help: "Print JSON.") var json = false
+        @Argument(help: "App id.") var id: String
+
+        func run() throws {
+            let a = try global.call("GET", "/v1/apps/\(id)")
+            if json { printJSON(a); return }
+            print("app \(a["id"]?.stringValue ?? id)  (\(a["file"]?.stringValue ?? ""))")
+            if a["valid"]?.boolValue == false { print("INVALID: \(a["error"]?.stringValue ?? "")"); return }
+            print("minimum interval: \(a["minimum_interval"]?.stringValue ?? "?")")
+            print("last result:      \(a["last_result"]?.stringValue ?? "—") (\(Human.when(a["last_fetch"]?.doubleValue)))")
+            print("next fetch:       \(Human.when(a["next_fetch"]?.doubleValue)) — \(a["next_fetch_reason"]?.stringValue ?? "")")
+            let history = a["history"]?.arrayValue ?? []
+            if !history.isEmpty {
+                print("recent runs:")
+                for r in history.prefix(10) {
+                    print("  \(Human.when(r["started_at"]?.doubleValue).padded(12))\((r["event"]?.stringValue ?? "").padded(14))\((r["result"]?.stringValue ?? "").padded(10))\(r["ending"]?.stringValue ?? "")")
+                }
+            }
+        }
+    }
+}
+
+struct Fetch: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Run an app's fetch handler now and wait for its result.")
+    @OptionGroup var global: GlobalOptions
+    @Flag(help: "Print JSON.") var json = false
+    @Argument(help: "App id.") var id: String
+
+    func run() throws {
+        let r = try global.call("POST", "/v1/apps/\(id)/fetch")
+        if json { printJSON(r); return }
+        print("\(id): \(r["result"]?.stringValue ?? "?") (\(r["ending"]?.stringValue ?? ""))")
+    }
+}
+
+struct Used: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Record that an app's data was just used.")
+    @OptionGroup var global: GlobalOptions
+    @Argument(help: "App id.") var id: String
+
+    func run() throws { _ = try global.call("POST", "/v1/apps/\(id)/used") }
+}
+
+struct Quit: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Force-quit an app: cancel its unfinished transfers.")
+    @OptionGroup var global: GlobalOptions
+    @Argument(help: "App id.") var id: String
+
+    func run() throws {
+        let r = try global.call("POST", "/v1/apps/\(id)/quit")
+        print("\(id): cancelled \(r["cancelled_transfers"]?.intValue ?? 0) transfer(s)")
+    }
+}

@@ -1,0 +1,133 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import ArgumentParser
+import DrowseCore
+import DrowseSystem
+
+struct TransferCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "transfer", abstract: "Background downloads and uploads owned by drowsed.",
+        subcommands: [Download.self, Show.self, Cancel.self, Wait.self])
+
+    struct Download: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Queue a download; prints its id.")
+        @OptionGroup var global: GlobalOptions
+        @Argument(help: "http or https URL.") var url: String
+        @Option(help: "The app that owns it.") var app: String
+        @Option(help: "Session name (events are delivered per session).") var session = "default"
+        @Option(help: "Put the verified file here (absolute path).") var to: String?
+        @Option(help: "Expected SHA-256 (hex).") var sha256: String?
+        @Flag(help: "Print JSON.") var json = false
+
+        func run() throws {
+            guard URLParts.isTransferURL(url) else { throw CLIError("only http and https URLs can be transferred: '\(url)'") }
+            var dest = to
+            if let d = to, !d.hasPrefix("/") {
+                var buf = [CChar](repeating: 0, count: 4096)
+                if getcwd(&buf, buf.count) != nil { dest = String(cString: buf) + "/" + d }
+            }
+            let body = JSON.object([
+                ("kind", "download"), ("url", .string(url)), ("app", .string(app)), ("session", .string(session)),
+                ("to", JSON(dest)), ("sha256", JSON(sha256)),
+            ])
+            let t = try global.call("POST", "/v1/transfers", body: body)
+            if json { printJSON(.object([("id", t["id"] ?? nil)])) } else { print(t["id"]?.stringValue ?? "") }
+        }
+    }
+
+    struct Show: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "One transfer.")
+        @OptionGroup var global: GlobalOptions
+        @Argument var id: String
+        @Flag(help: "Print JSON.") var json = false
+
+        func run() throws {
+            let t = try global.call("GET", "/v1/transfers/\(id)")
+            if json { printJSON(t); return }
+            for key in ["id", "app", "session", "kind", "state", "url", "reason", "location"] {
+                if let v = t[key]?.stringValue { print("\(key):".padded(10) + v) }
+            }
+            print("bytes:".padded(10) + "\(Human.bytes(t["bytes_done"]?.int64Value)) of \(Human.bytes(t["bytes_total"]?.int64Value))")
+        }
+    }
+
+    struct Cancel: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Cancel a transfer.")
+        @OptionGroup var global: GlobalOptions
+        @Argument var id: String
+
+        func run() throws {
+            let t = try global.call("POST", "/v1/transfers/\(id)/cancel")
+            print("\(id): \(t["state"]?.stringValue ?? "?")")
+        }
+    }
+
+    struct Wait: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Wait for a transfer to finish. Exit 0 completed, 1 failed or cancelled, 2 timed out.")
+        @OptionGroup var global: GlobalOptions
+        @Argument var id: String
+        @Option(help: "Give up after this long (e.g. 10m).") var timeout: String?
+
+        func run() throws {
+            let limit = try timeout.map { s -> Double in
+                guard let d = DurationText.parse(s) else { throw CLIError("'\(s)' is not a duration") }
+                return d.seconds
+            }
+            let start = WallClock.monotonic()
+            let tty = isatty(1) == 1
+            var lastLine = ""
+            while true {
+                let t = try global.call("GET", "/v1/transfers/\(id)")
+                let state = t["state"]?.stringValue ?? "?"
+                let done = t["bytes_done"]?.int64Value ?? 0
+                let total = t["bytes_total"]?.int64Value
+                let line: String
+                if tty, let total, total > 0 {
+                    let width = 30
+                    let filled = Int(Double(width) * Double(done) / Double(total))
+                    line = "[" + String(repeating: "#", count: min(width, filled)) + String(repeating: " ", count: max(0, width - filled)) + "] "
+                        + "\(Human.bytes(done)) / \(Human.bytes(total)) \(state)"
+                } else {
+                    line = "\(state) \(Human.bytes(done)) of \(Human.bytes(total))" + (t["reason"]?.stringValue.map { " (\($0))" } ?? "")
+                }
+                if tty { StandardStream.output("\r\u{1B}[K" + line) } else if line != lastLine { print(line) }
+                lastLine = line
+                if ["completed", "failed", "cancelled"].contains(state) {
+                    if tty { print("") }
+                    if state != "completed" {
+                        StandardStream.error("\(id): \(state)\(t["reason"]?.stringValue.map { ": \($0)" } ?? "")\n")
+                        throw ExitCode(1)
+                    }
+                    return
+                }
+                if let limit, WallClock.monotonic() - start > limit {
+                    if tty { print("") }
+                    StandardStream.error("\(id): still \(state) after \(timeout ?? "")\n")
+                    throw ExitCode(2)
+                }
+                var ts = timespec(tv_sec: 0, tv_nsec: 250_000_000)
+                nanosleep(&ts, nil)
+            }
+        }
+    }
+}
+
+struct Transfers: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "List transfers.")
+    @OptionGroup var global: GlobalOptions
+    @Option(help: "Only this app's.") var app: String?
+    @Flag(help: "Print JSON.") var json = false
+
+    func run() throws {
+        let list = try global.call("GET", "/v1/transfers" + (app.map { "?app=\($0)" } ?? ""))
+        if json { printJSON(list); return }
+        print("ID".padded(18) + "APP".padded(12) + "STATE".padded(11) + "BYTES".padded(22) + "URL / REASON")
+        for t in list.arrayValue ?? [] {
+            let bytes = "\(Human.bytes(t["bytes_done"]?.int64Value))/\(Human.bytes(t["bytes_total"]?.int64Value))"
+            print((t["id"]?.stringValue ?? "").padded(18) + (t["app"]?.stringValue ?? "").padded(12) + (t["state"]?.stringValue ?? "").padded(11)
+                  + bytes.padded(22) + (t["reason"]?.stringValue ?? t["url"]?.stringValue ?? ""))
+        }
+    }
+}

@@ -1,0 +1,81 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import ArgumentParser
+import CDrowseSys
+import DrowseAgent
+import DrowseCore
+import DrowseSystem
+import Logging
+import ServiceLifecycle
+
+@main
+struct Drowsed: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "drowsed",
+        abstract: "The Drowse background-execution agent.",
+        version: Agent.version)
+
+    @Option(name: .long, help: "Main config file (env DROWSE_CONFIG).")
+    var config: String?
+
+    @Option(name: .long, help: "Log level: trace, debug, info, notice, warning, error, critical (env DROWSE_LOG_LEVEL).")
+    var logLevel: String?
+
+    @Flag(name: .long, help: "Check the configuration and app files, then exit.")
+    var checkConfig = false
+
+    func run() async throws {
+        signal(SIGPIPE, SIG_IGN)
+        let env = { (k: String) -> String? in getenv(k).map { String(cString: $0) } }
+        var path = config ?? env("DROWSE_CONFIG") ?? MainConfig.defaultPath
+        // Absolute, so every path derived from it (socket, state) is absolute for handlers too.
+        if let real = realpath(path, nil) {
+            path = String(cString: real)
+            free(real)
+        }
+        let level = Logger.Level(rawValue: logLevel ?? env("DROWSE_LOG_LEVEL") ?? "info") ?? .info
+        LoggingSystem.bootstrap { label in
+            var h = StreamLogHandler.standardError(label: label)
+            h.logLevel = level
+            return h
+        }
+        let logger = Logger(label: "drowsed")
+
+        let mainConfig: MainConfig
+        do {
+            let text = try FileSystem.readText(path)
+            mainConfig = try MainConfig.parse(text, file: path, machineID: FileSystem.machineID())
+        } catch let e as ConfigError {
+            Self.fail(e.description)
+        } catch let e as SystemError {
+            Self.fail("\(path): cannot read the config: \(String(cString: strerror(e.errno)))")
+        }
+        if checkConfig {
+            print("\(path): ok (device \(mainConfig.deviceID))")
+            return
+        }
+
+        let agent: Agent
+        do { agent = try Agent(config: mainConfig, logger: logger) } catch {
+            Self.fail("\(path): cannot use state_dir \(mainConfig.stateDir): \(error)")
+        }
+        let api = APIServer(path: mainConfig.socket, router: APIRouter(agent: agent), logger: logger)
+        let service = AgentService(agent: agent, logger: logger) {
+            _ = drowse_sd_notify("READY=1")
+        }
+        let group = ServiceGroup(
+            configuration: .init(
+                services: [.init(service: service), .init(service: api)],
+                gracefulShutdownSignals: [.sigterm, .sigint],
+                logger: logger))
+        logger.info("drowsed \(Agent.version) starting", metadata: ["config": "\(path)", "device_id": "\(mainConfig.deviceID)"])
+        try await group.run()
+    }
+
+    /// One clear line, then exit 78 (EX_CONFIG) so systemd does not restart in a loop.
+    static func fail(_ line: String) -> Never {
+        StandardStream.error("drowsed: \(line)\n")
+        Glibc.exit(78)
+    }
+}
