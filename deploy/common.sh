@@ -1,0 +1,117 @@
+# shellcheck shell=bash disable=SC2034  # variables here are used by the scripts that source this
+# Helpers shared by the deploy/ scripts. Sourced, not run: `. "$(dirname "$0")/common.sh"`.
+# Needs bash (the scripts that source it run under `set -euo pipefail`).
+
+# The checkout's root, whatever the caller's working directory.
+DROWSE_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+# What building and running Drowse needs from Debian / Raspberry Pi OS. The Swift toolchain
+# itself is not a Debian package: install it from swift.org (or with swiftly) first.
+DROWSE_BUILD_PACKAGES=(libcurl4-openssl-dev libmosquitto-dev libsqlite3-dev libssl-dev pkg-config
+                       git ca-certificates)
+DROWSE_RUN_PACKAGES=(mosquitto mosquitto-clients curl)
+
+# Release builds link the Swift runtime statically, so an installed drowsed does not depend on
+# the toolchain's folder, and measurements match what is deployed.
+DROWSE_RELEASE_FLAGS=(-c release --static-swift-stdlib)
+
+# mosquitto and nginx live in /usr/sbin, which is not on a normal user's PATH on Debian.
+case ":$PATH:" in *:/usr/sbin:*) ;; *) PATH=$PATH:/usr/sbin ;; esac
+
+say() { printf '==> %s\n' "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+# Runs a command as root: directly when we are root, else through sudo.
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then "$@"
+    elif command -v sudo >/dev/null 2>&1; then sudo "$@"
+    else die "need root for: $* (run as root or install sudo)"
+    fi
+}
+
+# need_packages PKG...: installs the Debian packages that are not installed yet (apt-get update
+# first). Does nothing, and needs no root, when all are there.
+need_packages() {
+    local missing=() p
+    if ! command -v dpkg-query >/dev/null 2>&1; then
+        say "not Debian: make sure these (or your system's equivalents) are installed: $*"
+        return 0
+    fi
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    command -v apt-get >/dev/null 2>&1 || die "missing packages: ${missing[*]} (and no apt-get here)"
+    say "installing ${missing[*]}"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
+}
+
+need_swift() {
+    command -v swift >/dev/null 2>&1 && return 0
+    die "no Swift toolchain on PATH: install one from https://www.swift.org/install/linux/ (Debian 12 and arm64 are supported), then run this again"
+}
+
+# port_in_use PORT: true when something accepts TCP connections on 127.0.0.1:PORT.
+port_in_use() {
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# free_port: prints a loopback TCP port nobody listens on (there is a small race until it is bound).
+free_port() {
+    local port
+    for _ in $(seq 1 50); do
+        port=$(( 20000 + $(od -An -N2 -tu2 /dev/urandom | tr -d ' ') % 20000 ))
+        port_in_use "$port" || { echo "$port"; return 0; }
+    done
+    die "found no free port"
+}
+
+# wait_until SECONDS COMMAND...: retries COMMAND every 0.2 s until it succeeds or time runs out.
+wait_until() {
+    local deadline=$(( $(date +%s) + $1 )); shift
+    until "$@"; do
+        [ "$(date +%s)" -lt "$deadline" ] || return 1
+        sleep 0.2
+    done
+}
+
+# start_broker DIR PORT: starts a private mosquitto on 127.0.0.1:PORT with its config, data and
+# log in DIR (never the system's broker service). Sets BROKER_PID; the caller stops it.
+start_broker() {
+    local dir=$1 port=$2
+    command -v mosquitto >/dev/null 2>&1 || die "mosquitto is not installed"
+    port_in_use "$port" && die "port $port on 127.0.0.1 is already in use (an old broker still running?)"
+    mkdir -p "$dir"
+    dir=$(cd "$dir" && pwd)
+    cat >"$dir/mosquitto.conf" <<EOF
+# Written by deploy/common.sh: a loopback-only broker for trying Drowse out.
+listener $port 127.0.0.1
+allow_anonymous true
+persistence true
+persistence_location $dir/
+log_dest file $dir/mosquitto.log
+# Started as root, mosquitto would switch to the 'mosquitto' user and lose write access to $dir.
+user $(id -un)
+EOF
+    mosquitto -c "$dir/mosquitto.conf" 2>>"$dir/mosquitto.stderr" &
+    BROKER_PID=$!
+    if ! wait_until 10 port_in_use "$port"; then
+        tail -n 5 "$dir/mosquitto.stderr" "$dir/mosquitto.log" >&2 2>/dev/null || true
+        die "mosquitto did not start listening on 127.0.0.1:$port"
+    fi
+}
+
+# stop_pid PID [SECONDS]: SIGTERM, then SIGKILL after SECONDS (default 5); waits for it.
+# Safe to call with an empty or finished PID.
+stop_pid() {
+    local pid=$1 secs=${2:-5}
+    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 0
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 $((secs * 5))); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.2
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+}

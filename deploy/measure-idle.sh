@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# Measures how quiet an idle drowsed is: wakeups per second (context switches of all its
+# threads), resident memory and threads.
+#
+#   deploy/measure-idle.sh [SECONDS]            start a private broker and drowsed on loopback
+#                                               (temp config, 2 apps with long intervals, MQTT
+#                                               connected), then measure for SECONDS (default 60)
+#   deploy/measure-idle.sh --pid PID [SECONDS]  measure a running process instead, e.g. the
+#                                               installed agent: --pid "$(pidof drowsed)" (as root)
+#
+# Env: DROWSE_BIN_DIR  use the binaries there instead of building a release
+#      SETTLE          seconds to wait after MQTT is connected, before measuring (default 5)
+set -euo pipefail
+# shellcheck source=deploy/common.sh
+. "$(dirname "$0")/common.sh"
+cd "$DROWSE_ROOT"
+
+PID=
+if [ "${1:-}" = --pid ]; then
+    PID=${2:?usage: $0 --pid PID [SECONDS]}
+    shift 2
+fi
+DURATION=${1:-60}
+SETTLE=${SETTLE:-5}
+case "$DURATION" in ''|*[!0-9]*|0) die "SECONDS must be a positive whole number, not '$DURATION'" ;; esac
+
+# snapshot PID: one line per thread: "TID SWITCHES NAME", where SWITCHES is voluntary plus
+# nonvoluntary context switches. Every switch of an idle thread is a wakeup.
+snapshot() {
+    local f tid
+    for f in /proc/"$1"/task/*/status; do
+        tid=${f%/status}; tid=${tid##*/}
+        awk -v tid="$tid" '
+            /^Name:/ { sub(/^Name:[ \t]*/, ""); gsub(/[ \t]/, "_"); name = $0 }
+            /^voluntary_ctxt_switches:/ { v = $2 }
+            /^nonvoluntary_ctxt_switches:/ { n = $2 }
+            END { if (name != "") print tid, v + n, name }' "$f" 2>/dev/null || true   # thread gone: skip
+    done
+}
+
+status_field() {    # status_field PID KEY: the value of KEY in /proc/PID/status
+    awk -v k="$2:" '$1 == k { print $2; exit }' "/proc/$1/status"
+}
+
+measure() {
+    local pid=$1 secs=$2
+    local -A before=()
+    local tid count name total=0 born=0 gone=0 woke=()
+    [ -r "/proc/$pid/status" ] || die "no process $pid (or /proc/$pid is not readable: try as root)"
+    while read -r tid count name; do before[$tid]=$count; done < <(snapshot "$pid")
+    say "measuring $(cat "/proc/$pid/comm") (pid $pid) for $secs s; keep the machine otherwise quiet"
+    sleep "$secs"
+    kill -0 "$pid" 2>/dev/null || die "process $pid exited during the measurement"
+    local -A seen=()
+    while read -r tid count name; do
+        seen[$tid]=1
+        if [ -n "${before[$tid]+x}" ]; then
+            count=$(( count - before[$tid] ))
+        else
+            born=$(( born + 1 ))        # started during the window: all its switches count
+        fi
+        total=$(( total + count ))
+        [ "$count" -gt 0 ] && woke+=("${name}[$tid]:$count")
+    done < <(snapshot "$pid")
+    for tid in "${!before[@]}"; do [ -n "${seen[$tid]+x}" ] || gone=$(( gone + 1 )); done
+
+    local rss hwm threads
+    rss=$(status_field "$pid" VmRSS)
+    hwm=$(status_field "$pid" VmHWM)
+    threads=$(status_field "$pid" Threads)
+    echo
+    awk -v t="$total" -v s="$secs" 'BEGIN { printf "wakeups/s: %.3f   (%d context switches in %d s, all threads)\n", t / s, t, s }'
+    awk -v r="$rss" -v h="$hwm" 'BEGIN { printf "RSS:       %.1f MiB (VmRSS; peak VmHWM %.1f MiB)\n", r / 1024, h / 1024 }'
+    echo "threads:   $threads"
+    [ ${#woke[@]} -eq 0 ] || echo "woke:      ${woke[*]}   (name[tid]:switches)"
+    [ "$born" -eq 0 ] || echo "note: $born thread(s) started during the window"
+    [ "$gone" -eq 0 ] || echo "note: $gone thread(s) ended during the window; their switches are not counted"
+}
+
+if [ -n "$PID" ]; then
+    measure "$PID" "$DURATION"
+    exit 0
+fi
+
+# A private agent on loopback.
+if [ -n "${DROWSE_BIN_DIR:-}" ]; then
+    BIN=$DROWSE_BIN_DIR
+else
+    need_swift
+    say "swift build ${DROWSE_RELEASE_FLAGS[*]}"
+    swift build "${DROWSE_RELEASE_FLAGS[@]}"
+    BIN=$(swift build "${DROWSE_RELEASE_FLAGS[@]}" --show-bin-path)
+fi
+[ -x "$BIN/drowsed" ] && [ -x "$BIN/drowse" ] || die "no drowsed and drowse in $BIN"
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/drowse-measure.XXXXXX")
+BROKER_PID=
+DAEMON_PID=
+# shellcheck disable=SC2329  # run by the EXIT trap
+cleanup() {
+    trap - EXIT INT TERM
+    stop_pid "$DAEMON_PID" 15
+    stop_pid "$BROKER_PID"
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+PORT=$(free_port)
+start_broker "$TMP/broker" "$PORT"
+
+mkdir -p "$TMP/apps.d"
+cat >"$TMP/drowse.toml" <<EOF
+device_id = "measure"
+state_dir = "state"
+apps_dir  = "apps.d"
+socket    = "drowse.sock"
+[mqtt]
+url = "mqtt://127.0.0.1:$PORT"
+EOF
+# Like the examples, but with intervals long enough that nothing runs while we measure.
+cat >"$TMP/apps.d/weather.toml" <<EOF
+id = "weather"
+[fetch]
+command = ["/bin/true"]
+minimum_interval = "12h"
+[notification]
+command = ["/bin/true"]
+EOF
+cat >"$TMP/apps.d/news.toml" <<EOF
+id = "news"
+[fetch]
+command = ["/bin/true"]
+minimum_interval = "24h"
+[transfers]
+events_command = ["/bin/true"]
+EOF
+
+"$BIN/drowsed" --config "$TMP/drowse.toml" 2>"$TMP/drowsed.log" &
+DAEMON_PID=$!
+
+mqtt_connected() {
+    kill -0 "$DAEMON_PID" 2>/dev/null || { tail -n 20 "$TMP/drowsed.log" >&2; die "drowsed exited"; }
+    "$BIN/drowse" --socket "$TMP/drowse.sock" status --json 2>/dev/null |
+        grep -Eq '"mqtt"[^}]*"connected"[[:space:]]*:[[:space:]]*true'
+}
+if ! wait_until 30 mqtt_connected; then
+    tail -n 20 "$TMP/drowsed.log" >&2
+    die "drowsed did not report mqtt.connected = true within 30 s"
+fi
+say "drowsed is up and connected to mqtt://127.0.0.1:$PORT; settling for $SETTLE s"
+sleep "$SETTLE"
+measure "$DAEMON_PID" "$DURATION"

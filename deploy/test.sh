@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Builds Drowse and runs every test: the Swift unit tests, then the end-to-end tests
+# (Tests/EndToEnd, pytest), which start their own mosquitto and nginx on loopback.
+# Installs the Debian packages it needs when they are missing. The last line printed is
+# pytest's summary.
+set -euo pipefail
+# shellcheck source=deploy/common.sh
+. "$(dirname "$0")/common.sh"
+cd "$DROWSE_ROOT"
+
+# nginx-light is enough (the tests run their own nginx on loopback); newer Debian releases
+# only have "nginx".
+nginx_pkg=nginx
+apt-cache show nginx-light >/dev/null 2>&1 && nginx_pkg=nginx-light
+had_nginx=yes
+command -v nginx >/dev/null 2>&1 || had_nginx=no
+if [ "$had_nginx" = yes ]; then
+    need_packages "${DROWSE_BUILD_PACKAGES[@]}" "${DROWSE_RUN_PACKAGES[@]}"
+else
+    need_packages "${DROWSE_BUILD_PACKAGES[@]}" "${DROWSE_RUN_PACKAGES[@]}" "$nginx_pkg"
+    # Debian starts the nginx service on port 80 on install; the tests only need the binary.
+    if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet nginx 2>/dev/null; then
+        say "stopping and disabling the nginx service the package just started (tests run their own)"
+        as_root systemctl disable --now nginx || true
+    fi
+fi
+
+if ! python3 -m pytest --version >/dev/null 2>&1; then
+    need_packages python3-pytest
+    if ! python3 -m pytest --version >/dev/null 2>&1; then
+        # `python3` is not Debian's (pyenv, a venv): give that interpreter its own pytest.
+        say "pip install pytest (for $(command -v python3))"
+        python3 -m pip install --quiet pytest
+    fi
+fi
+need_swift
+
+say "swift build"
+swift build
+say "swift test"
+swift test
+
+DROWSE_BIN_DIR=$(swift build --show-bin-path)
+export DROWSE_BIN_DIR
+say "end-to-end tests with DROWSE_BIN_DIR=$DROWSE_BIN_DIR"
+exec python3 -m pytest Tests/EndToEnd -q
