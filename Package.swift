@@ -47,6 +47,8 @@ let package = Package(
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
         ]),
         .executableTarget(name: "drowsed", dependencies: [
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "NIOPosix", package: "swift-nio"),
             "DrowseAgent", "DrowseCore",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -59,6 +61,7 @@ let package = Package(
 
         .testTarget(name: "DrowseCoreTests", dependencies: ["DrowseCore"]),
         .testTarget(name: "DrowseStoreTests", dependencies: ["DrowseStore", "DrowseCore"]),
+        .testTarget(name: "DrowseSystemTests", dependencies: ["DrowseSystem", "DrowseCore"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -10,7 +10,8 @@ import NIOPosix
 import ServiceLifecycle
 
 /// The local API: HTTP/1.1 with JSON bodies on a Unix socket, every caller identified by
-/// SO_PEERCRED. One event-loop thread, which sleeps in epoll when nobody calls.
+/// SO_PEERCRED. It shares NIO's singleton event loops with Swift concurrency; they sleep
+/// in epoll when nobody calls.
 public struct APIServer: Service {
     let path: String
     let router: APIRouter
@@ -23,7 +24,7 @@ public struct APIServer: Service {
     }
 
     public func run() async throws {
-        let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+        let group = MultiThreadedEventLoopGroup.singleton
         let folder = ConfigPath.directory(of: path)
         try FileSystem.makeDirectories(folder, mode: 0o755)
         // A socket left by a killed daemon would make bind fail.
@@ -48,7 +49,6 @@ public struct APIServer: Service {
             channel.close(promise: nil)
         }
         unlink(path)
-        try? await group.shutdownGracefully()
     }
 }
 

@@ -23,8 +23,8 @@ extension Agent {
 
     /// Sets the one timer for the next window. Called whenever the plan may have changed.
     func replan() {
-        windowTask?.cancel()
-        windowTask = nil
+        windowTimer?.cancel()
+        windowTimer = nil
         let t = now()
         guard let window = planner.nextWindow(plannerInputs(), now: t) else {
             plannedWindow = nil
@@ -33,12 +33,8 @@ extension Agent {
         plannedWindow = window
         let delay = max(0, window.at - t)
         logger.debug("next fetch window in \(DurationText.format(.milliseconds(Int64(delay * 1000))))", metadata: ["apps": "\(window.apps)"])
-        windowTask = Task { [weak self] in
-            // Leeway lets the kernel coalesce this wakeup with others; the planner already
-            // allows each app a tolerance well above it.
-            let leeway = Duration.milliseconds(Int64(min(delay * 0.01, 1) * 1000))
-            do { try await Task.sleep(for: .milliseconds(Int64(delay * 1000)), tolerance: leeway) } catch { return }
-            await self?.openWindow()
+        windowTimer = WakeTimer.after(delay) { [weak self] in
+            Task { await self?.openWindow() }
         }
     }
 

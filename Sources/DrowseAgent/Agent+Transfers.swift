@@ -138,7 +138,7 @@ extension Agent {
 
     func cancelNow(_ t: inout Transfer, reason: String) {
         engine?.stop(id: t.id)
-        retryTasks.removeValue(forKey: t.id)?.cancel()
+        retryTimers.removeValue(forKey: t.id)?.cancel()
         liveProgress[t.id] = nil
         t.state = .cancelled
         t.reason = reason
@@ -196,10 +196,7 @@ extension Agent {
                 t.reason = (error.noSpace ? "paused: disk full (" : "retrying in \(Int(delay.rounded(.up)))s after: ") + error.reason + (error.noSpace ? ")" : "")
                 try? store.save(t)
                 logger.warning("transfer attempt failed: \(error.reason); retry in \(delay)s", metadata: ["transfer.id": "\(id)"])
-                retryTasks[id] = Task {
-                    do { try await Task.sleep(for: .milliseconds(Int64(delay * 1000))) } catch { return }
-                    await self.retry(id)
-                }
+                retryTimers[id] = WakeTimer.after(delay) { Task { await self.retry(id) } }
                 return
             }
             t.state = .failed
@@ -213,7 +210,7 @@ extension Agent {
     }
 
     func retry(_ id: String) {
-        retryTasks[id] = nil
+        retryTimers[id] = nil
         guard let t = try? store.transfer(id: id), !t.state.isFinished else { return }
         begin(t)
     }

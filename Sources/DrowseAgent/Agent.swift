@@ -34,11 +34,11 @@ public actor Agent {
 
     /// Apps whose fetch handler is running now (no second one starts).
     var runningFetches: Set<String> = []
-    var windowTask: Task<Void, Never>?
+    var windowTimer: WakeTimer?
     var plannedWindow: FetchPlanner.Window?
     /// Live progress of running downloads, for display only.
     var liveProgress: [String: (Int64, Int64?)] = [:]
-    var retryTasks: [String: Task<Void, Never>] = [:]
+    var retryTimers: [String: WakeTimer] = [:]
     var retryBackoff: [String: Backoff] = [:]
     var deliveringSessions: Set<String> = []
     var background: [Task<Void, Never>] = []
@@ -68,8 +68,8 @@ public actor Agent {
 
     /// Stops cleanly: transfer progress committed, MQTT offline status published.
     public func shutdown() async {
-        windowTask?.cancel()
-        for t in retryTasks.values { t.cancel() }
+        windowTimer?.cancel()
+        for t in retryTimers.values { t.cancel() }
         if let engine { await engine.shutdown() }
         transferEvents?.finish()
         if let mqtt { await mqtt.stop() }

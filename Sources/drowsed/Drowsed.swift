@@ -7,9 +7,21 @@ import DrowseAgent
 import DrowseCore
 import DrowseSystem
 import Logging
+import NIOCore
+import NIOPosix
 import ServiceLifecycle
 
 @main
+enum Entry {
+    static func main() async {
+        // Swift concurrency runs on NIO's event loops, not libdispatch's worker pool: that pool
+        // starts a 1 Hz monitor timer on Linux, and drowsed must not wake when idle.
+        NIOSingletons.groupLoopCountSuggestion = 2
+        NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor()
+        await Drowsed.main()
+    }
+}
+
 struct Drowsed: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "drowsed",
