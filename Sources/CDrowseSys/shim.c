@@ -51,12 +51,13 @@ int drowse_spawn(const char *path, char *const argv[], char *const envp[], const
         if (setpgid(0, 0) != 0) write_errno_and_exit(errpipe[1], errno);
         if (dup2(stdin_fd, 0) < 0 || dup2(stdout_fd, 1) < 0 || dup2(stderr_fd, 2) < 0)
             write_errno_and_exit(errpipe[1], errno);
-        if (cwd && chdir(cwd) != 0) write_errno_and_exit(errpipe[1], errno);
         if (set_ids) {
             if (setgroups((size_t)ngroups, groups) != 0) write_errno_and_exit(errpipe[1], errno);
             if (setgid(gid) != 0) write_errno_and_exit(errpipe[1], errno);
             if (setuid(uid) != 0) write_errno_and_exit(errpipe[1], errno);
         }
+        /* After the user switch: the handler may only start where its user can go. */
+        if (cwd && chdir(cwd) != 0) write_errno_and_exit(errpipe[1], errno);
         /* Close every inherited descriptor but stdio and the error pipe (CLOEXEC). */
         int errfd = errpipe[1];
         if (syscall(SYS_close_range, 3, errfd > 3 ? errfd - 1 : 2, 0) != 0 && errfd > 3) {

@@ -55,8 +55,6 @@ extension Store {
                 try db.query(
                     "UPDATE apps SET last_fetch = ?, last_result = ?, consecutive_failures = \(failures) WHERE id = ?",
                     [.double(run.startedAt), .text(run.result.rawValue), .text(run.app)])
-            } else {
-                try db.query("UPDATE apps SET last_result = ? WHERE id = ?", [.text(run.result.rawValue), .text(run.app)])
             }
             // Bounded history: the newest 200 runs per app.
             try db.query(

@@ -14,13 +14,15 @@ public final class Store {
     }
 
     private func migrate() throws(StoreError) {
-        try db.exec("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-        let current = try db.query("SELECT version FROM schema_version").first?.first?.int64 ?? 0
-        if current > Self.schemaVersion {
-            throw StoreError(code: 0, message: "state.db has schema \(current), newer than this drowsed understands (\(Self.schemaVersion))")
-        }
-        if current < 1 {
-            try db.transaction { () throws(StoreError) in
+        // Read and migrate in one write transaction, so two processes opening a new file
+        // cannot both try to create the tables.
+        try db.transaction { () throws(StoreError) in
+            try db.exec("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+            let current = try db.query("SELECT version FROM schema_version").first?.first?.int64 ?? 0
+            if current > Self.schemaVersion {
+                throw StoreError(code: 0, message: "state.db has schema \(current), newer than this drowsed understands (\(Self.schemaVersion))")
+            }
+            if current < 1 {
                 try db.exec(
                     """
                     CREATE TABLE apps (

@@ -31,8 +31,10 @@ public struct ConditionsProbe: Sendable {
 
     public func powerSupplies() -> [PowerSupplyReading] {
         let base = sysfsRoot + "/class/power_supply"
-        return FileSystem.listDirectory(base).map { name in
+        return FileSystem.listDirectory(base).compactMap { name in
             let dir = base + "/" + name
+            // A Bluetooth mouse's battery is not the board's power.
+            if FileSystem.attribute(dir + "/scope")?.lowercased() == "device" { return nil }
             return PowerSupplyReading(
                 name: name, type: FileSystem.attribute(dir + "/type"),
                 online: FileSystem.attribute(dir + "/online").flatMap(Int.init).map { $0 != 0 },
@@ -73,8 +75,9 @@ public struct ConditionsProbe: Sendable {
                 if line == "DEVTYPE=wwan" { return .cellular }
             }
         }
-        // ARPHRD_PPP (512), ARPHRD_RAWIP (519), ARPHRD_NONE (65534) are modem links.
-        if let type = FileSystem.attribute(dir + "/type").flatMap(Int.init), [512, 519, 65534].contains(type) { return .cellular }
+        // ARPHRD_PPP (512) and ARPHRD_RAWIP (519) are modem links. ARPHRD_NONE (65534) is not
+        // counted: WireGuard and tun VPNs use it too.
+        if let type = FileSystem.attribute(dir + "/type").flatMap(Int.init), [512, 519].contains(type) { return .cellular }
         if FileSystem.exists(dir + "/device/driver/module/drivers/usb:cdc_mbim") || FileSystem.exists(dir + "/device/driver/module/drivers/usb:qmi_wwan") {
             return .cellular
         }

@@ -78,7 +78,10 @@ public enum FileSystem {
         var prefix = path.hasPrefix("/") ? "" : "."
         for part in path.split(separator: "/") {
             prefix += "/" + part
-            if mkdir(prefix, mode) != 0 && errno != EEXIST { throw SystemError("mkdir \(prefix)", errno: errno) }
+            if mkdir(prefix, mode) != 0 {
+                guard errno == EEXIST else { throw SystemError("mkdir \(prefix)", errno: errno) }
+                guard isDirectory(prefix) else { throw SystemError("mkdir \(prefix)", errno: ENOTDIR) }
+            }
         }
     }
 
@@ -86,7 +89,7 @@ public enum FileSystem {
 
     /// Writes `bytes` to a temporary file, fsyncs it and renames it over `path`, then fsyncs the folder.
     public static func writeAtomically(_ path: String, _ bytes: [UInt8], mode: mode_t = 0o644) throws(SystemError) {
-        let tmp = path + ".tmp"
+        let tmp = path + ".tmp.\(getpid())"
         let fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode)
         guard fd >= 0 else { throw SystemError("open \(tmp)", errno: errno) }
         var off = 0
@@ -96,13 +99,20 @@ public enum FileSystem {
                 if errno == EINTR { continue }
                 let e = errno
                 close(fd)
+                unlink(tmp)
                 throw SystemError("write \(tmp)", errno: e)
             }
             off += n
         }
-        fsync(fd)
-        close(fd)
-        try rename(tmp, to: path)
+        if fsync(fd) != 0 || close(fd) != 0 {
+            let e = errno
+            unlink(tmp)
+            throw SystemError("fsync \(tmp)", errno: e)
+        }
+        do { try rename(tmp, to: path) } catch {
+            unlink(tmp)
+            throw error
+        }
     }
 
     /// rename(2) then fsync of the destination folder, so the new name survives a power cut.

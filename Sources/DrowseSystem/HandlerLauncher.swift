@@ -127,6 +127,9 @@ public struct ProcessLauncher: HandlerLaunching {
         var exited = false
         var termSentAt: Double?
         var killed = false
+        var pollFailed = false
+        // Enforced on the monotonic clock: boards without an RTC jump at their first NTP sync.
+        let deadline = WallClock.monotonic() + (req.deadline - WallClock.now())
         if req.stdin.isEmpty { close(inFD); inFD = -1 }
 
         func flush(_ fd: Int32, final: Bool) {
@@ -164,12 +167,14 @@ public struct ProcessLauncher: HandlerLaunching {
         }
 
         while !exited {
-            let now = WallClock.now()
+            let now = WallClock.monotonic()
             var timeoutMS: Int32
-            if let t = termSentAt {
+            if killed {
+                timeoutMS = 100  // SIGKILL sent: only the reaping is left (a process in D state may take a while)
+            } else if let t = termSentAt {
                 timeoutMS = Int32(max(0, min(60_000, (t + req.killGrace - now) * 1000)))
             } else {
-                timeoutMS = Int32(max(0, min(3_600_000, (req.deadline - now) * 1000)))
+                timeoutMS = Int32(max(0, min(3_600_000, (deadline - now) * 1000)))
             }
             if pidfd < 0 { timeoutMS = min(timeoutMS, 50) }  // kernels before 5.3: no pidfd, fall back to short checks
             var fds: [pollfd] = []
@@ -178,7 +183,13 @@ public struct ProcessLauncher: HandlerLaunching {
             if errFD >= 0 { fds.append(pollfd(fd: errFD, events: Int16(POLLIN), revents: 0)) }
             if inFD >= 0 { fds.append(pollfd(fd: inFD, events: Int16(POLLOUT), revents: 0)) }
             let n = poll(&fds, nfds_t(fds.count), timeoutMS)
-            if n < 0 && errno != EINTR { break }
+            if n < 0 && errno != EINTR {
+                // Cannot supervise any more: end the handler rather than report a result it did not give.
+                pollFailed = true
+                killpg(pid, SIGKILL)
+                while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+                break
+            }
             for p in fds where p.revents != 0 {
                 if p.fd == outFD { drain(&outFD) }
                 else if p.fd == errFD { drain(&errFD) }
@@ -191,9 +202,9 @@ public struct ProcessLauncher: HandlerLaunching {
                 }
             }
             if reap() { exited = true; break }
-            if n == 0 || WallClock.now() >= (termSentAt.map { $0 + req.killGrace } ?? req.deadline) {
-                let now2 = WallClock.now()
-                if termSentAt == nil, now2 >= req.deadline {
+            if n == 0 || WallClock.monotonic() >= (termSentAt.map { $0 + req.killGrace } ?? deadline) {
+                let now2 = WallClock.monotonic()
+                if termSentAt == nil, now2 >= deadline {
                     killpg(pid, SIGTERM)
                     termSentAt = now2
                 } else if let t = termSentAt, now2 >= t + req.killGrace, !killed {
@@ -219,6 +230,7 @@ public struct ProcessLauncher: HandlerLaunching {
         if outFD >= 0 { flush(outFD, final: true); close(outFD) }
         if errFD >= 0 { flush(errFD, final: true); close(errFD) }
         if termSentAt != nil { return .timedOut }
+        if pollFailed { return .launchFailed("lost supervision of the handler (poll failed); it was killed") }
         if status & 0x7f == 0 { return .exited((status >> 8) & 0xff) }
         return .signaled(status & 0x7f)
     }

@@ -1,0 +1,352 @@
+import DrowseCore
+@testable import DrowseStore
+import Foundation
+import Testing
+
+/// Runs `body` with the path of a `state.db` in a fresh temporary folder, removed afterwards.
+private func withStorePath<T>(_ body: (String) throws -> T) throws -> T {
+    let dir = FileManager.default.temporaryDirectory.appendingPathComponent("drowse-store-\(UUID().uuidString)")
+    try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(at: dir) }
+    return try body(dir.appendingPathComponent("state.db").path)
+}
+
+private func fetchRun(_ app: String, _ result: FetchResult, at t: Double, trigger: String? = "window") -> RunRecord {
+    RunRecord(app: app, event: .fetch, trigger: trigger, result: result, ending: "exit status 0", startedAt: t, endedAt: t + 1)
+}
+
+@Suite("Store")
+struct StoreTests {
+    // MARK: Opening
+
+    @Test("a new store is in WAL mode with synchronous=FULL and the current schema version")
+    func pragmas() throws {
+        try withStorePath { path in
+            let store = try Store(path: path)
+            #expect(try store.db.query("PRAGMA journal_mode").first?.first?.string == "wal")
+            #expect(try store.db.query("PRAGMA synchronous").first?.first?.int64 == 2)  // FULL
+            #expect(try store.db.query("SELECT version FROM schema_version").map { $0[0].int64 } == [Store.schemaVersion])
+        }
+    }
+
+    @Test("a store whose folder does not exist fails to open with an error")
+    func missingFolder() {
+        #expect(throws: StoreError.self) {
+            _ = try Store(path: "/nonexistent-drowse-dir-\(UUID().uuidString)/state.db")
+        }
+    }
+
+    @Test("opening an existing store twice does not migrate it again")
+    func reopenDoesNotRemigrate() throws {
+        try withStorePath { path in
+            do { _ = try Store(path: path) }
+            let store = try Store(path: path)
+            #expect(try store.db.query("SELECT COUNT(*) FROM schema_version")[0][0].int64 == 1)
+        }
+    }
+
+    @Test("a database with a newer schema_version is refused")
+    func newerSchemaRefused() throws {
+        try withStorePath { path in
+            do {
+                let store = try Store(path: path)
+                try store.db.exec("UPDATE schema_version SET version = \(Store.schemaVersion + 1)")
+            }
+            let error = #expect(throws: StoreError.self) { _ = try Store(path: path) }
+            #expect(error?.description.contains("newer") == true)
+        }
+    }
+
+    // MARK: Apps and runs
+
+    @Test("an app record is created on first sight and keeps its registration time")
+    func appCreatedOnFirstSight() throws {
+        try withStorePath { path in
+            let store = try Store(path: path)
+            let first = try store.app("weather", now: 1000)
+            #expect(first == AppRecord(
+                id: "weather", registeredAt: 1000, lastFetch: nil, lastResult: nil, consecutiveFailures: 0, lastUsed: nil))
+            let again = try store.app("weather", now: 5000)
+            #expect(again.registeredAt == 1000)
+            #expect(try store.db.query("SELECT COUNT(*) FROM apps")[0][0].int64 == 1)
+        }
+    }
+
+    @Test("fetch runs move last_fetch and last_result; failures count up and reset on success")
+    func fetchBookkeeping() throws {
+        try withStorePath { path in
+            let store = try Store(path: path)
+            _ = try store.app("weather", now: 0)
+
+            try store.record(fetchRun("weather", .newData, at: 100))
+            var app = try store.app("weather", now: 0)
+            #expect(app.lastFetch == 100)
+            #expect(app.lastResult == .newData)
+            #expect(app.consecutiveFailures == 0)
+
+            try store.record(fetchRun("weather", .failed, at: 200))
+            try store.record(fetchRun("weather", .failed, at: 300))
+            try store.record(fetchRun("weather", .failed, at: 400))
+            app = try store.app("weather", now: 0)
+            #expect(app.lastFetch == 400)
+            #expect(app.lastResult == .failed)
+            #expect(app.consecutiveFailures == 3)
+
+            try store.record(fetchRun("weather", .noData, at: 500))
+            app = try store.app("weather", now: 0)
+            #expect(app.lastFetch == 500)
+            #expect(app.lastResult == .noData)
+            #expect(app.consecutiveFailures == 0)
+        }
+    }
+
+    @Test("a non-fetch run leaves the fetch bookkeeping alone")
+    func nonFetchRun() throws {
+        try withStorePath { path in
+            let store = try Store(path: path)
+            _ = try store.app("weather", now: 0)
+            try store.record(fetchRun("weather", .failed, at: 100))
+            try store.record(RunRecord(
+                app: "weather", event: .notification, trigger: "mqtt", result: .failed, ending: "killed at its deadline",
+                startedAt: 200, endedAt: 230))
+            let app = try store.app("weather", now: 0)
+            #expect(app.lastFetch == 100)
+            #expect(app.consecutiveFailures == 1)
+        }
+    }
+
+    @Test("one app's runs do not touch another app's record")
+    func appsAreIndependent() throws {
+        try withStorePath { path in
+            let store = try Store(path: path)
+            _ = try store.app("a", now: 0)
+            _ = try store.app("b", now: 0)
+            try store.record(fetchRun("a", .failed, at: 10))
+            let b = try store.app("b", now: 0)
+            #expect(b.lastFetch == nil && b.lastResult == nil && b.consecutiveFailures == 0)
+            #expect(try store.runs(app: "b").isEmpty)
+        }
+    }
+
+    @Test("history is newest first, every field kept, limited by the caller")
+    func historyNewestFirst() throws {
+        try withStorePath { path in
+            let store = try Store(path: path)
+            _ = try store.app("weather", now: 0)
+            let runs = [
+                fetchRun("weather", .newData, at: 10, trigger: nil),
+                RunRecord(app: "weather", event: .transfers, trigger: "session s1", result: .noData, ending: "exit status 100",
+                          startedAt: 20.5, endedAt: 21.25),
+                fetchRun("weather", .failed, at: 30, trigger: "manual"),
+            ]
+            for r in runs { try store.record(r) }
+            #expect(try store.runs(app: "weather") == runs.reversed())
+            #expect(try store.runs(app: "weather", limit: 2) == Array(runs.reversed().prefix(2)))
+        }
+    }
+
+    @Test("history is bounded to the newest 200 runs per app")
+    func historyBounded() throws {
+        try withStorePath { path in
+            let store = try Store(path: path)
+            _ = try store.app("weather", now: 0)
+            _ = try store.app("other", now: 0)
+            try store.record(fetchRun("other", .newData, at: 1))
+            for i in 0..<210 { try store.record(fetchRun("weather", .newData, at: Double(i))) }
+            let kept = try store.runs(app: "weather", limit: 1000)
+            #expect(kept.count == 200)
+            #expect(kept.first?.startedAt == 209)
+            #expect(kept.last?.startedAt == 10)
+            #expect(try store.runs(app: "other").count == 1)
+        }
+    }
+
+    @Test("recordUse sets last_used")
+    func recordUse() throws {
+        try withStorePath { path in
+            let store = try Store(path: path)
+            _ = try store.app("weather", now: 0)
+            try store.recordUse(app: "weather", at: 42)
+            try store.recordUse(app: "weather", at: 43.5)
+            #expect(try store.app("weather", now: 0).lastUsed == 43.5)
+            #expect(try store.db.query("SELECT COUNT(*) FROM usage WHERE app = 'weather'")[0][0].int64 == 2)
+        }
+    }
+
+    // MARK: Notifications
+
+    @Test("a notification with the same app and dedupe key is recorded once")
+    func notificationDedupe() throws {
+        try withStorePath { path in
+            let store = try Store(path: path)
+            let first = try store.recordNotification(app: "weather", dedupeKey: "k1", payload: "{\"id\":\"k1\"}", at: 10)
+            #expect(first != nil)
+            #expect(try store.recordNotification(app: "weather", dedupeKey: "k1", payload: "{\"id\":\"k1\"}", at: 11) == nil)
+            // The same key for another app is a different notification.
+            let other = try store.recordNotification(app: "news", dedupeKey: "k1", payload: "{}", at: 12)
+            #expect(other != nil && other != first)
+            #expect(try store.pendingNotifications().count == 2)
+        }
+    }
+
+    @Test("pending notifications are listed in arrival order until marked handled")
+    func pendingAndHandled() throws {
+        try withStorePath { path in
+            let store = try Store(path: path)
+            let a = try #require(try store.recordNotification(app: "weather", dedupeKey: "a", payload: "A", at: 1))
+            let b = try #require(try store.recordNotification(app: "news", dedupeKey: "b", payload: "B", at: 2))
+            let c = try #require(try store.recordNotification(app: "weather", dedupeKey: "c", payload: "C", at: 3))
+            #expect(try store.pendingNotifications() == [
+                NotificationRecord(seq: a, app: "weather", payload: "A", receivedAt: 1),
+                NotificationRecord(seq: b, app: "news", payload: "B", receivedAt: 2),
+                NotificationRecord(seq: c, app: "weather", payload: "C", receivedAt: 3),
+            ])
+            try store.markNotification(b, state: "handled", at: 5)
+            #expect(try store.pendingNotifications().map(\.seq) == [a, c])
+            // A handled notification still dedupes a redelivery.
+            #expect(try store.recordNotification(app: "news", dedupeKey: "b", payload: "B", at: 6) == nil)
+        }
+    }
+
+    @Test("pruning forgets old handled notifications, never pending ones")
+    func prune() throws {
+        try withStorePath { path in
+            let store = try Store(path: path)
+            let old = try #require(try store.recordNotification(app: "w", dedupeKey: "old", payload: "", at: 10))
+            _ = try #require(try store.recordNotification(app: "w", dedupeKey: "pending", payload: "", at: 10))
+            let recent = try #require(try store.recordNotification(app: "w", dedupeKey: "recent", payload: "", at: 100))
+            try store.markNotification(old, state: "handled", at: 11)
+            try store.markNotification(recent, state: "handled", at: 101)
+            try store.pruneNotifications(before: 50)
+            #expect(try store.db.query("SELECT dedupe_key FROM notifications ORDER BY seq").map { $0[0].string } == ["pending", "recent"])
+            // The pruned key may be used again.
+            #expect(try store.recordNotification(app: "w", dedupeKey: "old", payload: "", at: 200) != nil)
+        }
+    }
+
+    // MARK: Transfers
+
+    private static func fullTransfer() -> Transfer {
+        var t = Transfer(
+            id: "t-1", app: "weather", session: "maps", kind: .upload, url: "https://example.invalid/up?x=1",
+            destination: "/data/maps/tile.bin", sha256: String(repeating: "ab", count: 32), createdAt: 1234.5)
+        t.state = .paused
+        t.bytesDone = 1 << 40
+        t.bytesTotal = (1 << 41) + 7
+        t.reason = "waiting for power"
+        t.location = "/var/lib/drowse/transfers/t-1"
+        t.etag = "\"abc123\""
+        t.lastModified = "Wed, 21 Oct 2015 07:28:00 GMT"
+        t.finishedAt = 2345.25
+        t.delivered = true
+        return t
+    }
+
+    @Test("a transfer round-trips every field, and a bare one its nils")
+    func transferRoundTrip() throws {
+        try withStorePath { path in
+            let store = try Store(path: path)
+            let full = Self.fullTransfer()
+            let bare = Transfer(
+                id: "t-2", app: "weather", session: "", kind: .download, url: "http://h/f", destination: nil, sha256: nil,
+                createdAt: 2000)
+            try store.save(full)
+            try store.save(bare)
+            #expect(try store.transfer(id: "t-1") == full)
+            #expect(try store.transfer(id: "t-2") == bare)
+            #expect(try store.transfer(id: "missing") == nil)
+        }
+    }
+
+    @Test("saving a transfer again replaces it")
+    func transferReplace() throws {
+        try withStorePath { path in
+            let store = try Store(path: path)
+            var t = Self.fullTransfer()
+            try store.save(t)
+            t.state = .completed
+            t.reason = nil
+            t.delivered = false
+            try store.save(t)
+            #expect(try store.transfer(id: t.id) == t)
+            #expect(try store.transfers().count == 1)
+        }
+    }
+
+    @Test("commitProgress updates offset, total and validators only")
+    func commitProgress() throws {
+        try withStorePath { path in
+            let store = try Store(path: path)
+            var t = Self.fullTransfer()
+            try store.save(t)
+            try store.commitProgress(id: t.id, bytesDone: 4096, bytesTotal: nil, etag: "\"v2\"", lastModified: nil)
+            t.bytesDone = 4096
+            t.bytesTotal = nil
+            t.etag = "\"v2\""
+            t.lastModified = nil
+            #expect(try store.transfer(id: t.id) == t)
+            // Progress for an unknown transfer is a no-op, not an error.
+            try store.commitProgress(id: "missing", bytesDone: 1, bytesTotal: 1, etag: nil, lastModified: nil)
+            #expect(try store.transfer(id: "missing") == nil)
+        }
+    }
+
+    @Test("transfers are listed by app in creation order, and deleted")
+    func transfersByApp() throws {
+        try withStorePath { path in
+            let store = try Store(path: path)
+            let t3 = Transfer(id: "c", app: "weather", session: "s", kind: .download, url: "http://h/3", destination: nil, sha256: nil, createdAt: 30)
+            let t1 = Transfer(id: "a", app: "weather", session: "s", kind: .download, url: "http://h/1", destination: nil, sha256: nil, createdAt: 10)
+            let t2 = Transfer(id: "b", app: "news", session: "s", kind: .upload, url: "http://h/2", destination: nil, sha256: nil, createdAt: 20)
+            for t in [t3, t1, t2] { try store.save(t) }
+            #expect(try store.transfers(app: "weather").map(\.id) == ["a", "c"])
+            #expect(try store.transfers(app: "news").map(\.id) == ["b"])
+            #expect(try store.transfers(app: "nobody").isEmpty)
+            #expect(try store.transfers().map(\.id) == ["a", "b", "c"])
+            try store.deleteTransfer(id: "a")
+            #expect(try store.transfers(app: "weather").map(\.id) == ["c"])
+        }
+    }
+
+    // MARK: Durability
+
+    @Test("a reopened store keeps apps, runs, notifications and transfers")
+    func durableAcrossInstances() throws {
+        try withStorePath { path in
+            let seq: Int64
+            do {
+                let store = try Store(path: path)
+                _ = try store.app("weather", now: 100)
+                try store.record(fetchRun("weather", .failed, at: 200))
+                try store.recordUse(app: "weather", at: 250)
+                seq = try #require(try store.recordNotification(app: "weather", dedupeKey: "n1", payload: "P", at: 300))
+                try store.save(Self.fullTransfer())
+                try store.commitProgress(id: "t-1", bytesDone: 77, bytesTotal: 100, etag: "\"e\"", lastModified: "lm")
+            }
+            let store = try Store(path: path)
+            #expect(try store.app("weather", now: 999) == AppRecord(
+                id: "weather", registeredAt: 100, lastFetch: 200, lastResult: .failed, consecutiveFailures: 1, lastUsed: 250))
+            #expect(try store.runs(app: "weather") == [fetchRun("weather", .failed, at: 200)])
+            #expect(try store.pendingNotifications() == [NotificationRecord(seq: seq, app: "weather", payload: "P", receivedAt: 300)])
+            #expect(try store.recordNotification(app: "weather", dedupeKey: "n1", payload: "P", at: 301) == nil)
+            var t = Self.fullTransfer()
+            t.bytesDone = 77
+            t.bytesTotal = 100
+            t.etag = "\"e\""
+            t.lastModified = "lm"
+            #expect(try store.transfer(id: "t-1") == t)
+        }
+    }
+
+    @Test("two open instances on one file see each other's commits")
+    func twoInstances() throws {
+        try withStorePath { path in
+            let a = try Store(path: path)
+            let b = try Store(path: path)
+            try a.save(Self.fullTransfer())
+            #expect(try b.transfer(id: "t-1") == Self.fullTransfer())
+            _ = try b.recordNotification(app: "w", dedupeKey: "k", payload: "", at: 1)
+            #expect(try a.recordNotification(app: "w", dedupeKey: "k", payload: "", at: 2) == nil)
+        }
+    }
+}

@@ -1,0 +1,399 @@
+import DrowseCore
+import DrowseSystem
+import Foundation
+import Synchronization
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Collects what a handler prints, as the launcher delivers it.
+final class OutputLines: Sendable {
+    private let lines = Mutex<[(line: String, isStderr: Bool)]>([])
+
+    var callback: @Sendable (String, Bool) -> Void {
+        { line, isStderr in self.lines.withLock { $0.append((line, isStderr)) } }
+    }
+    var stdout: [String] { lines.withLock { $0.filter { !$0.isStderr }.map(\.line) } }
+    var stderr: [String] { lines.withLock { $0.filter { $0.isStderr }.map(\.line) } }
+}
+
+private let testPATH = "/usr/local/bin:/usr/bin:/bin"
+
+/// A `/bin/sh -c script` launch with a clean environment holding PATH and `env`.
+private func shell(
+    _ script: String, stdin: [UInt8] = [], deadlineIn: Double = 20, killGrace: Double = 1,
+    env: [String: String] = [:], user: String? = nil, cwd: String? = nil
+) -> LaunchRequest {
+    LaunchRequest(
+        app: "test", event: .fetch, argv: ["/bin/sh", "-c", script], user: user, workingDirectory: cwd,
+        environment: ["PATH": testPATH].merging(env) { _, new in new }, stdin: stdin,
+        deadline: WallClock.now() + deadlineIn, killGrace: killGrace)
+}
+
+private func run(_ req: LaunchRequest, _ out: OutputLines = OutputLines()) async -> HandlerOutcome {
+    await ProcessLauncher().run(req, output: out.callback)
+}
+
+/// Whether `pid` has died. A dead orphan may linger as a zombie when PID 1 (as in some
+/// containers) does not reap: that counts as gone, since it can no longer run.
+private func isGone(_ pid: pid_t) -> Bool {
+    if kill(pid, 0) != 0 { return errno == ESRCH }
+    guard let stat = contents("/proc/\(pid)/stat") else { return true }
+    guard let close = stat.range(of: ") ", options: .backwards) else { return false }
+    return stat[close.upperBound...].first == "Z"
+}
+
+private func waitUntilGone(_ pid: pid_t, within seconds: Double = 1) async -> Bool {
+    let end = WallClock.monotonic() + seconds
+    while WallClock.monotonic() < end {
+        if isGone(pid) { return true }
+        try? await Task.sleep(for: .milliseconds(20))
+    }
+    return isGone(pid)
+}
+
+private func readPID(_ path: String) throws -> pid_t {
+    let text = try #require(contents(path)).trimmingCharacters(in: .whitespacesAndNewlines)
+    return try #require(pid_t(text))
+}
+
+@Suite("ProcessLauncher")
+struct ProcessLauncherTests {
+    init() {
+        // drowsed ignores SIGPIPE (Drowsed.swift); the launcher's stdin writer relies on it.
+        signal(SIGPIPE, SIG_IGN)
+    }
+
+    // MARK: Results
+
+    @Test("exit status maps to the result", arguments: [
+        (Int32(0), FetchResult.newData), (100, .noData), (3, .failed), (1, .failed), (255, .failed),
+    ])
+    func exitStatus(status: Int32, expected: FetchResult) async {
+        let outcome = await run(shell("exit \(status)"))
+        #expect(outcome.ending == .exited(status))
+        #expect(outcome.result == expected)
+        #expect(outcome.startedAt <= outcome.endedAt)
+    }
+
+    @Test("a handler killed by a signal fails")
+    func killedBySignal() async {
+        let outcome = await run(shell("kill -9 $$"))
+        #expect(outcome.ending == .signaled(SIGKILL))
+        #expect(outcome.result == .failed)
+    }
+
+    // MARK: What the handler gets
+
+    @Test("standard input reaches the handler, then EOF")
+    func stdinReachesHandler() async throws {
+        try await withTempDir { dir in
+            let json = Array(#"{"aps":{"content-available":1},"content-id":42}"#.utf8)
+            let outcome = await run(shell("cat > \(dir)/in.json", stdin: json))
+            #expect(outcome.ending == .exited(0))
+            #expect(contents("\(dir)/in.json") == String(decoding: json, as: UTF8.self))
+        }
+    }
+
+    @Test("empty standard input is EOF at once")
+    func emptyStdin() async throws {
+        try await withTempDir { dir in
+            let outcome = await run(shell("cat > \(dir)/in; echo done", deadlineIn: 5))
+            #expect(outcome.ending == .exited(0))
+            #expect(contents("\(dir)/in") == "")
+        }
+    }
+
+    @Test("1 MiB of standard input arrives whole")
+    func largeStdinDelivered() async throws {
+        try await withTempDir { dir in
+            let bytes = (0..<(1 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 9) }
+            let outcome = await run(shell("cat > \(dir)/in", stdin: bytes))
+            #expect(outcome.ending == .exited(0))
+            let got = try Data(contentsOf: URL(fileURLWithPath: "\(dir)/in"))
+            #expect(got.count == bytes.count)
+            #expect(Array(got) == bytes)
+        }
+    }
+
+    @Test("1 MiB of standard input to a handler that exits without reading it")
+    func largeStdinUnreadExit() async {
+        let start = WallClock.monotonic()
+        let outcome = await run(shell("exit 100", stdin: [UInt8](repeating: 0x41, count: 1 << 20), deadlineIn: 5))
+        #expect(outcome.ending == .exited(100))
+        #expect(WallClock.monotonic() - start < 2)
+    }
+
+    @Test("1 MiB of standard input never read does not hang past the deadline")
+    func largeStdinUnreadDeadline() async {
+        let req = shell("sleep 30", stdin: [UInt8](repeating: 0x41, count: 1 << 20), deadlineIn: 1, killGrace: 1)
+        let outcome = await run(req)
+        #expect(outcome.ending == .timedOut)
+        #expect(outcome.endedAt < req.deadline + req.killGrace + 1)
+    }
+
+    @Test("only the request's environment reaches the handler")
+    func environment() async throws {
+        try await withTempDir { dir in
+            let env = [
+                "DROWSE_APP": "weather", "DROWSE_EVENT": "fetch", "DROWSE_DEADLINE": "1700000000.5",
+                "DROWSE_SOCKET": "/run/drowse/drowse.sock", "ODD": "a b=c 'd'",
+            ]
+            let outcome = await run(shell("env > \(dir)/env", env: env))
+            #expect(outcome.ending == .exited(0))
+            let lines = try #require(contents("\(dir)/env")).split(separator: "\n").map(String.init)
+            var got: [String: String] = [:]
+            for line in lines {
+                guard let eq = line.firstIndex(of: "=") else { continue }
+                got[String(line[..<eq])] = String(line[line.index(after: eq)...])
+            }
+            for (k, v) in env { #expect(got[k] == v, "\(k)") }
+            #expect(got["PATH"] == testPATH)
+            // Nothing of the test process's environment leaks in; only what a shell adds itself.
+            let extra = Set(got.keys).subtracting(env.keys).subtracting(["PATH", "PWD", "OLDPWD", "SHLVL", "_"])
+            #expect(extra.isEmpty, "unexpected variables: \(extra.sorted())")
+        }
+    }
+
+    @Test("the handler runs in the working directory")
+    func workingDirectory() async throws {
+        try await withTempDir { dir in
+            let outcome = await run(shell("pwd -P > out", cwd: dir))
+            #expect(outcome.ending == .exited(0))
+            #expect(contents("\(dir)/out") == dir + "\n")
+        }
+    }
+
+    @Test("the handler leads its own process group")
+    func ownProcessGroup() async throws {
+        try await withTempDir { dir in
+            let outcome = await run(shell("cut -d' ' -f1,5 /proc/$$/stat > \(dir)/pg"))
+            #expect(outcome.ending == .exited(0))
+            let f = try #require(contents("\(dir)/pg")).split(whereSeparator: \.isWhitespace).compactMap { Int32($0) }
+            try #require(f.count == 2)
+            #expect(f[0] == f[1])
+            #expect(f[1] != getpgrp())
+        }
+    }
+
+    @Test("the handler inherits no descriptor but standard input, output and error")
+    func onlyStdioInherited() async {
+        // An inheritable descriptor in the parent must not leak into the handler.
+        let leaky = open("/dev/null", O_RDONLY)
+        defer { close(leaky) }
+        // `exec` so no shell holds saved copies; ls itself opens the listing at the lowest
+        // free descriptor, which is 3 exactly when nothing else leaked in.
+        let out = OutputLines()
+        let outcome = await run(shell("exec ls /proc/self/fd"), out)
+        #expect(outcome.ending == .exited(0))
+        #expect(out.stdout == ["0", "1", "2", "3"])
+    }
+
+    // MARK: Output
+
+    @Test("output is delivered by line, tagged stdout or stderr, unterminated last line included")
+    func outputLines() async {
+        let out = OutputLines()
+        let outcome = await run(shell("echo out1; echo err1 >&2; echo out2; echo err2 >&2; printf tail"), out)
+        #expect(outcome.ending == .exited(0))
+        #expect(out.stdout == ["out1", "out2", "tail"])
+        #expect(out.stderr == ["err1", "err2"])
+    }
+
+    @Test("many lines printed right before exit all arrive, in order")
+    func manyLines() async {
+        let out = OutputLines()
+        let outcome = await run(shell("seq 1 5000"), out)
+        #expect(outcome.ending == .exited(0))
+        #expect(out.stdout == (1...5000).map(String.init))
+    }
+
+    @Test("a long line without newline is cut into pieces of at most 4 KiB")
+    func longLine() async {
+        let out = OutputLines()
+        let outcome = await run(shell("head -c 10000 /dev/zero | tr '\\0' x"), out)
+        #expect(outcome.ending == .exited(0))
+        #expect(out.stdout.allSatisfy { $0.utf8.count <= 4096 })
+        #expect(out.stdout.joined() == String(repeating: "x", count: 10000))
+    }
+
+    // MARK: Deadline
+
+    @Test("past its deadline the handler and its whole process group are killed")
+    func deadlineKillsGroup() async throws {
+        try await withTempDir { dir in
+            let req = shell("sleep 100 & echo $! > \(dir)/child.pid; sleep 30", deadlineIn: 1, killGrace: 1)
+            let start = WallClock.monotonic()
+            let outcome = await run(req)
+            #expect(outcome.ending == .timedOut)
+            #expect(outcome.result == .failed)
+            #expect(WallClock.monotonic() - start < 3)
+            let child = try readPID("\(dir)/child.pid")
+            #expect(await waitUntilGone(child), "background child \(child) survived its handler")
+            #expect(kill(child, 0) != 0 || isGone(child))
+        }
+    }
+
+    @Test("a handler that exits leaves nothing running in its group")
+    func exitKillsLeftovers() async throws {
+        try await withTempDir { dir in
+            let start = WallClock.monotonic()
+            let outcome = await run(shell("sleep 100 & echo $! > \(dir)/child.pid; exit 0", deadlineIn: 20))
+            #expect(outcome.ending == .exited(0))
+            #expect(WallClock.monotonic() - start < 2)
+            let child = try readPID("\(dir)/child.pid")
+            #expect(await waitUntilGone(child), "background child \(child) outlived its handler")
+        }
+    }
+
+    @Test("a handler that traps SIGTERM gets it, then SIGKILL after the grace")
+    func sigtermThenSigkill() async {
+        let out = OutputLines()
+        let req = shell("trap 'echo got-term' TERM; while true; do sleep 0.1; done", deadlineIn: 1, killGrace: 1)
+        let outcome = await run(req, out)
+        #expect(outcome.ending == .timedOut)
+        #expect(out.stdout.contains("got-term"))
+        #expect(outcome.endedAt >= req.deadline + req.killGrace - 0.05)
+        #expect(outcome.endedAt < req.deadline + req.killGrace + 1.5)
+    }
+
+    @Test("a handler that ignores SIGTERM entirely is still killed")
+    func ignoresSigterm() async {
+        let req = shell("trap '' TERM; sleep 30", deadlineIn: 1, killGrace: 1)
+        let outcome = await run(req)
+        #expect(outcome.ending == .timedOut)
+        #expect(outcome.endedAt >= req.deadline + req.killGrace - 0.05)
+        #expect(outcome.endedAt < req.deadline + req.killGrace + 1.5)
+    }
+
+    @Test("a handler launched after its deadline is stopped at once")
+    func deadlineAlreadyPast() async {
+        let req = shell("sleep 30", deadlineIn: -1, killGrace: 1)
+        let start = WallClock.monotonic()
+        let outcome = await run(req)
+        #expect(outcome.ending == .timedOut)
+        #expect(WallClock.monotonic() - start < 1.5)
+    }
+
+    @Test("handlers run side by side, not one after another")
+    func concurrentRuns() async {
+        let start = WallClock.monotonic()
+        let outcomes = await withTaskGroup(of: (Int32, HandlerOutcome).self) { group in
+            for status: Int32 in [0, 100, 7, 0] {
+                group.addTask { (status, await run(shell("sleep 0.5; exit \(status)"))) }
+            }
+            return await group.reduce(into: []) { $0.append($1) }
+        }
+        #expect(outcomes.count == 4)
+        for (status, outcome) in outcomes { #expect(outcome.ending == .exited(status)) }
+        #expect(WallClock.monotonic() - start < 1.8)
+    }
+
+    // MARK: Launch failures
+
+    @Test("launch failures are reported, not thrown", arguments: [
+        ["/nonexistent/drowse-handler"], ["drowse-no-such-program-xyz"], [],
+    ])
+    func launchFailed(argv: [String]) async {
+        var req = shell("true")
+        req.argv = argv
+        let outcome = await run(req)
+        guard case .launchFailed(let why) = outcome.ending else {
+            Issue.record("expected launchFailed, got \(outcome.ending)")
+            return
+        }
+        #expect(!why.isEmpty)
+        #expect(outcome.result == .failed)
+    }
+
+    @Test("a file without execute permission fails to launch")
+    func notExecutable() async throws {
+        try await withTempDir { dir in
+            try put("#!/bin/sh\nexit 0\n", at: "\(dir)/handler.sh")
+            chmod("\(dir)/handler.sh", 0o644)
+            var req = shell("true")
+            req.argv = ["\(dir)/handler.sh"]
+            // root may execute a file with no x bit only if some x bit is set: none is.
+            let outcome = await run(req)
+            guard case .launchFailed = outcome.ending else {
+                Issue.record("expected launchFailed, got \(outcome.ending)")
+                return
+            }
+        }
+    }
+
+    @Test("a missing working directory fails to launch")
+    func missingWorkingDirectory() async {
+        let outcome = await run(shell("true", cwd: "/nonexistent-drowse-dir/\(UUID().uuidString)"))
+        guard case .launchFailed = outcome.ending else {
+            Issue.record("expected launchFailed, got \(outcome.ending)")
+            return
+        }
+    }
+
+    @Test("an unknown user fails to launch")
+    func unknownUser() async {
+        let outcome = await run(shell("true", user: "drowse-no-such-user-xyz"))
+        guard case .launchFailed(let why) = outcome.ending else {
+            Issue.record("expected launchFailed, got \(outcome.ending)")
+            return
+        }
+        #expect(why.contains("drowse-no-such-user-xyz"))
+    }
+
+    // MARK: Users
+
+    @Test("running as the daemon's own user sets USER and LOGNAME, and HOME unless given")
+    func ownUser() async throws {
+        let me = try #require(UserAccount.lookup(uid: geteuid()))
+        try await withTempDir { dir in
+            var outcome = await run(shell("echo \"$HOME|$USER|$LOGNAME\" > \(dir)/a", user: me.name))
+            #expect(outcome.ending == .exited(0))
+            #expect(contents("\(dir)/a") == "\(me.home)|\(me.name)|\(me.name)\n")
+            outcome = await run(shell("echo \"$HOME\" > \(dir)/b", env: ["HOME": "/custom"], user: me.name))
+            #expect(outcome.ending == .exited(0))
+            #expect(contents("\(dir)/b") == "/custom\n")
+        }
+    }
+
+    @Test("user = \"nobody\" runs the handler as nobody, with nobody's groups only",
+          .enabled(if: geteuid() == 0, "switching users needs root"))
+    func runsAsNobody() async throws {
+        let nobody = try #require(UserAccount.lookup(name: "nobody"))
+        try await withTempDir { dir in
+            chmod(dir, 0o777)
+            let outcome = await run(shell("id -u > uid; id -g > gid; id -G > groups; echo \"$HOME|$USER\" > env", user: "nobody", cwd: dir))
+            #expect(outcome.ending == .exited(0))
+            #expect(contents("\(dir)/uid") == "\(nobody.uid)\n")
+            #expect(nobody.uid == 65534)
+            #expect(contents("\(dir)/gid") == "\(nobody.gid)\n")
+            let groups = Set((contents("\(dir)/groups") ?? "").split(whereSeparator: \.isWhitespace).compactMap { gid_t($0) })
+            #expect(groups == Set(nobody.groups + [nobody.gid]))
+            #expect(!groups.contains(0), "root's group leaked into the handler")
+            #expect(contents("\(dir)/env") == "\(nobody.home)|nobody\n")
+        }
+    }
+
+    @Test("the working directory is entered as the app's user, not as root",
+          .enabled(if: geteuid() == 0, "switching users needs root"))
+    func workingDirectoryEnteredAsUser() async throws {
+        try await withTempDir { dir in
+            // dir is root's, 0700: nobody may not pass through it to sub/ or sub/data.
+            chmod(dir, 0o700)
+            try put("secret\n", at: dir + "/sub/data")
+            chmod(dir + "/sub", 0o755)
+            chmod(dir + "/sub/data", 0o644)
+            let out = OutputLines()
+            let outcome = await run(shell("cat data", user: "nobody", cwd: dir + "/sub"), out)
+            // Bug: drowse_spawn (Sources/CDrowseSys/shim.c) calls chdir(cwd) before setgroups/
+            // setgid/setuid, so root enters the folder and the handler, now nobody, reads a file
+            // it could never reach by path. systemd's WorkingDirectory= is entered as the user.
+            #expect(out.stdout.isEmpty, "nobody read a file behind root's 0700 folder")
+            guard case .launchFailed = outcome.ending else {
+                Issue.record("launched as nobody in a folder nobody cannot reach: \(outcome.ending)")
+                return
+            }
+        }
+    }
+}
