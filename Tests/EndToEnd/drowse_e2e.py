@@ -1,0 +1,624 @@
+"""Helpers for Drowse's end-to-end tests: real drowsed/drowse binaries, a real mosquitto broker
+and a real nginx, all on 127.0.0.1 with free ports and private temp dirs.
+
+Only the standard library is used here; conftest.py turns these into pytest fixtures.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+BIN_DIR = Path(os.environ.get("DROWSE_BIN_DIR", str(REPO / ".build" / "debug")))
+DROWSED = BIN_DIR / "drowsed"
+DROWSE = BIN_DIR / "drowse"
+MOSQUITTO = shutil.which("mosquitto", path="/usr/sbin:/usr/bin:/sbin:/bin") or "/usr/sbin/mosquitto"
+MOSQUITTO_PUB = shutil.which("mosquitto_pub") or "/usr/bin/mosquitto_pub"
+NGINX = shutil.which("nginx", path="/usr/sbin:/usr/bin:/sbin:/bin") or "/usr/sbin/nginx"
+
+DEVICE_ID = "e2e-dev"
+
+
+# ----------------------------------------------------------------------------- small helpers
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nobody listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(pred, timeout: float, interval: float = 0.05, what: str = "condition"):
+    """Polls `pred` until it returns something truthy (which is returned) or `timeout` passes."""
+    deadline = time.monotonic() + timeout
+    last_exc = None
+    while True:
+        try:
+            v = pred()
+            if v:
+                return v
+        except Exception as e:  # a predicate that raises counts as "not yet"
+            last_exc = e
+        if time.monotonic() >= deadline:
+            extra = f" (last error: {last_exc!r})" if last_exc else ""
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what}{extra}")
+        time.sleep(interval)
+
+
+def port_open(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def sha256_file(path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def write_random_file(path: Path, size: int) -> str:
+    """Writes `size` random bytes to `path`, returns their sha256."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    h = hashlib.sha256()
+    with open(path, "wb") as f:
+        left = size
+        while left:
+            chunk = os.urandom(min(left, 1 << 20))
+            h.update(chunk)
+            f.write(chunk)
+            left -= len(chunk)
+    return h.hexdigest()
+
+
+def pid_alive(pid: int) -> bool:
+    """True if the process exists and is not a zombie (PID 1 in a container may never reap)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        state = stat.rsplit(")", 1)[1].split()[0]
+        return state not in ("Z", "X")
+    except (FileNotFoundError, IndexError, ProcessLookupError):
+        return False
+
+
+def kill_strays(marker: str) -> None:
+    """SIGKILLs every process (and its process group) whose command line or environment mentions
+    `marker` (our temp dir), so that handlers orphaned by a killed daemon never outlive a test."""
+    me = os.getpid()
+    my_pgid = os.getpgid(0)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        if pid == me:
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker not in cmdline:
+            # A handler's children inherit DROWSE_SOCKET (inside our temp dir) in their environment.
+            try:
+                environ = (entry / "environ").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if marker not in environ:
+                continue
+        try:
+            pgid = os.getpgid(pid)
+            if pgid not in (my_pgid, 0, 1):
+                os.killpg(pgid, signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def stop_process(proc: subprocess.Popen | None, sig=signal.SIGTERM, timeout: float = 10.0) -> int | None:
+    """Sends `sig`, waits up to `timeout`, then SIGKILLs. Returns the exit status."""
+    if proc is None:
+        return None
+    if proc.poll() is None:
+        try:
+            proc.send_signal(sig)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+    return proc.returncode
+
+
+def make_tempdir(prefix: str) -> Path:
+    # Short paths: the daemon's Unix socket lives in here (sun_path is 108 bytes).
+    d = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    os.chmod(d, 0o755)  # handlers may run as another user and must reach their scripts
+    return d
+
+
+# ----------------------------------------------------------------------------- mosquitto
+
+class Broker:
+    """A real mosquitto on 127.0.0.1:<port>, with its own config, log and persistence dir."""
+
+    def __init__(self, workdir: Path, port: int | None = None, persistence: bool = True):
+        self.dir = workdir
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.port = port or free_port()
+        self.persistence = persistence
+        self.conf = self.dir / "mosquitto.conf"
+        self.log = self.dir / "mosquitto.log"
+        self.out = self.dir / "mosquitto.out"
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"mqtt://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 10.0) -> None:
+        lines = [
+            f"listener {self.port} 127.0.0.1",
+            "allow_anonymous true",
+            "user root" if os.geteuid() == 0 else "",
+            f"persistence {'true' if self.persistence else 'false'}",
+            f"persistence_location {self.dir}/",
+            "autosave_interval 1",
+            f"log_dest file {self.log}",
+            "log_type all",
+            "log_timestamp true",
+        ]
+        self.conf.write_text("\n".join(l for l in lines if l) + "\n")
+        out = open(self.out, "ab")
+        self.proc = subprocess.Popen([MOSQUITTO, "-c", str(self.conf)], stdout=out, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        out.close()
+        wait_until(lambda: self.proc.poll() is not None or port_open(self.port), timeout, what="mosquitto to listen")
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"mosquitto exited with {self.proc.returncode}:\n{self.out.read_text(errors='replace')}")
+
+    def stop(self, sig=signal.SIGTERM) -> None:
+        stop_process(self.proc, sig)
+        self.proc = None
+        wait_until(lambda: not port_open(self.port), 10, what="mosquitto port to close")
+
+    def log_text(self) -> str:
+        try:
+            return self.log.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def subscription_filters(self) -> list[str]:
+        # With log_type subscribe mosquitto logs "<time>: <client id> <qos> <topic filter>" per subscription.
+        return re.findall(r"^\d+: \S+ \d (\S+)$", self.log_text(), re.M)
+
+    def subscription_count(self, topic: str) -> int:
+        """How many SUBSCRIBEs (by any client) had a filter matching `topic` (wildcards included)."""
+        return sum(1 for f in self.subscription_filters() if topic_matches(f, topic))
+
+    def wait_subscribed(self, topic: str, timeout: float = 20.0, count: int = 1) -> None:
+        wait_until(lambda: self.subscription_count(topic) >= count, timeout,
+                   what=f"a subscription to {topic} on the broker")
+
+    def publish(self, topic: str, payload: bytes, qos: int = 1, retain: bool = False) -> None:
+        args = [MOSQUITTO_PUB, "-h", "127.0.0.1", "-p", str(self.port), "-q", str(qos), "-t", topic, "-s"]
+        if retain:
+            args.append("-r")
+        subprocess.run(args, input=payload, check=True, timeout=15, capture_output=True)
+
+
+def topic_matches(filt: str, topic: str) -> bool:
+    """MQTT topic filter matching ('+' one level, '#' the rest)."""
+    fp, tp = filt.split("/"), topic.split("/")
+    for i, f in enumerate(fp):
+        if f == "#":
+            return True
+        if i >= len(tp) or (f != "+" and f != tp[i]):
+            return False
+    return len(fp) == len(tp)
+
+
+def notify_topic(app: str, device: str = DEVICE_ID, prefix: str = "drowse") -> str:
+    return f"{prefix}/{device}/apps/{app}/notify"
+
+
+# ----------------------------------------------------------------------------- nginx
+
+class Nginx:
+    """A real nginx on 127.0.0.1:<port> serving `www/` with:
+    - /files/...   plain static files
+    - /slow/...    static files with `limit_rate 4m`
+    - /redirect-to-file   302 to file:///etc/passwd
+    - /redirect-to-files/NAME 302 to /files/NAME (a harmless http redirect)
+    Access log lines are JSON with method, uri, status, range, if_range, body_bytes."""
+
+    def __init__(self, workdir: Path, port: int | None = None):
+        self.dir = workdir
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.www = self.dir / "www"
+        (self.www / "files").mkdir(parents=True, exist_ok=True)
+        (self.www / "slow").mkdir(parents=True, exist_ok=True)
+        (self.dir / "tmp").mkdir(exist_ok=True)
+        self.port = port or free_port()
+        self.conf = self.dir / "nginx.conf"
+        self.access_log = self.dir / "access.log"
+        self.error_log = self.dir / "error.log"
+        self.proc: subprocess.Popen | None = None
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def start(self, timeout: float = 10.0) -> None:
+        d = self.dir
+        user = "user root;" if os.geteuid() == 0 else ""
+        self.conf.write_text(textwrap.dedent(f"""\
+            {user}
+            daemon off;
+            master_process on;
+            worker_processes 1;
+            pid {d}/nginx.pid;
+            error_log {self.error_log} info;
+            events {{ worker_connections 128; }}
+            http {{
+                log_format e2e escape=json '{{"method":"$request_method","uri":"$uri","status":$status,'
+                                           '"range":"$http_range","if_range":"$http_if_range",'
+                                           '"body_bytes":$body_bytes_sent,"ua":"$http_user_agent"}}';
+                access_log {self.access_log} e2e;
+                client_body_temp_path {d}/tmp/body;
+                proxy_temp_path {d}/tmp/proxy;
+                fastcgi_temp_path {d}/tmp/fastcgi;
+                uwsgi_temp_path {d}/tmp/uwsgi;
+                scgi_temp_path {d}/tmp/scgi;
+                default_type application/octet-stream;
+                types {{ }}
+                server {{
+                    listen 127.0.0.1:{self.port};
+                    server_name localhost;
+                    root {self.www};
+                    location /files/ {{ }}
+                    location /slow/ {{ limit_rate 4m; }}
+                    location = /redirect-to-file {{ return 302 file:///etc/passwd; }}
+                    location /redirect-to-files/ {{
+                        rewrite ^/redirect-to-files/(.*)$ /files/$1 redirect;
+                    }}
+                }}
+            }}
+            """))
+        out = open(d / "nginx.out", "ab")
+        self.proc = subprocess.Popen([NGINX, "-p", str(d), "-c", str(self.conf), "-e", str(self.error_log)],
+                                     stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     start_new_session=True)
+        out.close()
+        wait_until(lambda: self.proc.poll() is not None or port_open(self.port), timeout, what="nginx to listen")
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"nginx exited with {self.proc.returncode}:\n"
+                               f"{(d / 'nginx.out').read_text(errors='replace')}\n{self.error_log.read_text(errors='replace')}")
+
+    def stop(self) -> None:
+        stop_process(self.proc, signal.SIGTERM)
+        self.proc = None
+
+    def add_file(self, name: str, size: int, slow: bool = False) -> tuple[str, str, Path]:
+        """Creates a random file; returns (url, sha256, path)."""
+        sub = "slow" if slow else "files"
+        path = self.www / sub / name
+        digest = write_random_file(path, size)
+        os.chmod(path, 0o644)
+        return self.url(f"/{sub}/{name}"), digest, path
+
+    def access_entries(self) -> list[dict]:
+        try:
+            text = self.access_log.read_text(errors="replace")
+        except FileNotFoundError:
+            return []
+        out = []
+        for line in text.splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass
+        return out
+
+
+# ----------------------------------------------------------------------------- drowse
+
+RECORD_SH = r"""#!/bin/sh
+# record.sh OUTDIR [EXIT]: records one handler run into OUTDIR/run.<time>.<pid>/ and exits with
+# EXIT, or with the number in OUTDIR/exit_code when that file exists.
+out="$1"
+code="${2:-0}"
+[ -f "$out/exit_code" ] && code="$(cat "$out/exit_code")"
+start="$(date +%s.%N)"
+d="$out/run.$start.$$"
+mkdir -p "$d.tmp"
+echo "$start" > "$d.tmp/start"
+cat > "$d.tmp/stdin"
+env > "$d.tmp/env"
+id -u > "$d.tmp/uid"
+id -g > "$d.tmp/gid"
+id -G > "$d.tmp/groups"
+pwd > "$d.tmp/cwd"
+echo "$$" > "$d.tmp/pid"
+mv "$d.tmp" "$d"
+exit "$code"
+"""
+
+
+class Run:
+    """One recorded handler run."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.start = float((path / "start").read_text().strip())
+        self.stdin = (path / "stdin").read_bytes()
+        self.env = {}
+        for line in (path / "env").read_text(errors="replace").splitlines():
+            if "=" in line:
+                k, v = line.split("=", 1)
+                self.env[k] = v
+        self.uid = int((path / "uid").read_text().strip())
+        self.gid = int((path / "gid").read_text().strip())
+        self.groups = [int(g) for g in (path / "groups").read_text().split()]
+        self.cwd = (path / "cwd").read_text().strip()
+
+    def json(self):
+        return json.loads(self.stdin)
+
+    def __repr__(self):
+        return f"Run({self.path.name}, event={self.env.get('DROWSE_EVENT')}, stdin={self.stdin[:200]!r})"
+
+
+class Drowse:
+    """One drowsed instance with its own config, state, apps dir and socket in a temp dir."""
+
+    def __init__(self, base: Path, broker: Broker | None = None, device_id: str = DEVICE_ID,
+                 handler_deadline: str | None = "2s", extra_config: str = ""):
+        self.base = base
+        self.broker = broker
+        self.device_id = device_id
+        self.handler_deadline = handler_deadline
+        self.extra_config = extra_config
+        self.config = base / "drowse.toml"
+        self.state_dir = base / "state"
+        self.apps_dir = base / "apps.d"
+        self.socket = base / "drowse.sock"
+        self.bin = base / "bin"
+        self.out = base / "out"
+        self.stderr_log = base / "drowsed.stderr"
+        for d in (self.apps_dir, self.bin, self.out):
+            d.mkdir(parents=True, exist_ok=True)
+        self.record_sh = self.bin / "record.sh"
+        self.write_script("record.sh", RECORD_SH)
+        self.proc: subprocess.Popen | None = None
+        self.exit_statuses: list[int | None] = []
+        self.daemon_env: dict[str, str] = {}  # extra environment for drowsed itself
+        self.write_config()
+
+    # ---- files
+
+    def write_config(self) -> None:
+        parts = [
+            f'device_id = "{self.device_id}"',
+            f'state_dir = "{self.state_dir}"',
+            f'apps_dir = "{self.apps_dir}"',
+            f'socket = "{self.socket}"',
+        ]
+        if self.broker is not None:
+            parts += ["", "[mqtt]", f'url = "{self.broker.url}"', 'keepalive = "10s"']
+        if self.handler_deadline:
+            parts += ["", "[scheduler]", f'handler_deadline = "{self.handler_deadline}"']
+        if self.extra_config:
+            parts += ["", textwrap.dedent(self.extra_config).strip()]
+        self.config.write_text("\n".join(parts) + "\n")
+
+    def write_script(self, name: str, text: str) -> Path:
+        p = self.bin / name
+        p.write_text(textwrap.dedent(text).lstrip())
+        os.chmod(p, 0o755)
+        return p
+
+    def out_dir(self, app: str) -> Path:
+        d = self.out / app
+        d.mkdir(parents=True, exist_ok=True)
+        os.chmod(d, 0o777)
+        return d
+
+    def recorder(self, app: str, code: int = 0, name: str | None = None) -> list[str]:
+        """argv of a handler that records each run into out/<name or app>/."""
+        return [str(self.record_sh), str(self.out_dir(name or app)), str(code)]
+
+    def add_app(self, app: str, fetch: list[str] | None = None, minimum_interval: str | None = None,
+                notification: list[str] | None = None, events: list[str] | None = None,
+                user: str | None = None, working_directory: str | None = None, raw: str | None = None) -> Path:
+        path = self.apps_dir / f"{app}.toml"
+        if raw is not None:
+            path.write_text(raw)
+            return path
+        lines = [f'id = "{app}"']
+        if user:
+            lines.append(f'user = "{user}"')
+        if working_directory:
+            lines.append(f'working_directory = "{working_directory}"')
+        if fetch is not None or minimum_interval is not None:
+            lines.append("[fetch]")
+            if fetch is not None:
+                lines.append(f"command = {json.dumps(fetch)}")
+            if minimum_interval is not None:
+                lines.append(f'minimum_interval = "{minimum_interval}"')
+        if notification is not None:
+            lines += ["[notification]", f"command = {json.dumps(notification)}"]
+        if events is not None:
+            lines += ["[transfers]", f"events_command = {json.dumps(events)}"]
+        path.write_text("\n".join(lines) + "\n")
+        return path
+
+    def runs(self, app: str) -> list[Run]:
+        d = self.out / app
+        if not d.is_dir():
+            return []
+        runs = [Run(p) for p in d.iterdir() if p.is_dir() and p.name.startswith("run.") and not p.name.endswith(".tmp")]
+        return sorted(runs, key=lambda r: r.start)
+
+    def wait_runs(self, app: str, n: int = 1, timeout: float = 15.0) -> list[Run]:
+        return wait_until(lambda: (lambda rs: rs if len(rs) >= n else None)(self.runs(app)), timeout,
+                          what=f"{n} handler run(s) of {app}")
+
+    # ---- daemon
+
+    def start(self, wait: bool = True, timeout: float = 20.0) -> None:
+        assert self.proc is None or self.proc.poll() is not None, "drowsed already running"
+        with open(self.stderr_log, "ab") as log:
+            log.write(f"\n===== drowsed start {time.strftime('%H:%M:%S')} =====\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen([str(DROWSED), "--config", str(self.config)], stdout=log, stderr=log,
+                                         stdin=subprocess.DEVNULL, start_new_session=True, cwd=str(self.base),
+                                         env={**self.env(), "DROWSE_E2E_DIR": str(self.base), **self.daemon_env})
+        if wait:
+            self.wait_ready(timeout)
+
+    def wait_ready(self, timeout: float = 20.0) -> dict:
+        def ready():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"drowsed exited with {self.proc.returncode} while starting:\n{self.stderr_text()}")
+            r = self.cli("status", "--json", timeout=5)
+            return json.loads(r.stdout) if r.returncode == 0 else None
+
+        try:
+            return wait_until(ready, timeout, interval=0.1, what="drowsed to answer `drowse status --json`")
+        except TimeoutError as e:
+            raise AssertionError(f"{e}\n--- drowsed stderr ---\n{self.stderr_text()}") from None
+
+    def stop(self, sig=signal.SIGTERM, timeout: float = 15.0) -> int | None:
+        rc = stop_process(self.proc, sig, timeout)
+        self.exit_statuses.append(rc)
+        self.proc = None
+        return rc
+
+    def restart(self, sig=signal.SIGTERM) -> int | None:
+        rc = self.stop(sig)
+        self.start()
+        return rc
+
+    def env(self) -> dict:
+        env = dict(os.environ)
+        env.pop("DROWSE_SOCKET", None)
+        env.pop("DROWSE_CONFIG", None)
+        env.pop("NOTIFY_SOCKET", None)
+        return env
+
+    def exit_note(self) -> str:
+        """Says whether the running daemon died on its own (e.g. a crash or SIGPIPE), for failure reports."""
+        notes = [f"earlier stops returned: {self.exit_statuses}"] if self.exit_statuses else []
+        if self.proc is not None and self.proc.poll() is not None:
+            rc = self.proc.returncode
+            how = f"signal {signal.Signals(-rc).name}" if rc < 0 else f"status {rc}"
+            notes.append(f"drowsed (pid {self.proc.pid}) exited on its own with {how}")
+        elif self.proc is not None:
+            notes.append(f"drowsed (pid {self.proc.pid}) was still running")
+        return "\n".join(notes)
+
+    def stderr_text(self) -> str:
+        try:
+            return self.stderr_log.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    # ---- CLI
+
+    def cli(self, *args: str, timeout: float = 30.0, input: bytes | None = None) -> subprocess.CompletedProcess:
+        # The socket is passed through DROWSE_SOCKET (SPEC: `--socket PATH`, env DROWSE_SOCKET) so that
+        # the same call works whatever the subcommand; test_cli.py checks the `--socket` option itself.
+        return subprocess.run([str(DROWSE), *args], capture_output=True, text=True, timeout=timeout,
+                              env={**self.env(), "DROWSE_SOCKET": str(self.socket)}, input=input)
+
+    def cli_with_socket_option(self, *args: str, before_subcommand: bool = True,
+                               timeout: float = 30.0) -> subprocess.CompletedProcess:
+        argv = [str(DROWSE), "--socket", str(self.socket), *args] if before_subcommand else \
+            [str(DROWSE), *args, "--socket", str(self.socket)]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=self.env())
+
+    def cli_ok(self, *args: str, timeout: float = 30.0) -> subprocess.CompletedProcess:
+        r = self.cli(*args, timeout=timeout)
+        assert r.returncode == 0, f"`drowse {' '.join(args)}` exited {r.returncode}\nstdout: {r.stdout}\nstderr: {r.stderr}"
+        return r
+
+    def json(self, *args: str, timeout: float = 30.0):
+        r = self.cli_ok(*args, "--json", timeout=timeout)
+        try:
+            return json.loads(r.stdout)
+        except ValueError as e:
+            raise AssertionError(f"`drowse {' '.join(args)} --json` printed no JSON: {r.stdout!r}") from e
+
+    def status(self) -> dict:
+        return self.json("status")
+
+    def apps(self) -> list[dict]:
+        return self.json("apps")
+
+    def app(self, app_id: str) -> dict:
+        return self.json("apps", "show", app_id)
+
+    def app_entry(self, app_id: str) -> dict:
+        entries = [a for a in self.apps() if a.get("id") == app_id]
+        assert len(entries) == 1, f"`drowse apps --json` has {len(entries)} entries for {app_id}: {self.apps()}"
+        return entries[0]
+
+    def transfer(self, tid: str) -> dict:
+        return self.json("transfer", "show", tid)
+
+    def download(self, url: str, app: str, *extra: str) -> str:
+        r = self.cli_ok("transfer", "download", url, "--app", app, *extra)
+        lines = [l.strip() for l in r.stdout.splitlines() if l.strip()]
+        assert len(lines) == 1, f"`drowse transfer download` should print the id alone: {r.stdout!r}"
+        return lines[0]
+
+    def wait_mqtt_connected(self, connected: bool = True, timeout: float = 20.0) -> None:
+        def check():
+            r = self.cli("status", "--json", timeout=5)
+            return r.returncode == 0 and json.loads(r.stdout).get("mqtt", {}).get("connected") is connected
+        wait_until(check, timeout, interval=0.1, what=f"drowse status mqtt.connected == {connected}")
+
+    def push(self, app: str, *args: str, silent: bool = True) -> subprocess.CompletedProcess:
+        assert self.broker is not None
+        argv = [str(DROWSE), "push", "--broker", self.broker.url, "--device", self.device_id, "--app", app]
+        if silent:
+            argv.append("--silent")
+        argv += list(args)
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=30, env=self.env())
+        assert r.returncode == 0, f"`drowse push` exited {r.returncode}: {r.stderr}"
+        return r
+
+    def cleanup(self) -> None:
+        if self.proc is not None:
+            pgid = self.proc.pid  # drowsed leads its own session and process group
+            self.stop(signal.SIGKILL, timeout=5)
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        kill_strays(str(self.base))
+
+
+def binaries_present() -> bool:
+    return DROWSED.is_file() and os.access(DROWSED, os.X_OK) and DROWSE.is_file() and os.access(DROWSE, os.X_OK)
