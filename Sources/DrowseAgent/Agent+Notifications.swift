@@ -59,8 +59,36 @@ extension Agent {
             refusedNotifications += 1
             return
         }
+        guard payload.count <= Notification.maxBytes else {
+            logger.warning("notification refused: payload of \(payload.count) bytes is over the \(Notification.maxBytes)-byte limit", metadata: ["app.id": "\(appID)"])
+            refusedNotifications += 1
+            return
+        }
+        // Signed notifications: when the app has a public key, nothing else is accepted.
+        var body = payload
+        if JWS.looksCompact(payload) {
+            do {
+                let jws = try JWS.parse(payload)
+                if let key = app.notificationPublicKey.flatMap(Base64.decode) {
+                    guard Ed25519.verify(jws.signature, of: jws.signingInput, publicKey: key) else {
+                        logger.warning("notification refused: bad signature", metadata: ["app.id": "\(appID)"])
+                        refusedNotifications += 1
+                        return
+                    }
+                }
+                body = jws.payload
+            } catch {
+                logger.warning("notification refused: \(error.description)", metadata: ["app.id": "\(appID)"])
+                refusedNotifications += 1
+                return
+            }
+        } else if app.notificationPublicKey != nil {
+            logger.warning("notification refused: unsigned, and the app accepts only signed notifications", metadata: ["app.id": "\(appID)"])
+            refusedNotifications += 1
+            return
+        }
         let note: Notification
-        do { note = try Notification.parse(payload) } catch {
+        do { note = try Notification.parse(body) } catch {
             logger.warning("notification refused: \(error.description)", metadata: ["app.id": "\(appID)"])
             refusedNotifications += 1
             return
@@ -73,10 +101,10 @@ extension Agent {
             logger.info("notification dropped: expired", metadata: ["app.id": "\(appID)"])
             return
         }
-        let key = note.id.map { "id:" + $0 } ?? "hash:" + SHA256Hasher.hexDigest(of: Array(topic.utf8) + [0] + payload)
+        let key = note.id.map { "id:" + $0 } ?? "hash:" + SHA256Hasher.hexDigest(of: Array(topic.utf8) + [0] + body)
         let seq: Int64
         do {
-            guard let s = try store.recordNotification(app: appID, dedupeKey: key, payload: String(decoding: payload, as: UTF8.self), at: now())
+            guard let s = try store.recordNotification(app: appID, dedupeKey: key, payload: String(decoding: body, as: UTF8.self), at: now())
             else {
                 logger.info("notification ignored: duplicate", metadata: ["app.id": "\(appID)", "key": "\(key)"])
                 return
@@ -86,7 +114,7 @@ extension Agent {
             logger.error("store: \(error)")
             return
         }
-        deliver(app, seq: seq, payload: payload)
+        deliver(app, seq: seq, payload: body)
     }
 
     func deliver(_ app: AppDefinition, seq: Int64, payload: [UInt8]) {

@@ -24,6 +24,8 @@ struct Push: ParsableCommand {
     @Option(help: "Client key for mqtts://.") var key: String?
     @Option(help: "Username.") var username: String?
     @Option(help: "File holding the password.") var passwordFile: String?
+    @Flag(help: "Print the payload that would be published, and publish nothing.") var dryRun = false
+    @Option(help: "Sign with this private key (from `drowse keygen`): the payload becomes a JWS (EdDSA).") var sign: String?
 
     func run() throws {
         guard let url = URLParts.parse(broker), url.scheme == "mqtt" || url.scheme == "mqtts" else {
@@ -49,6 +51,18 @@ struct Push: ParsableCommand {
             if let expiration { members.append(("expiration", .number(expiration))) }
             body = Array(JSON.object(members).serialized.utf8)
         }
+        if let sign {
+            let text: String
+            do { text = String(try FileSystem.readText(sign, limit: 4096).trimmingSpaces()) } catch { throw CLIError("\(error)") }
+            guard let key = Base64.decode(text), key.count == 32 else { throw CLIError("\(sign) does not hold a base64 Ed25519 private key") }
+            let input = JWS.signingInput(payload: body)
+            guard let sig = Ed25519.sign(Array(input.utf8), privateKey: key) else { throw CLIError("signing failed") }
+            body = Array((input + "." + Base64.encode(sig, urlSafe: true, padding: false)).utf8)
+        }
+        if dryRun {
+            StandardStream.output(String(decoding: body, as: UTF8.self) + "\n")
+            return
+        }
         var password: String?
         if let f = passwordFile { password = String(try FileSystem.readText(f).trimmingSpaces()) }
         let topic = Topics.notify(prefix: prefix, device: device, app: app)
@@ -60,5 +74,24 @@ struct Push: ParsableCommand {
             throw CLIError(error.description)
         }
         print("published \(body.count) bytes to \(topic)")
+    }
+}
+
+struct Keygen: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Write an Ed25519 key pair: OUT (private, base64, mode 0600) and OUT.pub (the base64 public key).",
+        discussion: "Put the contents of OUT.pub in the app's notification.public_key; sign with `drowse push --sign OUT`.")
+
+    @Argument(help: "Where to write the private key.") var out: String
+
+    func run() throws {
+        guard let (priv, pub) = Ed25519.generate() else { throw CLIError("key generation failed") }
+        do {
+            try FileSystem.writeAtomically(out, Array((Base64.encode(priv) + "\n").utf8), mode: 0o600)
+            try FileSystem.writeAtomically(out + ".pub", Array((Base64.encode(pub) + "\n").utf8), mode: 0o644)
+        } catch {
+            throw CLIError("\(error)")
+        }
+        print(Base64.encode(pub))
     }
 }

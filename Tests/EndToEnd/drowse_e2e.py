@@ -609,6 +609,15 @@ class Drowse:
         assert r.returncode == 0, f"`drowse push` exited {r.returncode}: {r.stderr}"
         return r
 
+    def push_payload_bytes(self, app: str, *args: str) -> bytes:
+        """The payload `drowse push` would publish (--dry-run), e.g. a signed JWS."""
+        assert self.broker is not None
+        argv = [str(DROWSE), "push", "--broker", self.broker.url, "--device", self.device_id, "--app", app,
+                "--silent", "--dry-run", *args]
+        r = subprocess.run(argv, capture_output=True, timeout=30, env=self.env())
+        assert r.returncode == 0, r.stderr
+        return r.stdout.strip()
+
     def cleanup(self) -> None:
         if self.proc is not None:
             pgid = self.proc.pid  # drowsed leads its own session and process group
