@@ -14,6 +14,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <sys/wait.h>
+#include <sys/stat.h>
 #include <pthread.h>
 
 #ifndef SYS_pidfd_open
@@ -65,6 +66,7 @@ int drowse_spawn(const char *path, char *const argv[], char *const envp[], const
         }
         syscall(SYS_close_range, errfd + 1, ~0U, 0);
         sigprocmask(SIG_SETMASK, &none, NULL);
+        umask(022);  /* drowsed itself runs with 077; handlers get the usual default */
         execve(path, argv, envp);
         write_errno_and_exit(errfd, errno);
     }

@@ -72,9 +72,19 @@ public struct APIRouter: Sendable {
             }
             let kind = Transfer.Kind(rawValue: b["kind"]?.stringValue ?? "download")
             guard let kind else { throw .badRequest("'kind' is download or upload") }
-            let r = TransferRequest(
+            var r = TransferRequest(
                 kind: kind, url: url, app: app, session: b["session"]?.stringValue ?? "default",
-                destination: b["to"]?.stringValue, sha256: b["sha256"]?.stringValue)
+                destination: b["to"]?.stringValue, sha256: b["sha256"]?.stringValue, source: b["file"]?.stringValue)
+            if let p = b["protocol"]?.stringValue {
+                guard let proto = UploadProtocol(rawValue: p) else { throw .badRequest("'protocol' is one of auto, ietf, ietf-3, tus, put") }
+                r.uploadProtocol = proto
+            }
+            if let t = b["timeout_resource"], !t.isNull {
+                guard let seconds = t.doubleValue ?? t.stringValue.flatMap(DurationText.parse).map(\.seconds), seconds > 0 else {
+                    throw .badRequest("'timeout_resource' is a number of seconds or a duration like \"7d\"")
+                }
+                r.timeoutResource = seconds
+            }
             return try await agent.createTransfer(r, caller: caller).json
         case ("GET", 2) where p[0] == "transfers":
             return try await agent.transfer(p[1], caller: caller).json

@@ -14,6 +14,11 @@ public struct TransferRequest: Sendable {
     public var session: String
     public var destination: String?
     public var sha256: String?
+    /// Uploads: the file to send.
+    public var source: String?
+    public var uploadProtocol: UploadProtocol = .auto
+    /// `--timeout-resource`: give up if not finished in this long (default 7 days, as on iOS).
+    public var timeoutResource: Double = 7 * 86400
 }
 
 extension Agent {
@@ -35,7 +40,7 @@ extension Agent {
         if let d = t.destination { return d }
         var name = URLParts.parse(t.url)?.lastPathComponent ?? ""
         if name.isEmpty || !Identifier.isValid(name) { name = "download" }
-        return config.stateDir + "/inbox/\(t.app)/\(t.id)-\(name)"
+        return config.stateDir + "/inbox/\(t.app)/\(t.id)-\(name)"  // inbox(for:) makes the folder
     }
 
     func job(_ t: Transfer) -> DownloadJob {
@@ -55,7 +60,7 @@ extension Agent {
             }
             // A crash between the rename and the store update: the verified file is already in place.
             let final = finalPath(t)
-            if !FileSystem.exists(partPath(t.id)), let size = FileSystem.fileSize(final), t.bytesTotal == size {
+            if t.kind == .download, !FileSystem.exists(partPath(t.id)), let size = FileSystem.fileSize(final), t.bytesTotal == size {
                 t.state = .completed
                 t.location = final
                 t.bytesDone = size
@@ -70,15 +75,47 @@ extension Agent {
         for s in sessions { checkSession(app: s[0], session: s[1]) }
     }
 
+    func uploadJob(_ t: Transfer) -> UploadJob {
+        UploadJob(
+            id: t.id, url: t.url, sourcePath: t.source ?? "", total: t.bytesTotal ?? 0,
+            protocolName: UploadProtocol(rawValue: t.uploadProtocol ?? "auto") ?? .auto, resource: t.uploadURL)
+    }
+
+    /// The app's own inbox folder, owned by the app's user so its events handler can read there.
+    func inbox(for appID: String) -> String {
+        let dir = config.stateDir + "/inbox/\(appID)"
+        try? FileSystem.makeDirectories(dir, mode: 0o700)
+        if let user = apps[appID]?.user, let account = UserAccount.lookup(name: user) {
+            Permissions.giveTo(dir, uid: account.uid, gid: account.gid)
+        }
+        return dir
+    }
+
     func begin(_ t: Transfer) {
         var t = t
+        if let deadline = t.timeoutAt, now() > deadline {
+            finishFailed(&t, reason: "timed out: not finished within its --timeout-resource")
+            return
+        }
         t.state = .running
         t.reason = nil
-        if t.kind == .download, t.destination == nil {
-            try? FileSystem.makeDirectories(config.stateDir + "/inbox/\(t.app)", mode: 0o750)
-        }
+        if t.kind == .download, t.destination == nil { _ = inbox(for: t.app) }
         do { try store.save(t) } catch { logger.error("store: \(error)") }
-        engine?.start(job(t))
+        switch t.kind {
+        case .download: engine?.start(job(t))
+        case .upload: engine?.start(uploadJob(t))
+        }
+    }
+
+    func finishFailed(_ t: inout Transfer, reason: String) {
+        if t.kind == .upload, t.uploadURL != nil { engine?.cancel(uploadJob(t)) }
+        t.state = .failed
+        t.reason = reason
+        t.finishedAt = now()
+        try? store.save(t)
+        FileSystem.remove(partPath(t.id))
+        logger.warning("transfer failed: \(reason)", metadata: ["transfer.id": "\(t.id)", "app.id": "\(t.app)"])
+        checkSession(app: t.app, session: t.session)
     }
 
     public func createTransfer(_ req: TransferRequest, caller: Caller) throws(APIError) -> Transfer {
@@ -86,11 +123,23 @@ extension Agent {
         guard URLParts.isTransferURL(req.url) else {
             throw .badRequest("only http and https URLs can be transferred: '\(req.url)'")
         }
-        guard req.kind == .download else { throw APIError(501, "not_implemented", "uploads are not supported yet") }
+        var total: Int64?
+        if req.kind == .upload {
+            guard let src = req.source, src.hasPrefix("/") else { throw .badRequest("an upload needs the absolute path of its file") }
+            // drowsed runs as root: it reads only what the caller could read itself.
+            guard Permissions.canRead(src, by: caller.subject) else {
+                throw APIError(403, "forbidden", "'\(src)' is not a regular file you can read")
+            }
+            total = FileSystem.fileSize(src)
+        }
         if let d = req.destination {
             guard d.hasPrefix("/") else { throw .badRequest("--to must be an absolute path") }
             guard FileSystem.isDirectory(ConfigPath.directory(of: d)) else { throw .badRequest("folder of '\(d)' does not exist") }
+            guard Permissions.canWrite(d, by: caller.subject) else {
+                throw APIError(403, "forbidden", "you cannot write '\(d)'")
+            }
         }
+        guard req.timeoutResource > 0 else { throw .badRequest("--timeout-resource must be positive") }
         if let h = req.sha256, h.count != 64 || !h.allSatisfy(\.isHexDigit) {
             throw .badRequest("sha256 must be 64 hex digits")
         }
@@ -98,9 +147,19 @@ extension Agent {
         var bytes = [UInt8](repeating: 0, count: 8)
         for i in 0..<8 { bytes[i] = UInt8.random(in: 0...255) }
         let id = SHA256Hasher.hex(bytes)
-        let t = Transfer(
+        var t = Transfer(
             id: id, app: app.id, session: req.session, kind: req.kind, url: req.url, destination: req.destination,
             sha256: req.sha256?.lowercased(), createdAt: now())
+        t.timeoutAt = t.createdAt + req.timeoutResource
+        if caller.uid != 0 {
+            t.ownerUID = caller.uid
+            t.ownerGID = caller.gid
+        }
+        if req.kind == .upload {
+            t.source = req.source
+            t.bytesTotal = total
+            t.uploadProtocol = req.uploadProtocol.rawValue
+        }
         do { try store.save(t) } catch { throw .internal("\(error)") }
         logger.info("transfer queued", metadata: ["transfer.id": "\(id)", "app.id": "\(app.id)", "url": "\(req.url)"])
         begin(t)
@@ -137,7 +196,7 @@ extension Agent {
     }
 
     func cancelNow(_ t: inout Transfer, reason: String) {
-        engine?.stop(id: t.id)
+        if t.kind == .upload { engine?.cancel(uploadJob(t)) } else { engine?.stop(id: t.id) }
         retryTimers.removeValue(forKey: t.id)?.cancel()
         liveProgress[t.id] = nil
         t.state = .cancelled
@@ -171,6 +230,8 @@ extension Agent {
             liveProgress[id] = (done, total)
         case let .progress(id, done, total):
             liveProgress[id] = (done, total)
+        case let .uploadResource(id, url, proto):
+            do { try store.recordUploadResource(id: id, url: url, protocol: proto) } catch { logger.error("store: \(error)") }
         case let .completed(id, bytes, path):
             liveProgress[id] = nil
             retryBackoff[id] = nil
@@ -178,7 +239,15 @@ extension Agent {
             t.state = .completed
             t.bytesDone = bytes
             t.bytesTotal = bytes
-            t.location = path
+            if t.kind == .download {
+                t.location = path
+                // The file belongs to whoever asked for it, or, in the inbox, to the app's user.
+                if let uid = t.ownerUID, let gid = t.ownerGID, t.destination != nil {
+                    Permissions.giveTo(path, uid: uid, gid: gid)
+                } else if t.destination == nil, let user = apps[t.app]?.user, let account = UserAccount.lookup(name: user) {
+                    Permissions.giveTo(path, uid: account.uid, gid: account.gid)
+                }
+            }
             t.reason = nil
             t.finishedAt = now()
             do { try store.save(t) } catch { logger.error("store: \(error)") }
@@ -187,8 +256,7 @@ extension Agent {
         case let .failed(id, error):
             liveProgress[id] = nil
             guard var t = try? store.transfer(id: id), !t.state.isFinished else { return }
-            let age = now() - t.createdAt
-            if error.transient && age < 7 * 86400 {
+            if error.transient && now() < (t.timeoutAt ?? .infinity) {
                 var backoff = retryBackoff[id] ?? Backoff(base: error.noSpace ? 10 : 1, cap: error.noSpace ? 60 : 300)
                 let delay = backoff.next(unit: Double.random(in: 0..<1))
                 retryBackoff[id] = backoff
@@ -199,13 +267,7 @@ extension Agent {
                 retryTimers[id] = WakeTimer.after(delay) { Task { await self.retry(id) } }
                 return
             }
-            t.state = .failed
-            t.reason = error.reason
-            t.finishedAt = now()
-            try? store.save(t)
-            FileSystem.remove(partPath(id))
-            logger.warning("transfer failed: \(error.reason)", metadata: ["transfer.id": "\(id)", "app.id": "\(t.app)"])
-            checkSession(app: t.app, session: t.session)
+            finishFailed(&t, reason: error.transient ? "timed out after: \(error.reason)" : error.reason)
         }
     }
 

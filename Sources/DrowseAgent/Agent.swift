@@ -48,9 +48,13 @@ public actor Agent {
         self.config = config
         self.logger = logger
         self.launcher = launcher
-        for dir in [config.stateDir, config.stateDir + "/transfers", config.stateDir + "/inbox"] {
-            try FileSystem.makeDirectories(dir, mode: 0o750)
-        }
+        // state_dir and inbox/ are traversable (0711) so an app's user can reach its own
+        // inbox/<app>/ folder, which it owns; transfers/ (partial files) stays private.
+        try FileSystem.makeDirectories(config.stateDir, mode: 0o711)
+        try FileSystem.makeDirectories(config.stateDir + "/transfers", mode: 0o700)
+        try FileSystem.makeDirectories(config.stateDir + "/inbox", mode: 0o711)
+        chmod(config.stateDir, 0o711)
+        chmod(config.stateDir + "/inbox", 0o711)
         store = try Store(path: config.stateDir + "/state.db")
         probe = ConditionsProbe(sysfsRoot: config.conditions.sysfsRoot, meteredInterfaces: config.conditions.meteredInterfaces)
         conditions = probe.read(now: WallClock.now())

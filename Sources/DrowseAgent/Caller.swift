@@ -10,6 +10,11 @@ public struct Caller: Sendable, Equatable {
     public var gid: UInt32
     public var isAdmin: Bool
     public var userName: String?
+    /// Primary and supplementary groups, for file permission checks.
+    public var groups: [UInt32] = []
+
+    /// For checks of what this caller could read or write itself.
+    public var subject: Permissions.Subject { Permissions.Subject(uid: uid, gids: [gid] + groups) }
 
     public static func from(uid: UInt32, gid: UInt32) -> Caller {
         let admin: Bool
@@ -20,7 +25,8 @@ public struct Caller: Sendable, Equatable {
         } else {
             admin = false
         }
-        return Caller(uid: uid, gid: gid, isAdmin: admin, userName: UserAccount.lookup(uid: uid)?.name)
+        let account = UserAccount.lookup(uid: uid)
+        return Caller(uid: uid, gid: gid, isAdmin: admin, userName: account?.name, groups: account?.groups ?? [])
     }
 
     /// The daemon itself, for internal calls.

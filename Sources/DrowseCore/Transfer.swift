@@ -26,6 +26,17 @@ public struct Transfer: Sendable, Equatable {
     public var finishedAt: Double?
     /// Whether the finished transfer has been handed to the app's events handler.
     public var delivered: Bool
+    /// Uploads: the file being sent.
+    public var source: String?
+    /// Uploads: the protocol asked for, then the one found (`auto` resolves on first contact).
+    public var uploadProtocol: String?
+    /// Uploads: the server-side upload resource, once created (resumes ask it for the offset).
+    public var uploadURL: String?
+    /// Unix time after which an unfinished transfer fails (`--timeout-resource`, default 7 days).
+    public var timeoutAt: Double?
+    /// Who asked for it; a finished file at `--to` is handed to them (nil: root).
+    public var ownerUID: UInt32?
+    public var ownerGID: UInt32?
 
     public init(id: String, app: String, session: String, kind: Kind, url: String, destination: String?, sha256: String?, createdAt: Double) {
         self.id = id
@@ -43,6 +54,10 @@ public struct Transfer: Sendable, Equatable {
         self.createdAt = createdAt
         self.finishedAt = nil
         self.delivered = false
+        self.source = nil
+        self.uploadProtocol = nil
+        self.uploadURL = nil
+        self.timeoutAt = createdAt + 7 * 86400
     }
 
     /// The SPEC's `--json` shape.
@@ -51,7 +66,9 @@ public struct Transfer: Sendable, Equatable {
             "id": .string(id), "app": .string(app), "session": .string(session), "kind": .string(kind.rawValue),
             "state": .string(state.rawValue), "url": .string(url), "bytes_done": JSON(bytesDone),
             "bytes_total": JSON(bytesTotal), "reason": JSON(reason), "location": JSON(location),
-            "sha256": JSON(sha256), "destination": JSON(destination),
+            "sha256": JSON(sha256), "destination": JSON(destination), "source": JSON(source),
+            "protocol": JSON(uploadProtocol), "created_at": .number(createdAt), "finished_at": JSON(finishedAt),
+            "timeout_at": JSON(timeoutAt),
         ]
     }
 }

@@ -2,13 +2,14 @@ import DrowseCore
 
 extension Store {
     private static let columns =
-        "id, app, session, kind, state, url, destination, sha256, bytes_done, bytes_total, reason, location, etag, last_modified, created_at, finished_at, delivered"
+        "id, app, session, kind, state, url, destination, sha256, bytes_done, bytes_total, reason, location, etag, last_modified, created_at, finished_at, delivered, source, protocol, upload_url, timeout_at, owner_uid, owner_gid"
 
     private func values(_ t: Transfer) -> [SQLValue] {
         [.text(t.id), .text(t.app), .text(t.session), .text(t.kind.rawValue), .text(t.state.rawValue), .text(t.url),
          SQLValue(t.destination), SQLValue(t.sha256), .int(t.bytesDone), SQLValue(t.bytesTotal), SQLValue(t.reason),
          SQLValue(t.location), SQLValue(t.etag), SQLValue(t.lastModified), .double(t.createdAt), SQLValue(t.finishedAt),
-         .int(t.delivered ? 1 : 0)]
+         .int(t.delivered ? 1 : 0), SQLValue(t.source), SQLValue(t.uploadProtocol), SQLValue(t.uploadURL), SQLValue(t.timeoutAt),
+         SQLValue(t.ownerUID.map(Int64.init)), SQLValue(t.ownerGID.map(Int64.init))]
     }
 
     private func transfer(_ r: [SQLValue]) -> Transfer {
@@ -25,12 +26,18 @@ extension Store {
         t.lastModified = r[13].string
         t.finishedAt = r[15].double
         t.delivered = (r[16].int64 ?? 0) != 0
+        t.source = r[17].string
+        t.uploadProtocol = r[18].string
+        t.uploadURL = r[19].string
+        t.timeoutAt = r[20].double
+        t.ownerUID = r[21].int64.map { UInt32(truncatingIfNeeded: $0) }
+        t.ownerGID = r[22].int64.map { UInt32(truncatingIfNeeded: $0) }
         return t
     }
 
     /// Inserts or replaces the whole row.
     public func save(_ t: Transfer) throws(StoreError) {
-        try db.query("INSERT OR REPLACE INTO transfers(\(Self.columns)) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", values(t))
+        try db.query("INSERT OR REPLACE INTO transfers(\(Self.columns)) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", values(t))
     }
 
     /// Commits download progress: only called after the bytes are on disk (fdatasync).
@@ -49,6 +56,11 @@ extension Store {
             return try db.query("SELECT \(Self.columns) FROM transfers WHERE app = ? ORDER BY created_at", [.text(app)]).map(transfer)
         }
         return try db.query("SELECT \(Self.columns) FROM transfers ORDER BY created_at").map(transfer)
+    }
+
+    /// Records an upload's server-side resource as soon as it exists, before data is sent.
+    public func recordUploadResource(id: String, url: String, protocol proto: String) throws(StoreError) {
+        try db.query("UPDATE transfers SET upload_url = ?, protocol = ? WHERE id = ?", [.text(url), .text(proto), .text(id)])
     }
 
     public func deleteTransfer(id: String) throws(StoreError) {

@@ -5,7 +5,7 @@ import DrowseCore
 /// returned survives a power cut. Versioned schema with forward migrations.
 public final class Store {
     public let db: SQLiteDatabase
-    public static let schemaVersion: Int64 = 1
+    public static let schemaVersion: Int64 = 2
 
     public init(path: String) throws(StoreError) {
         db = try SQLiteDatabase(path: path)
@@ -80,6 +80,19 @@ public final class Store {
                     );
                     CREATE INDEX transfers_app ON transfers(app, session);
                     INSERT INTO schema_version(version) VALUES (1);
+                    """)
+            }
+            if current < 2 {
+                // Uploads and --timeout-resource.
+                try db.exec(
+                    """
+                    ALTER TABLE transfers ADD COLUMN source TEXT;
+                    ALTER TABLE transfers ADD COLUMN protocol TEXT;
+                    ALTER TABLE transfers ADD COLUMN upload_url TEXT;
+                    ALTER TABLE transfers ADD COLUMN timeout_at REAL;
+                    ALTER TABLE transfers ADD COLUMN owner_uid INTEGER;
+                    ALTER TABLE transfers ADD COLUMN owner_gid INTEGER;
+                    UPDATE schema_version SET version = 2;
                     """)
             }
         }

@@ -38,6 +38,8 @@ public enum TransferEvent: Sendable {
     case progress(id: String, bytesDone: Int64, bytesTotal: Int64?)
     /// Verified and at its final path.
     case completed(id: String, bytes: Int64, path: String)
+    /// An upload's server-side resource now exists (record it before data flows).
+    case uploadResource(id: String, url: String, protocolName: String)
     case failed(id: String, error: TransferError)
 }
 

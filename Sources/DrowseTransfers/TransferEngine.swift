@@ -29,6 +29,9 @@ public final class TransferEngine: Sendable {
 
     enum Command: Sendable {
         case start(DownloadJob)
+        case startUpload(UploadJob)
+        /// Stops an upload and ends its server-side resource (tus termination, IETF DELETE).
+        case cancelUpload(UploadJob)
         case stop(String)
         case shutdown(@Sendable () -> Void)
     }
@@ -53,6 +56,8 @@ public final class TransferEngine: Sendable {
     }
 
     public func start(_ job: DownloadJob) { send(.start(job)) }
+    public func start(_ job: UploadJob) { send(.startUpload(job)) }
+    public func cancel(_ job: UploadJob) { send(.cancelUpload(job)) }
     public func stop(id: String) { send(.stop(id)) }
 
     /// Commits every running download's progress (reported as `.committed`) and stops the thread.
@@ -69,7 +74,21 @@ public final class TransferEngine: Sendable {
 
     private func loop() {
         var active: [String: Download] = [:]
+        var uploads: [String: Upload] = [:]
+        /// Which upload owns each easy handle (they change from request to request).
+        var uploadOf: [UnsafeMutableRawPointer: Upload] = [:]
+        var cancelling: [UnsafeMutableRawPointer: Upload] = [:]
         var stillRunning: Int32 = 0
+        func add(_ u: Upload, _ easy: UnsafeMutableRawPointer?) {
+            guard let easy else { return }
+            uploadOf[easy] = u
+            curl_multi_add_handle(multi, easy)
+        }
+        func stopUpload(_ id: String) {
+            guard let u = uploads.removeValue(forKey: id) else { return }
+            if let e = u.easy { curl_multi_remove_handle(multi, e); uploadOf[e] = nil }
+            u.close()
+        }
         while true {
             let pending = commands.withLock { q -> [Command] in defer { q.removeAll() }; return q }
             for c in pending {
@@ -83,14 +102,32 @@ public final class TransferEngine: Sendable {
                     } catch {
                         onEvent(.failed(id: job.id, error: error))
                     }
+                case .startUpload(let job):
+                    stopUpload(job.id)
+                    do {
+                        let u = try Upload(job: job, engine: self)
+                        uploads[job.id] = u
+                        add(u, u.begin())
+                        if u.finished { stopUpload(job.id) }
+                    } catch {
+                        onEvent(.failed(id: job.id, error: error))
+                    }
+                case .cancelUpload(let job):
+                    stopUpload(job.id)
+                    if let u = try? Upload(job: job, engine: self), let e = u.beginCancel() {
+                        cancelling[e] = u
+                        curl_multi_add_handle(multi, e)
+                    }
                 case .stop(let id):
                     if let d = active.removeValue(forKey: id) {
                         d.commit(force: true)
                         finish(d, nil)
                     }
+                    stopUpload(id)
                 case .shutdown(let done):
                     for d in active.values { d.commit(force: true); finish(d, nil) }
                     active.removeAll()
+                    for id in Array(uploads.keys) { stopUpload(id) }
                     done()
                     return
                 }
@@ -100,6 +137,17 @@ public final class TransferEngine: Sendable {
             while let msg = curl_multi_info_read(multi, &left) {
                 guard msg.pointee.msg == CURLMSG_DONE, let easy = msg.pointee.easy_handle else { continue }
                 let result = ccurl_msg_result(msg)
+                if let u = uploadOf.removeValue(forKey: easy) {
+                    curl_multi_remove_handle(multi, easy)
+                    add(u, u.done(result))
+                    if u.finished { stopUpload(u.job.id) }
+                    continue
+                }
+                if let u = cancelling.removeValue(forKey: easy) {
+                    curl_multi_remove_handle(multi, easy)
+                    u.close()
+                    continue
+                }
                 guard let d = active.values.first(where: { $0.easy == easy }) else { continue }
                 active.removeValue(forKey: d.job.id)
                 complete(d, result)
@@ -115,7 +163,7 @@ public final class TransferEngine: Sendable {
             }
             var timeout: Int = -1
             curl_multi_timeout(multi, &timeout)
-            if timeout < 0 { timeout = active.isEmpty ? Int(Int32.max) : 1000 }
+            if timeout < 0 { timeout = active.isEmpty && uploads.isEmpty && cancelling.isEmpty ? Int(Int32.max) : 1000 }
             if nextCommit.isFinite { timeout = min(timeout, max(0, Int((nextCommit - now) * 1000) + 1)) }
             var numfds: Int32 = 0
             curl_multi_poll(multi, nil, 0, Int32(min(timeout, Int(Int32.max))), &numfds)
@@ -143,8 +191,8 @@ public final class TransferEngine: Sendable {
         }
     }
 
-    fileprivate func emit(_ e: TransferEvent) { onEvent(e) }
-    fileprivate var opts: Options { options }
+    func emit(_ e: TransferEvent) { onEvent(e) }
+    var opts: Options { options }
 }
 
 /// One download's libcurl handle and file. Lives on the engine thread only.

@@ -8,7 +8,7 @@ import DrowseSystem
 struct TransferCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "transfer", abstract: "Background downloads and uploads owned by drowsed.",
-        subcommands: [Download.self, Show.self, Cancel.self, Wait.self])
+        subcommands: [Download.self, Upload.self, Show.self, Cancel.self, Wait.self])
 
     struct Download: ParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Queue a download; prints its id.")
@@ -18,18 +18,38 @@ struct TransferCommand: ParsableCommand {
         @Option(help: "Session name (events are delivered per session).") var session = "default"
         @Option(help: "Put the verified file here (absolute path).") var to: String?
         @Option(help: "Expected SHA-256 (hex).") var sha256: String?
+        @Option(help: "Fail if not finished within this long (default 7d).") var timeoutResource: String?
         @Flag(help: "Print JSON.") var json = false
 
         func run() throws {
             guard URLParts.isTransferURL(url) else { throw CLIError("only http and https URLs can be transferred: '\(url)'") }
-            var dest = to
-            if let d = to, !d.hasPrefix("/") {
-                var buf = [CChar](repeating: 0, count: 4096)
-                if getcwd(&buf, buf.count) != nil { dest = String(cString: buf) + "/" + d }
-            }
             let body = JSON.object([
                 ("kind", "download"), ("url", .string(url)), ("app", .string(app)), ("session", .string(session)),
-                ("to", JSON(dest)), ("sha256", JSON(sha256)),
+                ("to", JSON(to.map(absolute))), ("sha256", JSON(sha256)), ("timeout_resource", JSON(try timeoutSeconds(timeoutResource))),
+            ])
+            let t = try global.call("POST", "/v1/transfers", body: body)
+            if json { printJSON(.object([("id", t["id"] ?? nil)])) } else { print(t["id"]?.stringValue ?? "") }
+        }
+    }
+
+    struct Upload: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Queue an upload of FILE to URL; prints its id.")
+        @OptionGroup var global: GlobalOptions
+        @Argument(help: "The file to send.") var file: String
+        @Argument(help: "http or https URL: the upload endpoint (tus, IETF) or the target of a PUT.") var url: String
+        @Option(help: "The app that owns it.") var app: String
+        @Option(help: "Session name (events are delivered per session).") var session = "default"
+        @Option(help: "auto | ietf | ietf-3 (iOS 17's draft) | tus | put") var `protocol` = "auto"
+        @Option(help: "Fail if not finished within this long (default 7d).") var timeoutResource: String?
+        @Flag(help: "Print JSON.") var json = false
+
+        func run() throws {
+            guard URLParts.isTransferURL(url) else { throw CLIError("only http and https URLs can be transferred: '\(url)'") }
+            guard UploadProtocol(rawValue: `protocol`) != nil else { throw CLIError("--protocol is one of auto, ietf, ietf-3, tus, put") }
+            let body = JSON.object([
+                ("kind", "upload"), ("url", .string(url)), ("app", .string(app)), ("session", .string(session)),
+                ("file", .string(absolute(file))), ("protocol", .string(`protocol`)),
+                ("timeout_resource", JSON(try timeoutSeconds(timeoutResource))),
             ])
             let t = try global.call("POST", "/v1/transfers", body: body)
             if json { printJSON(.object([("id", t["id"] ?? nil)])) } else { print(t["id"]?.stringValue ?? "") }
@@ -130,4 +150,18 @@ struct Transfers: ParsableCommand {
                   + bytes.padded(22) + (t["reason"]?.stringValue ?? t["url"]?.stringValue ?? ""))
         }
     }
+}
+
+/// A path made absolute against the working directory (drowsed has another one).
+func absolute(_ path: String) -> String {
+    if path.hasPrefix("/") { return path }
+    var buf = [CChar](repeating: 0, count: 4096)
+    guard getcwd(&buf, buf.count) != nil else { return path }
+    return String(cString: buf) + "/" + path
+}
+
+func timeoutSeconds(_ text: String?) throws -> Double? {
+    guard let text else { return nil }
+    guard let d = DurationText.parse(text), d > .zero else { throw CLIError("'\(text)' is not a duration (e.g. 2h, 7d)") }
+    return d.seconds
 }

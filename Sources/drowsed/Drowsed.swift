@@ -39,6 +39,8 @@ struct Drowsed: AsyncParsableCommand {
 
     func run() async throws {
         signal(SIGPIPE, SIG_IGN)
+        // State, partial downloads and the database are private unless handed to someone.
+        umask(0o077)
         let env = { (k: String) -> String? in getenv(k).map { String(cString: $0) } }
         var path = config ?? env("DROWSE_CONFIG") ?? MainConfig.defaultPath
         // Absolute, so every path derived from it (socket, state) is absolute for handlers too.

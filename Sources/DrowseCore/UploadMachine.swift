@@ -1,0 +1,256 @@
+/// The upload protocols Drowse speaks.
+public enum UploadProtocol: String, Sendable, CaseIterable {
+    /// Discover: tus if the server says so, else the IETF draft, else a plain PUT.
+    case auto
+    /// draft-ietf-httpbis-resumable-upload, current interop version.
+    case ietf
+    /// The draft iOS 17's URLSession speaks (interop version 3, `Upload-Incomplete`).
+    case ietf3 = "ietf-3"
+    /// tus 1.0.0 with the creation, termination and checksum extensions.
+    case tus
+    /// A plain PUT of the whole file; a retry starts again from byte 0.
+    case put
+}
+
+/// One HTTP request the upload engine should make.
+public struct UploadRequest: Sendable, Equatable {
+    public var method: String
+    public var url: String
+    public var headers: [(String, String)]
+    /// Bytes of the file to send as the body, if any.
+    public var body: Range<Int64>?
+    /// Ask the engine for a checksum header of the body (tus checksum extension).
+    public var checksum: Bool
+
+    public static func == (a: UploadRequest, b: UploadRequest) -> Bool {
+        a.method == b.method && a.url == b.url && a.body == b.body && a.checksum == b.checksum
+            && a.headers.count == b.headers.count && zip(a.headers, b.headers).allSatisfy { $0.0 == $1.0 && $0.1 == $1.1 }
+    }
+}
+
+/// What came back: the final status and headers (lower-cased names), plus any `Location`
+/// from a 104 (Upload Resumption Supported) informational response.
+public struct UploadResponse: Sendable {
+    public var status: Int
+    public var headers: [String: String]
+    public var informationalLocation: String?
+
+    public init(status: Int, headers: [String: String], informationalLocation: String? = nil) {
+        self.status = status
+        self.headers = headers
+        self.informationalLocation = informationalLocation
+    }
+}
+
+/// Decides every request of a resumable upload. Pure: the engine performs the requests and
+/// feeds back responses; this never guesses an offset — before every resume it asks.
+public struct UploadMachine: Sendable {
+    public enum Action: Sendable, Equatable {
+        case request(UploadRequest)
+        /// The server-side upload resource is known: record it before sending data.
+        case resource(url: String, protocol: UploadProtocol)
+        /// The server confirmed this many bytes.
+        case offset(Int64)
+        case completed
+        case failed(reason: String, transient: Bool)
+    }
+
+    enum Phase: Sendable, Equatable {
+        case discover, probeIETF, create, queryOffset, append(Int64), put, cancel, done
+    }
+
+    public static let ietfInteropVersion = 8
+    public let target: String
+    public let total: Int64
+    public let fileName: String
+    public private(set) var proto: UploadProtocol
+    public private(set) var resource: String?
+    var phase: Phase = .discover
+    var tusChecksum = false
+    /// The largest PATCH when the server wants checksums (the engine hashes each body first).
+    public var checksumChunk: Int64 = 16 << 20
+
+    public init(target: String, total: Int64, fileName: String, protocol proto: UploadProtocol, resource: String?) {
+        self.target = target
+        self.total = total
+        self.fileName = fileName
+        self.proto = proto
+        self.resource = resource
+    }
+
+    /// The first request of an attempt (a fresh start or a resume).
+    public mutating func start() -> [Action] {
+        switch proto {
+        case .auto:
+            phase = .discover
+            return [.request(UploadRequest(method: "OPTIONS", url: target, headers: [("Tus-Resumable", "1.0.0")], body: nil, checksum: false))]
+        case .put:
+            phase = .put
+            return [.request(UploadRequest(method: "PUT", url: target, headers: [("Content-Type", "application/octet-stream")], body: 0..<total, checksum: false))]
+        case .tus where resource == nil:
+            // Learn whether the server takes checksums before creating.
+            phase = .discover
+            return [.request(UploadRequest(method: "OPTIONS", url: target, headers: [("Tus-Resumable", "1.0.0")], body: nil, checksum: false))]
+        case .tus, .ietf, .ietf3:
+            return resource == nil ? create() : queryOffset()
+        }
+    }
+
+    /// The request that ends the server-side upload when the transfer is cancelled, if any.
+    public mutating func cancel() -> UploadRequest? {
+        guard let resource else { return nil }
+        phase = .cancel
+        switch proto {
+        case .tus: return UploadRequest(method: "DELETE", url: resource, headers: [("Tus-Resumable", "1.0.0")], body: nil, checksum: false)
+        case .ietf, .ietf3: return UploadRequest(method: "DELETE", url: resource, headers: interopHeaders(), body: nil, checksum: false)
+        default: return nil
+        }
+    }
+
+    func interopHeaders() -> [(String, String)] {
+        [("Upload-Draft-Interop-Version", proto == .ietf3 ? "3" : String(Self.ietfInteropVersion))]
+    }
+
+    /// `Upload-Complete: ?1` (current) or `Upload-Incomplete: ?0` (iOS 17's draft).
+    func completeHeader(_ complete: Bool) -> (String, String) {
+        proto == .ietf3 ? ("Upload-Incomplete", complete ? "?0" : "?1") : ("Upload-Complete", complete ? "?1" : "?0")
+    }
+
+    mutating func create() -> [Action] {
+        phase = .create
+        switch proto {
+        case .tus:
+            var headers = [("Tus-Resumable", "1.0.0"), ("Upload-Length", String(total))]
+            if !fileName.isEmpty { headers.append(("Upload-Metadata", "filename " + Base64.encode(Array(fileName.utf8)))) }
+            return [.request(UploadRequest(method: "POST", url: target, headers: headers, body: nil, checksum: false))]
+        default:
+            // Create the resource without data, so the first byte goes out only once its URL is recorded.
+            var headers = interopHeaders()
+            headers.append(completeHeader(false))
+            if proto != .ietf3 { headers.append(("Upload-Length", String(total))) }
+            return [.request(UploadRequest(method: "POST", url: target, headers: headers, body: nil, checksum: false))]
+        }
+    }
+
+    mutating func queryOffset() -> [Action] {
+        phase = .queryOffset
+        let headers = proto == .tus ? [("Tus-Resumable", "1.0.0")] : interopHeaders()
+        return [.request(UploadRequest(method: "HEAD", url: resource!, headers: headers, body: nil, checksum: false))]
+    }
+
+    mutating func append(from offset: Int64) -> [Action] {
+        phase = .append(offset)
+        if proto == .tus {
+            let end = tusChecksum ? min(total, offset + checksumChunk) : total
+            return [.request(UploadRequest(
+                method: "PATCH", url: resource!,
+                headers: [("Tus-Resumable", "1.0.0"), ("Upload-Offset", String(offset)), ("Content-Type", "application/offset+octet-stream")],
+                body: offset..<end, checksum: tusChecksum))]
+        }
+        var headers = interopHeaders()
+        headers += [("Upload-Offset", String(offset)), completeHeader(true),
+                    ("Content-Type", proto == .ietf3 ? "application/offset+octet-stream" : "application/partial-upload")]
+        return [.request(UploadRequest(method: "PATCH", url: resource!, headers: headers, body: offset..<total, checksum: false))]
+    }
+
+    func resolve(_ location: String) -> String {
+        if location.contains("://") { return location }
+        guard let parts = URLParts.parse(target), let schemeEnd = target.firstRange(of: "://") else { return location }
+        let afterScheme = target[schemeEnd.upperBound...]
+        let authority = afterScheme.prefix { $0 != "/" && $0 != "?" && $0 != "#" }
+        let origin = parts.scheme + "://" + authority
+        if location.hasPrefix("/") { return origin + location }
+        var base = parts.path
+        if let q = base.firstIndex(where: { $0 == "?" || $0 == "#" }) { base = String(base[..<q]) }
+        if let slash = base.lastIndex(of: "/") { base = String(base[...slash]) } else { base = "/" }
+        return origin + base + location
+    }
+
+    static func offset(_ r: UploadResponse) -> Int64? { r.headers["upload-offset"].flatMap { Int64($0.trimmingSpaces()) } }
+
+    static func isTrue(_ v: String?) -> Bool { v?.trimmingSpaces() == "?1" }
+
+    /// Feeds the response to the last request; returns what to do next.
+    public mutating func handle(_ r: UploadResponse) -> [Action] {
+        let s = r.status
+        switch phase {
+        case .discover:
+            if r.headers["tus-resumable"] != nil || r.headers["tus-version"] != nil {
+                proto = .tus
+                let ext = (r.headers["tus-extension"] ?? "").split(separator: ",").map { String($0).trimmingSpaces() }
+                let algs = (r.headers["tus-checksum-algorithm"] ?? "").split(separator: ",").map { String($0).trimmingSpaces().lowercased() }
+                tusChecksum = ext.contains("checksum") && algs.contains("sha1")
+                return resource == nil ? create() : queryOffset()
+            }
+            if proto == .tus { return fail("server does not speak tus (no Tus-Resumable in its OPTIONS answer)", transient: false) }
+            // Not tus: try the IETF draft's creation, which a server without it answers some other way.
+            proto = .ietf
+            let actions = create()
+            phase = .probeIETF
+            return actions
+        case .probeIETF, .create:
+            let location = r.informationalLocation ?? r.headers["location"]
+            let speaksIETF = r.informationalLocation != nil || r.headers["upload-offset"] != nil
+                || r.headers["upload-complete"] != nil || r.headers["upload-incomplete"] != nil
+                || r.headers["upload-draft-interop-version"] != nil
+            if phase == .probeIETF && !(speaksIETF && location != nil && (200..<300).contains(s)) {
+                // A plain server: send the whole file with PUT.
+                proto = .put
+                return start()
+            }
+            guard (200..<300).contains(s), let location else {
+                if s >= 500 || s == 408 || s == 429 || s == 0 { return fail("creating the upload: HTTP \(s)", transient: true) }
+                return fail("creating the upload: HTTP \(s)" + (s == 0 ? "" : location == nil && (200..<300).contains(s) ? " without a Location" : ""), transient: false)
+            }
+            resource = resolve(location)
+            let off = Self.offset(r) ?? 0
+            return [.resource(url: resource!, protocol: proto)] + (off > 0 ? [.offset(off)] : []) + append(from: off)
+        case .queryOffset:
+            if s == 404 || s == 410 {
+                // The server forgot the upload: start a new one from byte 0.
+                resource = nil
+                return [.offset(0)] + create()
+            }
+            guard (200..<300).contains(s), let off = Self.offset(r), off >= 0, off <= total else {
+                if s >= 500 || s == 408 || s == 429 || s == 0 { return fail("asking for the upload offset: HTTP \(s)", transient: true) }
+                return fail("asking for the upload offset: HTTP \(s)" + ((200..<300).contains(s) ? " without a valid Upload-Offset" : ""), transient: s == 409)
+            }
+            let done = off == total && (proto == .tus || Self.isTrue(r.headers["upload-complete"]) || r.headers["upload-incomplete"]?.trimmingSpaces() == "?0")
+            if done { phase = .done; return [.offset(off), .completed] }
+            return [.offset(off)] + append(from: off)
+        case .append(let from):
+            if s == 409 || s == 460 {
+                // Offset mismatch or checksum failure: ask again, never resend from a guess.
+                return queryOffset()
+            }
+            guard (200..<300).contains(s) else {
+                if s >= 500 || s == 408 || s == 429 || s == 0 { return fail("sending data: HTTP \(s)", transient: true) }
+                if s == 404 || s == 410 { resource = nil; return [.offset(0)] + create() }
+                return fail("sending data: HTTP \(s)", transient: false)
+            }
+            if proto == .tus {
+                guard let off = Self.offset(r), off >= from, off <= total else { return queryOffset() }
+                if off == total { phase = .done; return [.offset(off), .completed] }
+                return [.offset(off)] + append(from: off)
+            }
+            phase = .done
+            return [.offset(total), .completed]
+        case .put:
+            guard (200..<300).contains(s) else {
+                return fail("PUT: HTTP \(s)", transient: s >= 500 || s == 408 || s == 429 || s == 0)
+            }
+            phase = .done
+            return [.offset(total), .completed]
+        case .cancel, .done:
+            return []
+        }
+    }
+
+    func fail(_ reason: String, transient: Bool) -> [Action] { [.failed(reason: reason, transient: transient)] }
+
+    /// After a dropped connection or a daemon restart: resume by asking the server first.
+    public mutating func resume() -> [Action] {
+        if proto == .put || proto == .auto || resource == nil { return start() }
+        return queryOffset()
+    }
+}

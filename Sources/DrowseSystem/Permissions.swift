@@ -1,0 +1,73 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Checks what a local user could do to a path, so that drowsed (running as root) never
+/// reads or writes a file for an API caller that the caller could not read or write itself.
+public enum Permissions {
+    /// The caller's identity as the kernel would judge it.
+    public struct Subject: Sendable {
+        public var uid: uid_t
+        public var gids: [gid_t]
+        public init(uid: uid_t, gids: [gid_t]) {
+            self.uid = uid
+            self.gids = gids
+        }
+    }
+
+    private static func allows(_ st: stat, _ who: Subject, read: Bool, write: Bool, exec: Bool) -> Bool {
+        if who.uid == 0 { return true }
+        let mode = st.st_mode
+        let shift: mode_t
+        if st.st_uid == who.uid { shift = 6 } else if who.gids.contains(st.st_gid) { shift = 3 } else { shift = 0 }
+        let bits = (mode >> shift) & 7
+        return (!read || bits & 4 != 0) && (!write || bits & 2 != 0) && (!exec || bits & 1 != 0)
+    }
+
+    /// Every folder from `/` down to `dir` can be searched (x) by `who`.
+    private static func canTraverse(_ dir: String, _ who: Subject) -> Bool {
+        var path = ""
+        let parts = dir.split(separator: "/")
+        var st = stat()
+        guard stat("/", &st) == 0, allows(st, who, read: false, write: false, exec: true) else { return false }
+        for p in parts {
+            path += "/" + p
+            guard stat(path, &st) == 0, (st.st_mode & S_IFMT) == S_IFDIR, allows(st, who, read: false, write: false, exec: true) else { return false }
+        }
+        return true
+    }
+
+    private static func parent(_ path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return "." }
+        let d = String(path[..<slash])
+        return d.isEmpty ? "/" : d
+    }
+
+    /// `who` could open this regular file for reading.
+    public static func canRead(_ path: String, by who: Subject) -> Bool {
+        guard path.hasPrefix("/") else { return false }
+        var st = stat()
+        guard lstat(path, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else { return false }  // no symlinks, no devices
+        return canTraverse(parent(path), who) && allows(st, who, read: true, write: false, exec: false)
+    }
+
+    /// `who` could create or replace a file at this path.
+    public static func canWrite(_ path: String, by who: Subject) -> Bool {
+        guard path.hasPrefix("/") else { return false }
+        let dir = parent(path)
+        var st = stat()
+        guard canTraverse(dir, who), stat(dir, &st) == 0, allows(st, who, read: false, write: true, exec: true) else { return false }
+        if lstat(path, &st) == 0 {
+            if (st.st_mode & S_IFMT) == S_IFLNK || (st.st_mode & S_IFMT) == S_IFDIR { return false }
+            // A sticky folder (/tmp) protects other users' files.
+            var dst = stat()
+            if stat(dir, &dst) == 0, dst.st_mode & S_ISVTX != 0, who.uid != 0, st.st_uid != who.uid { return false }
+        }
+        return true
+    }
+
+    /// Hands a file to a user (after drowsed, as root, wrote it for them).
+    public static func giveTo(_ path: String, uid: uid_t, gid: gid_t) {
+        if geteuid() == 0 { _ = chown(path, uid, gid) }
+    }
+}

@@ -1,0 +1,233 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import CCrypto
+import CCurl
+import DrowseCore
+import DrowseSystem
+
+/// One upload: a sequence of HTTP requests decided by `UploadMachine`, each run as its own
+/// easy handle on the engine's multi handle. Lives on the engine thread only.
+final class Upload {
+    let job: UploadJob
+    unowned let engine: TransferEngine
+    var machine: UploadMachine
+    let fd: Int32
+    var easy: UnsafeMutableRawPointer?
+    var headers: UnsafeMutablePointer<curl_slist>?
+    var request: UploadRequest?
+    var readPos: Int64 = 0
+    var status = 0
+    var responseHeaders: [String: String] = [:]
+    var informationalLocation: String?
+    var inInformational = false
+    var lastProgressAt = 0.0
+    var finished = false
+    /// Fire-and-forget requests (DELETE on cancel) report nothing.
+    var silent = false
+
+    init(job: UploadJob, engine: TransferEngine) throws(TransferError) {
+        self.job = job
+        self.engine = engine
+        machine = UploadMachine(
+            target: job.url, total: job.total, fileName: String(job.sourcePath.split(separator: "/").last ?? ""),
+            protocol: job.protocolName, resource: job.resource)
+        fd = open(job.sourcePath, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else {
+            throw TransferError("cannot read \(job.sourcePath): \(String(cString: strerror(errno)))", transient: false)
+        }
+        let size = Int64(lseek(fd, 0, SEEK_END))
+        guard size == job.total else {
+            Glibc.close(fd)
+            throw TransferError("\(job.sourcePath) changed size (\(job.total) → \(size) bytes) since the upload began", transient: false)
+        }
+    }
+
+    /// Starts (or resumes) and returns the first easy handle to add, if any.
+    func begin() -> UnsafeMutableRawPointer? {
+        perform(job.resource == nil ? machine.start() : machine.resume())
+    }
+
+    /// A one-off request (the DELETE of a cancelled upload).
+    func beginCancel() -> UnsafeMutableRawPointer? {
+        silent = true
+        guard let req = machine.cancel() else { return nil }
+        return makeHandle(req)
+    }
+
+    /// Runs the machine's actions; returns the next handle to add, or nil when nothing is left to send.
+    private func perform(_ actions: [UploadMachine.Action]) -> UnsafeMutableRawPointer? {
+        var next: UnsafeMutableRawPointer?
+        for a in actions {
+            switch a {
+            case .request(let r): next = makeHandle(r)
+            case .resource(let url, let proto): engine.emit(.uploadResource(id: job.id, url: url, protocolName: proto.rawValue))
+            case .offset(let n): engine.emit(.committed(id: job.id, bytesDone: n, bytesTotal: job.total, etag: nil, lastModified: nil))
+            case .completed:
+                finished = true
+                engine.emit(.completed(id: job.id, bytes: job.total, path: job.sourcePath))
+            case .failed(let reason, let transient):
+                finished = true
+                engine.emit(.failed(id: job.id, error: TransferError(reason, transient: transient)))
+            }
+        }
+        return next
+    }
+
+    private func makeHandle(_ r: UploadRequest) -> UnsafeMutableRawPointer? {
+        releaseHandle()
+        guard let easy = curl_easy_init() else {
+            finished = true
+            engine.emit(.failed(id: job.id, error: TransferError("libcurl could not make a handle", transient: true)))
+            return nil
+        }
+        self.easy = easy
+        request = r
+        status = 0
+        responseHeaders = [:]
+        informationalLocation = nil
+        let me = Unmanaged.passUnretained(self).toOpaque()
+        let o = engine.opts
+        _ = ccurl_setopt_str(easy, CURLOPT_URL, r.url)
+        _ = ccurl_setopt_str(easy, CURLOPT_PROTOCOLS_STR, "http,https")
+        _ = ccurl_setopt_str(easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https")
+        _ = ccurl_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 0)
+        _ = ccurl_setopt_long(easy, CURLOPT_NOSIGNAL, 1)
+        _ = ccurl_setopt_long(easy, CURLOPT_SSL_VERIFYPEER, 1)
+        _ = ccurl_setopt_long(easy, CURLOPT_SSL_VERIFYHOST, 2)
+        _ = ccurl_setopt_long(easy, CURLOPT_LOW_SPEED_LIMIT, o.lowSpeedLimit)
+        _ = ccurl_setopt_long(easy, CURLOPT_LOW_SPEED_TIME, o.lowSpeedTime)
+        _ = ccurl_setopt_long(easy, CURLOPT_CONNECTTIMEOUT, 30)
+        _ = ccurl_setopt_long(easy, CURLOPT_UPLOAD_BUFFERSIZE, 512 * 1024)
+        _ = ccurl_setopt_str(easy, CURLOPT_USERAGENT, o.userAgent)
+        headers = curl_slist_append(nil, "Expect:")  // no 100-continue round trip
+        for (k, v) in r.headers { headers = curl_slist_append(headers, "\(k): \(v)") }
+        switch (r.method, r.body) {
+        case ("HEAD", _):
+            _ = ccurl_setopt_long(easy, CURLOPT_NOBODY, 1)
+        case (let m, nil):
+            if m == "POST" {
+                _ = ccurl_setopt_long(easy, CURLOPT_POST, 1)
+                _ = ccurl_setopt_off(easy, CURLOPT_POSTFIELDSIZE_LARGE, 0)
+                _ = ccurl_setopt_str(easy, CURLOPT_COPYPOSTFIELDS, "")
+            } else if m != "GET" {
+                _ = ccurl_setopt_str(easy, CURLOPT_CUSTOMREQUEST, m)
+            }
+        case (let m, let range?):
+            readPos = range.lowerBound
+            if r.checksum, let digest = sha1(range) {
+                headers = curl_slist_append(headers, "Upload-Checksum: sha1 \(Base64.encode(digest))")
+            }
+            _ = ccurl_setopt_long(easy, CURLOPT_UPLOAD, 1)
+            _ = ccurl_setopt_off(easy, CURLOPT_INFILESIZE_LARGE, curl_off_t(range.count))
+            if m != "PUT" { _ = ccurl_setopt_str(easy, CURLOPT_CUSTOMREQUEST, m) }
+            _ = ccurl_setopt_ptr(easy, CURLOPT_READDATA, me)
+            _ = ccurl_setopt_data_cb(easy, CURLOPT_READFUNCTION) { ptr, size, n, ud in
+                Unmanaged<Upload>.fromOpaque(ud!).takeUnretainedValue().read(into: ptr!, max: size * n)
+            }
+            _ = ccurl_setopt_ptr(easy, CURLOPT_SEEKDATA, me)
+            _ = ccurl_setopt_seek_cb(easy) { ud, offset, origin in
+                guard origin == SEEK_SET else { return 2 }  // CURL_SEEKFUNC_CANTSEEK
+                let u = Unmanaged<Upload>.fromOpaque(ud!).takeUnretainedValue()
+                u.readPos = (u.request?.body?.lowerBound ?? 0) + Int64(offset)
+                return 0
+            }
+            _ = ccurl_setopt_long(easy, CURLOPT_NOPROGRESS, 0)
+            _ = ccurl_setopt_ptr(easy, CURLOPT_XFERINFODATA, me)
+            _ = ccurl_setopt_xferinfo_cb(easy) { ud, _, _, _, ulnow in
+                let u = Unmanaged<Upload>.fromOpaque(ud!).takeUnretainedValue()
+                let now = WallClock.monotonic()
+                if now - u.lastProgressAt >= 0.5, let body = u.request?.body {
+                    u.lastProgressAt = now
+                    u.engine.emit(.progress(id: u.job.id, bytesDone: body.lowerBound + Int64(ulnow), bytesTotal: u.job.total))
+                }
+                return 0
+            }
+        }
+        _ = ccurl_setopt_slist(easy, CURLOPT_HTTPHEADER, headers)
+        _ = ccurl_setopt_ptr(easy, CURLOPT_HEADERDATA, me)
+        _ = ccurl_setopt_data_cb(easy, CURLOPT_HEADERFUNCTION) { ptr, size, n, ud in
+            Unmanaged<Upload>.fromOpaque(ud!).takeUnretainedValue().onHeader(UnsafeRawBufferPointer(start: ptr, count: size * n))
+            return size * n
+        }
+        // Response bodies are not needed; read and drop at most 64 KiB of them.
+        _ = ccurl_setopt_data_cb(easy, CURLOPT_WRITEFUNCTION) { _, size, n, _ in size * n }
+        _ = ccurl_setopt_off(easy, CURLOPT_MAXFILESIZE_LARGE, 65536)
+        return easy
+    }
+
+    func read(into ptr: UnsafeMutablePointer<CChar>, max: Int) -> Int {
+        guard let end = request?.body?.upperBound else { return 0 }
+        let want = Int(min(Int64(max), end - readPos))
+        if want <= 0 { return 0 }
+        let n = pread(fd, ptr, want, off_t(readPos))
+        if n < 0 { return 0x10000000 }  // CURL_READFUNC_ABORT
+        readPos += Int64(n)
+        return n
+    }
+
+    func onHeader(_ raw: UnsafeRawBufferPointer) {
+        let line = String(decoding: raw, as: UTF8.self).trimmingCharacters()
+        if line.hasPrefix("HTTP/") {
+            status = Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0
+            inInformational = (100..<200).contains(status)
+            if !inInformational { responseHeaders = [:] }
+            return
+        }
+        guard let colon = line.firstIndex(of: ":") else { return }
+        let name = line[..<colon].lowercased()
+        let value = String(line[line.index(after: colon)...]).trimmingCharacters()
+        if inInformational {
+            if name == "location" { informationalLocation = value }
+        } else {
+            responseHeaders[name] = value
+        }
+    }
+
+    private func sha1(_ range: Range<Int64>) -> [UInt8]? {
+        guard let ctx = EVP_MD_CTX_new() else { return nil }
+        defer { EVP_MD_CTX_free(ctx) }
+        EVP_DigestInit_ex(ctx, EVP_sha1(), nil)
+        var buf = [UInt8](repeating: 0, count: 1 << 20)
+        var pos = range.lowerBound
+        while pos < range.upperBound {
+            let n = buf.withUnsafeMutableBytes { pread(fd, $0.baseAddress, Int(min(Int64($0.count), range.upperBound - pos)), off_t(pos)) }
+            if n <= 0 { return nil }
+            EVP_DigestUpdate(ctx, buf, n)
+            pos += Int64(n)
+        }
+        var out = [UInt8](repeating: 0, count: 20)
+        var len: UInt32 = 0
+        EVP_DigestFinal_ex(ctx, &out, &len)
+        return out
+    }
+
+    /// The current request ended; returns the next handle to add, if any.
+    func done(_ result: CURLcode) -> UnsafeMutableRawPointer? {
+        if silent { releaseHandle(); return nil }
+        if result != CURLE_OK {
+            let message = String(cString: curl_easy_strerror(result))
+            releaseHandle()
+            finished = true
+            // A dropped connection mid-body: the retry asks the server for its offset first.
+            engine.emit(.failed(id: job.id, error: TransferError(message, transient: result != CURLE_UNSUPPORTED_PROTOCOL && result != CURLE_URL_MALFORMAT)))
+            return nil
+        }
+        var code = 0
+        if let easy { _ = ccurl_getinfo_long(easy, CURLINFO_RESPONSE_CODE, &code) }
+        let response = UploadResponse(status: code, headers: responseHeaders, informationalLocation: informationalLocation)
+        return perform(machine.handle(response))
+    }
+
+    func releaseHandle() {
+        if let easy { curl_easy_cleanup(easy) }
+        easy = nil
+        curl_slist_free_all(headers)
+        headers = nil
+    }
+
+    func close() {
+        releaseHandle()
+        Glibc.close(fd)
+    }
+}
