@@ -25,9 +25,10 @@ extension Agent {
     func startTransferEngine() {
         let (stream, continuation) = AsyncStream<TransferEvent>.makeStream()
         transferEvents = continuation
-        let opts = TransferEngine.Options(
+        var opts = TransferEngine.Options(
             maxConnectionsPerHost: config.transfers.maxConnectionsPerHost,
             commitInterval: config.transfers.commitInterval.seconds, commitBytes: Int64(config.transfers.commitBytes))
+        opts.lowSpeedTime = max(1, Int(config.transfers.stallTimeout.seconds.rounded()))
         engine = TransferEngine(options: opts, logger: logger) { continuation.yield($0) }
         background.append(Task {
             for await event in stream { await self.transferEvent(event) }

@@ -44,6 +44,8 @@ public struct MainConfig: Sendable, Equatable {
         public var maxConnectionsPerHost: Int = 6
         public var commitInterval: Duration = .seconds(2)
         public var commitBytes: Int = 8 << 20
+        /// A transfer that moves no byte for this long is dropped and retried (stall detection).
+        public var stallTimeout: Duration = .seconds(60)
     }
 
     public static let defaultPath = "/etc/drowse/drowse.toml"
@@ -123,6 +125,7 @@ public struct MainConfig: Sendable, Equatable {
             transfers.maxConnectionsPerHost = try t.integer("max_connections_per_host", in: 1...64) ?? 6
             transfers.commitInterval = try t.duration("commit_interval", minimum: .milliseconds(100)) ?? .seconds(2)
             transfers.commitBytes = try t.integer("commit_bytes", in: 65536...(1 << 30)) ?? (8 << 20)
+            transfers.stallTimeout = try t.duration("stall_timeout", minimum: .seconds(1)) ?? .seconds(60)
             try t.rejectUnknown()
         }
         try r.rejectUnknown()

@@ -327,8 +327,13 @@ final class Download {
             if let t = parsed.total, let known = total, t != known {
                 return abort(TransferError("file size changed on the server (\(known) → \(t) bytes)", transient: true), restart: true)
             }
-            if let etag, let newTag = headerETag, newTag != etag {
+            // The server should have answered 200 for a changed file (If-Range); some do not.
+            // libcurl would splice their 206 onto the old bytes, so compare the validators here.
+            if let etag, headerETag != etag {
                 return abort(TransferError("file changed on the server (ETag)", transient: true), restart: true)
+            }
+            if etag == nil, let lm = lastModified, headerLastModified != lm {
+                return abort(TransferError("file changed on the server (Last-Modified)", transient: true), restart: true)
             }
             total = parsed.total ?? total
         } else if headerStatus == 200 {

@@ -37,6 +37,9 @@ def pytest_runtest_makereport(item, call):
         b = item.funcargs.get("broker") if hasattr(item, "funcargs") else None
         if b is not None:
             rep.sections.append((f"mosquitto log ({b.log})", b.log_text()[-20000:]))
+        hs = item.funcargs.get("hostile_server") if hasattr(item, "funcargs") else None
+        if hs is not None:
+            rep.sections.append((f"hostile server requests (127.0.0.1:{hs.port})", hs.log()[-20000:]))
 
 
 def _failed(request) -> bool:
@@ -79,6 +82,16 @@ def nginx(workdir):
     n.start()
     yield n
     n.stop()
+
+
+@pytest.fixture
+def hostile_server(workdir):
+    """A scripted HTTP/1.1 server on 127.0.0.1 (hostile_server.py); configure its paths in the test."""
+    from hostile_server import HostileServer
+    s = HostileServer().start()
+    yield s
+    s.stop()
+    (workdir / "hostile-requests.log").write_text(s.log() + "\n")  # kept with the temp dir on failure
 
 
 @pytest.fixture
