@@ -8,6 +8,8 @@
 #include <sys/socket.h>
 #include <sys/eventfd.h>
 #include <sys/un.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
 #include <stdlib.h>
 #include <stddef.h>
 #include <sys/prctl.h>
@@ -121,3 +123,22 @@ int drowse_sd_notify(const char *state) {
 }
 
 int drowse_pipe(int fds[2]) { return pipe2(fds, O_CLOEXEC) == 0 ? 0 : errno; }
+
+static int netlink_socket(int protocol, unsigned groups) {
+    int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, protocol);
+    if (fd < 0) return -1;
+    struct sockaddr_nl addr;
+    memset(&addr, 0, sizeof addr);
+    addr.nl_family = AF_NETLINK;
+    addr.nl_groups = groups;
+    if (bind(fd, (struct sockaddr *)&addr, sizeof addr) != 0) { close(fd); return -1; }
+    return fd;
+}
+
+int drowse_netlink_route_socket(void) {
+    return netlink_socket(NETLINK_ROUTE, RTMGRP_LINK | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE | RTMGRP_IPV4_IFADDR);
+}
+
+int drowse_netlink_uevent_socket(void) {
+    return netlink_socket(NETLINK_KOBJECT_UEVENT, 1);
+}

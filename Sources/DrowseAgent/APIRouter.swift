@@ -79,6 +79,9 @@ public struct APIRouter: Sendable {
                 guard let proto = UploadProtocol(rawValue: p) else { throw .badRequest("'protocol' is one of auto, ietf, ietf-3, tus, put") }
                 r.uploadProtocol = proto
             }
+            r.requirements = TransferRequirements(
+                discretionary: b["discretionary"]?.boolValue ?? false, noCellular: b["no_cellular"]?.boolValue ?? false,
+                requiresPower: b["requires_power"]?.boolValue ?? false)
             if let t = b["timeout_resource"], !t.isNull {
                 guard let seconds = t.doubleValue ?? t.stringValue.flatMap(DurationText.parse).map(\.seconds), seconds > 0 else {
                     throw .badRequest("'timeout_resource' is a number of seconds or a duration like \"7d\"")

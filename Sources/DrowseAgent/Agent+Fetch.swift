@@ -26,7 +26,8 @@ extension Agent {
         windowTimer?.cancel()
         windowTimer = nil
         let t = now()
-        guard let window = planner.nextWindow(plannerInputs(), now: t) else {
+        // Offline, nothing is attempted; the link's return (a netlink event) re-plans.
+        guard conditions.network != .none, let window = planner.nextWindow(plannerInputs(), now: t) else {
             plannedWindow = nil
             return
         }

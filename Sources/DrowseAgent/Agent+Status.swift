@@ -19,11 +19,24 @@ extension Agent {
     }
 
     public func conditions(refresh: Bool) -> JSON {
-        if refresh {
-            conditions = probe.read(now: now())
-            replan()
-        }
+        if refresh { refreshConditions() }
         return conditions.json
+    }
+
+    func conditionsChanged(_ change: ConditionsMonitor.Change) {
+        logger.debug("conditions: the kernel reports a \(change) change")
+        refreshConditions()
+    }
+
+    /// Re-reads power and network; lets waiting work start and pauses work that may not go on.
+    func refreshConditions() {
+        let old = conditions
+        conditions = probe.read(now: now())
+        if conditions != old.withReadAt(conditions.readAt) {
+            logger.info("conditions: \(conditions.powerSource.rawValue) power, network \(conditions.network.rawValue)\(conditions.interface.map { " (\($0))" } ?? "")\(conditions.metered ? ", metered" : "")")
+        }
+        applyConditions()
+        replan()
     }
 
     func appJSON(_ app: AppDefinition, plan: FetchPlanner.AppPlan?, history: Bool) -> JSON {
@@ -32,7 +45,8 @@ extension Agent {
             ("id", .string(app.id)), ("valid", true), ("error", nil), ("file", .string(app.file)),
             ("last_result", JSON(rec?.lastResult?.rawValue)), ("last_fetch", JSON(rec?.lastFetch)),
             ("next_fetch", JSON(runningFetches.contains(app.id) ? nil : plan?.plannedAt)),
-            ("next_fetch_reason", .string(runningFetches.contains(app.id) ? "fetching now" : plan?.reason ?? "")),
+            ("next_fetch_reason", .string(runningFetches.contains(app.id) ? "fetching now"
+                : plan?.plannedAt != nil && conditions.network == .none ? "waiting for network" : plan?.reason ?? "")),
             ("minimum_interval", .string(app.fetchInterval.description)),
             ("consecutive_failures", JSON(rec?.consecutiveFailures)), ("last_used", JSON(rec?.lastUsed)),
             ("user", JSON(app.user)), ("running", .bool(runningFetches.contains(app.id))),

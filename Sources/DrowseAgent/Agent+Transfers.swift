@@ -19,6 +19,7 @@ public struct TransferRequest: Sendable {
     public var uploadProtocol: UploadProtocol = .auto
     /// `--timeout-resource`: give up if not finished in this long (default 7 days, as on iOS).
     public var timeoutResource: Double = 7 * 86400
+    public var requirements = TransferRequirements()
 }
 
 extension Agent {
@@ -98,6 +99,13 @@ extension Agent {
             finishFailed(&t, reason: "timed out: not finished within its --timeout-resource")
             return
         }
+        if let blocker = policy.blocker(t.requirements, conditions) {
+            // Not now: applyConditions() starts it when the board's conditions allow.
+            t.state = .waiting
+            t.reason = "waiting: " + blocker
+            try? store.save(t)
+            return
+        }
         t.state = .running
         t.reason = nil
         if t.kind == .download, t.destination == nil { _ = inbox(for: t.app) }
@@ -152,6 +160,7 @@ extension Agent {
             id: id, app: app.id, session: req.session, kind: req.kind, url: req.url, destination: req.destination,
             sha256: req.sha256?.lowercased(), createdAt: now())
         t.timeoutAt = t.createdAt + req.timeoutResource
+        t.requirements = req.requirements
         if caller.uid != 0 {
             t.ownerUID = caller.uid
             t.ownerGID = caller.gid
@@ -269,6 +278,35 @@ extension Agent {
                 return
             }
             finishFailed(&t, reason: error.transient ? "timed out after: \(error.reason)" : error.reason)
+        }
+    }
+
+    /// After a change of power or network: pause what may not go on (keeping its progress),
+    /// start what was waiting and now may.
+    func applyConditions() {
+        guard let all = try? store.transfers() else { return }
+        for var t in all where !t.state.isFinished {
+            let blocker = policy.blocker(t.requirements, conditions)
+            switch (t.state, blocker) {
+            case (.running, let b?):
+                engine?.stop(id: t.id)
+                liveProgress[t.id] = nil
+                t.state = .paused
+                t.reason = "paused: " + b
+                try? store.save(t)
+                logger.info("transfer paused: \(b)", metadata: ["transfer.id": "\(t.id)"])
+            case (.waiting, let b?), (.paused, let b?):
+                guard retryTimers[t.id] == nil else { continue }
+                let reason = (t.state == .paused ? "paused: " : "waiting: ") + b
+                if t.reason != reason { t.reason = reason; try? store.save(t) }
+            case (.waiting, nil), (.paused, nil):
+                // Those counting down to a retry keep their timer.
+                guard retryTimers[t.id] == nil else { continue }
+                logger.info("transfer resumes: conditions allow it", metadata: ["transfer.id": "\(t.id)"])
+                begin(t)
+            default:
+                break
+            }
         }
     }
 

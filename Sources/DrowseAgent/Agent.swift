@@ -21,6 +21,8 @@ public actor Agent {
     let planner = FetchPlanner()
     let probe: ConditionsProbe
     var conditions: Conditions
+    let policy: ConditionsPolicy
+    var monitor: ConditionsMonitor?
 
     /// Valid apps by id.
     var apps: [String: AppDefinition] = [:]
@@ -58,10 +60,16 @@ public actor Agent {
         store = try Store(path: config.stateDir + "/state.db")
         probe = ConditionsProbe(sysfsRoot: config.conditions.sysfsRoot, meteredInterfaces: config.conditions.meteredInterfaces)
         conditions = probe.read(now: WallClock.now())
+        policy = ConditionsPolicy(batteryLowPercent: config.conditions.batteryLowPercent)
     }
 
     /// Loads apps, resumes unfinished work and connects. Returns once running.
     public func start() {
+        let monitor = ConditionsMonitor(logger: logger) { change in
+            Task { await self.conditionsChanged(change) }
+        }
+        monitor.start()
+        self.monitor = monitor
         loadApps()
         startTransferEngine()
         startMQTT()

@@ -13,6 +13,13 @@ public struct Conditions: Sendable, Equatable {
 
     public init() {}
 
+    /// The same facts, stamped with another read time (for comparing two readings).
+    public func withReadAt(_ t: Double) -> Conditions {
+        var c = self
+        c.readAt = t
+        return c
+    }
+
     public var json: JSON {
         [
             "power_source": .string(powerSource.rawValue), "battery_percent": JSON(batteryPercent),

@@ -34,6 +34,8 @@ public struct Transfer: Sendable, Equatable {
     public var uploadURL: String?
     /// Unix time after which an unfinished transfer fails (`--timeout-resource`, default 7 days).
     public var timeoutAt: Double?
+    /// Conditions it waits for.
+    public var requirements = TransferRequirements()
     /// Who asked for it; a finished file at `--to` is handed to them (nil: root).
     public var ownerUID: UInt32?
     public var ownerGID: UInt32?
@@ -68,7 +70,8 @@ public struct Transfer: Sendable, Equatable {
             "bytes_total": JSON(bytesTotal), "reason": JSON(reason), "location": JSON(location),
             "sha256": JSON(sha256), "destination": JSON(destination), "source": JSON(source),
             "protocol": JSON(uploadProtocol), "created_at": .number(createdAt), "finished_at": JSON(finishedAt),
-            "timeout_at": JSON(timeoutAt),
+            "timeout_at": JSON(timeoutAt), "discretionary": .bool(requirements.discretionary),
+            "no_cellular": .bool(requirements.noCellular), "requires_power": .bool(requirements.requiresPower),
         ]
     }
 }

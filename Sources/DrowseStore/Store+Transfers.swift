@@ -2,14 +2,15 @@ import DrowseCore
 
 extension Store {
     private static let columns =
-        "id, app, session, kind, state, url, destination, sha256, bytes_done, bytes_total, reason, location, etag, last_modified, created_at, finished_at, delivered, source, protocol, upload_url, timeout_at, owner_uid, owner_gid"
+        "id, app, session, kind, state, url, destination, sha256, bytes_done, bytes_total, reason, location, etag, last_modified, created_at, finished_at, delivered, source, protocol, upload_url, timeout_at, owner_uid, owner_gid, discretionary, no_cellular, requires_power"
 
     private func values(_ t: Transfer) -> [SQLValue] {
         [.text(t.id), .text(t.app), .text(t.session), .text(t.kind.rawValue), .text(t.state.rawValue), .text(t.url),
          SQLValue(t.destination), SQLValue(t.sha256), .int(t.bytesDone), SQLValue(t.bytesTotal), SQLValue(t.reason),
          SQLValue(t.location), SQLValue(t.etag), SQLValue(t.lastModified), .double(t.createdAt), SQLValue(t.finishedAt),
          .int(t.delivered ? 1 : 0), SQLValue(t.source), SQLValue(t.uploadProtocol), SQLValue(t.uploadURL), SQLValue(t.timeoutAt),
-         SQLValue(t.ownerUID.map(Int64.init)), SQLValue(t.ownerGID.map(Int64.init))]
+         SQLValue(t.ownerUID.map(Int64.init)), SQLValue(t.ownerGID.map(Int64.init)),
+         .int(t.requirements.discretionary ? 1 : 0), .int(t.requirements.noCellular ? 1 : 0), .int(t.requirements.requiresPower ? 1 : 0)]
     }
 
     private func transfer(_ r: [SQLValue]) -> Transfer {
@@ -32,12 +33,14 @@ extension Store {
         t.timeoutAt = r[20].double
         t.ownerUID = r[21].int64.map { UInt32(truncatingIfNeeded: $0) }
         t.ownerGID = r[22].int64.map { UInt32(truncatingIfNeeded: $0) }
+        t.requirements = TransferRequirements(
+            discretionary: (r[23].int64 ?? 0) != 0, noCellular: (r[24].int64 ?? 0) != 0, requiresPower: (r[25].int64 ?? 0) != 0)
         return t
     }
 
     /// Inserts or replaces the whole row.
     public func save(_ t: Transfer) throws(StoreError) {
-        try db.query("INSERT OR REPLACE INTO transfers(\(Self.columns)) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", values(t))
+        try db.query("INSERT OR REPLACE INTO transfers(\(Self.columns)) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", values(t))
     }
 
     /// Commits download progress: only called after the bytes are on disk (fdatasync).

@@ -5,7 +5,7 @@ import DrowseCore
 /// returned survives a power cut. Versioned schema with forward migrations.
 public final class Store {
     public let db: SQLiteDatabase
-    public static let schemaVersion: Int64 = 2
+    public static let schemaVersion: Int64 = 3
 
     public init(path: String) throws(StoreError) {
         db = try SQLiteDatabase(path: path)
@@ -93,6 +93,16 @@ public final class Store {
                     ALTER TABLE transfers ADD COLUMN owner_uid INTEGER;
                     ALTER TABLE transfers ADD COLUMN owner_gid INTEGER;
                     UPDATE schema_version SET version = 2;
+                    """)
+            }
+            if current < 3 {
+                // Conditions a transfer waits for.
+                try db.exec(
+                    """
+                    ALTER TABLE transfers ADD COLUMN discretionary INTEGER NOT NULL DEFAULT 0;
+                    ALTER TABLE transfers ADD COLUMN no_cellular INTEGER NOT NULL DEFAULT 0;
+                    ALTER TABLE transfers ADD COLUMN requires_power INTEGER NOT NULL DEFAULT 0;
+                    UPDATE schema_version SET version = 3;
                     """)
             }
         }

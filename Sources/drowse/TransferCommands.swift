@@ -19,6 +19,7 @@ struct TransferCommand: ParsableCommand {
         @Option(help: "Put the verified file here (absolute path).") var to: String?
         @Option(help: "Expected SHA-256 (hex).") var sha256: String?
         @Option(help: "Fail if not finished within this long (default 7d).") var timeoutResource: String?
+        @OptionGroup var conditions: ConditionFlags
         @Flag(help: "Print JSON.") var json = false
 
         func run() throws {
@@ -26,6 +27,8 @@ struct TransferCommand: ParsableCommand {
             let body = JSON.object([
                 ("kind", "download"), ("url", .string(url)), ("app", .string(app)), ("session", .string(session)),
                 ("to", JSON(to.map(absolute))), ("sha256", JSON(sha256)), ("timeout_resource", JSON(try timeoutSeconds(timeoutResource))),
+                ("discretionary", .bool(conditions.discretionary)), ("no_cellular", .bool(conditions.noCellular)),
+                ("requires_power", .bool(conditions.requiresPower)),
             ])
             let t = try global.call("POST", "/v1/transfers", body: body)
             if json { printJSON(.object([("id", t["id"] ?? nil)])) } else { print(t["id"]?.stringValue ?? "") }
@@ -41,6 +44,7 @@ struct TransferCommand: ParsableCommand {
         @Option(help: "Session name (events are delivered per session).") var session = "default"
         @Option(help: "auto | ietf | ietf-3 (iOS 17's draft) | tus | put") var `protocol` = "auto"
         @Option(help: "Fail if not finished within this long (default 7d).") var timeoutResource: String?
+        @OptionGroup var conditions: ConditionFlags
         @Flag(help: "Print JSON.") var json = false
 
         func run() throws {
@@ -50,6 +54,8 @@ struct TransferCommand: ParsableCommand {
                 ("kind", "upload"), ("url", .string(url)), ("app", .string(app)), ("session", .string(session)),
                 ("file", .string(absolute(file))), ("protocol", .string(`protocol`)),
                 ("timeout_resource", JSON(try timeoutSeconds(timeoutResource))),
+                ("discretionary", .bool(conditions.discretionary)), ("no_cellular", .bool(conditions.noCellular)),
+                ("requires_power", .bool(conditions.requiresPower)),
             ])
             let t = try global.call("POST", "/v1/transfers", body: body)
             if json { printJSON(.object([("id", t["id"] ?? nil)])) } else { print(t["id"]?.stringValue ?? "") }
@@ -164,4 +170,10 @@ func timeoutSeconds(_ text: String?) throws -> Double? {
     guard let text else { return nil }
     guard let d = DurationText.parse(text), d > .zero else { throw CLIError("'\(text)' is not a duration (e.g. 2h, 7d)") }
     return d.seconds
+}
+
+struct ConditionFlags: ParsableArguments {
+    @Flag(help: "Wait for an unmetered network and external power (or a battery above the low mark).") var discretionary = false
+    @Flag(help: "Never use a cellular network.") var noCellular = false
+    @Flag(help: "Wait for external power.") var requiresPower = false
 }

@@ -28,4 +28,10 @@ void drowse_set_thread_name(const char *name);
 /// Sends a datagram to systemd's $NOTIFY_SOCKET. Returns 0, or errno; 0 when unset.
 int drowse_sd_notify(const char *state);
 
+/// A netlink socket subscribed to link and IPv4/IPv6 route changes (non-blocking). -1 on error.
+int drowse_netlink_route_socket(void);
+
+/// A netlink socket for kernel uevents (non-blocking). -1 on error.
+int drowse_netlink_uevent_socket(void);
+
 #endif
