@@ -248,13 +248,14 @@ def notify_topic(app: str, device: str = DEVICE_ID, prefix: str = "drowse") -> s
 class Nginx:
     """A real nginx on 127.0.0.1:<port> serving `www/` with:
     - /files/...   plain static files
-    - /slow/...    static files with `limit_rate 4m`
+    - /slow/...    static files with `limit_rate 4m` (per connection; `slow_rate` changes it, e.g. "7m")
     - /redirect-to-file   302 to file:///etc/passwd
     - /redirect-to-files/NAME 302 to /files/NAME (a harmless http redirect)
     Access log lines are JSON with method, uri, status, range, if_range, body_bytes."""
 
-    def __init__(self, workdir: Path, port: int | None = None):
+    def __init__(self, workdir: Path, port: int | None = None, slow_rate: str = "4m"):
         self.dir = workdir
+        self.slow_rate = slow_rate
         self.dir.mkdir(parents=True, exist_ok=True)
         self.www = self.dir / "www"
         (self.www / "files").mkdir(parents=True, exist_ok=True)
@@ -297,7 +298,7 @@ class Nginx:
                     server_name localhost;
                     root {self.www};
                     location /files/ {{ }}
-                    location /slow/ {{ limit_rate 4m; }}
+                    location /slow/ {{ limit_rate {self.slow_rate}; }}
                     location = /redirect-to-file {{ return 302 file:///etc/passwd; }}
                     location /redirect-to-files/ {{
                         rewrite ^/redirect-to-files/(.*)$ /files/$1 redirect;
@@ -339,6 +340,10 @@ class Nginx:
             except ValueError:
                 pass
         return out
+
+    def body_bytes(self, uri: str) -> int:
+        """Sum of $body_bytes_sent over every logged request for `uri` (interrupted ones included)."""
+        return sum(int(e.get("body_bytes") or 0) for e in self.access_entries() if e.get("uri") == uri)
 
 
 # ----------------------------------------------------------------------------- drowse
@@ -413,6 +418,7 @@ class Drowse:
         self.proc: subprocess.Popen | None = None
         self.exit_statuses: list[int | None] = []
         self.daemon_env: dict[str, str] = {}  # extra environment for drowsed itself
+        self.prefix: list[str] = []  # e.g. ["ip", "netns", "exec", NS] to run drowsed in a network namespace
         self.write_config()
 
     # ---- files
@@ -491,7 +497,7 @@ class Drowse:
         with open(self.stderr_log, "ab") as log:
             log.write(f"\n===== drowsed start {time.strftime('%H:%M:%S')} =====\n".encode())
             log.flush()
-            self.proc = subprocess.Popen([str(DROWSED), "--config", str(self.config)], stdout=log, stderr=log,
+            self.proc = subprocess.Popen([*self.prefix, str(DROWSED), "--config", str(self.config)], stdout=log, stderr=log,
                                          stdin=subprocess.DEVNULL, start_new_session=True, cwd=str(self.base),
                                          env={**self.env(), "DROWSE_E2E_DIR": str(self.base), **self.daemon_env})
         if wait:
