@@ -178,7 +178,9 @@ extension Agent {
 
     func withLive(_ t: Transfer) -> Transfer {
         var t = t
-        if t.state == .running, let (done, total) = liveProgress[t.id] {
+        // An upload's bytes_done is only ever what the server confirmed; bytes_sent runs ahead.
+        if t.state == .running, t.kind == .upload { t.bytesSent = max(liveSent[t.id] ?? 0, t.bytesDone) }
+        if t.state == .running, t.kind == .download, let (done, total) = liveProgress[t.id] {
             t.bytesDone = max(t.bytesDone, done)
             t.bytesTotal = total ?? t.bytesTotal
         }
@@ -240,10 +242,13 @@ extension Agent {
             liveProgress[id] = (done, total)
         case let .progress(id, done, total):
             liveProgress[id] = (done, total)
+        case let .sent(id, sent):
+            liveSent[id] = sent
         case let .uploadResource(id, url, proto):
             do { try store.recordUploadResource(id: id, url: url, protocol: proto) } catch { logger.error("store: \(error)") }
         case let .completed(id, bytes, path):
             liveProgress[id] = nil
+            liveSent[id] = nil
             retryBackoff[id] = nil
             guard var t = try? store.transfer(id: id), !t.state.isFinished else { return }
             t.state = .completed

@@ -40,6 +40,8 @@ public actor Agent {
     var plannedWindow: FetchPlanner.Window?
     /// Live progress of running downloads, for display only.
     var liveProgress: [String: (Int64, Int64?)] = [:]
+    /// Upload bytes handed to the network, not yet confirmed (shown as bytes_sent).
+    var liveSent: [String: Int64] = [:]
     var retryTimers: [String: WakeTimer] = [:]
     var retryBackoff: [String: Backoff] = [:]
     var deliveringSessions: Set<String> = []

@@ -34,6 +34,8 @@ public struct Transfer: Sendable, Equatable {
     public var uploadURL: String?
     /// Unix time after which an unfinished transfer fails (`--timeout-resource`, default 7 days).
     public var timeoutAt: Double?
+    /// Uploads, while running: bytes handed to the network, ahead of the confirmed bytes_done. Not stored.
+    public var bytesSent: Int64?
     /// Conditions it waits for.
     public var requirements = TransferRequirements()
     /// Who asked for it; a finished file at `--to` is handed to them (nil: root).
@@ -72,6 +74,7 @@ public struct Transfer: Sendable, Equatable {
             "protocol": JSON(uploadProtocol), "created_at": .number(createdAt), "finished_at": JSON(finishedAt),
             "timeout_at": JSON(timeoutAt), "discretionary": .bool(requirements.discretionary),
             "no_cellular": .bool(requirements.noCellular), "requires_power": .bool(requirements.requiresPower),
+            "bytes_sent": JSON(bytesSent),
         ]
     }
 }

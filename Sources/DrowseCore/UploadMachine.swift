@@ -49,6 +49,8 @@ public struct UploadMachine: Sendable {
         case request(UploadRequest)
         /// The server-side upload resource is known: record it before sending data.
         case resource(url: String, protocol: UploadProtocol)
+        /// `auto` settled on a protocol that has no resource (a plain PUT).
+        case chose(UploadProtocol)
         /// The server confirmed this many bytes.
         case offset(Int64)
         case completed
@@ -193,10 +195,19 @@ public struct UploadMachine: Sendable {
             let speaksIETF = r.informationalLocation != nil || r.headers["upload-offset"] != nil
                 || r.headers["upload-complete"] != nil || r.headers["upload-incomplete"] != nil
                 || r.headers["upload-draft-interop-version"] != nil
+            // A server that knows only iOS 17's draft answers the current interop version
+            // with 400 and the version it speaks: speak that one.
+            if s == 400, proto == .ietf, r.headers["upload-draft-interop-version"]?.trimmingSpaces() == "3" {
+                let wasProbe = phase == .probeIETF
+                proto = .ietf3
+                let actions = create()
+                if wasProbe { phase = .probeIETF }
+                return actions
+            }
             if phase == .probeIETF && !(speaksIETF && location != nil && (200..<300).contains(s)) {
                 // A plain server: send the whole file with PUT.
                 proto = .put
-                return start()
+                return [.chose(.put)] + start()
             }
             guard (200..<300).contains(s), let location else {
                 if s >= 500 || s == 408 || s == 429 || s == 0 { return fail("creating the upload: HTTP \(s)", transient: true) }
@@ -251,6 +262,11 @@ public struct UploadMachine: Sendable {
     /// After a dropped connection or a daemon restart: resume by asking the server first.
     public mutating func resume() -> [Action] {
         if proto == .put || proto == .auto || resource == nil { return start() }
+        if proto == .tus {
+            // Ask again what the server offers (checksums), then for the offset.
+            phase = .discover
+            return [.request(UploadRequest(method: "OPTIONS", url: target, headers: [("Tus-Resumable", "1.0.0")], body: nil, checksum: false))]
+        }
         return queryOffset()
     }
 }

@@ -62,8 +62,12 @@ extension Store {
     }
 
     /// Records an upload's server-side resource as soon as it exists, before data is sent.
-    public func recordUploadResource(id: String, url: String, protocol proto: String) throws(StoreError) {
-        try db.query("UPDATE transfers SET upload_url = ?, protocol = ? WHERE id = ?", [.text(url), .text(proto), .text(id)])
+    public func recordUploadResource(id: String, url: String?, protocol proto: String) throws(StoreError) {
+        if let url {
+            try db.query("UPDATE transfers SET upload_url = ?, protocol = ? WHERE id = ?", [.text(url), .text(proto), .text(id)])
+        } else {
+            try db.query("UPDATE transfers SET protocol = ? WHERE id = ?", [.text(proto), .text(id)])
+        }
     }
 
     public func deleteTransfer(id: String) throws(StoreError) {

@@ -38,8 +38,11 @@ public enum TransferEvent: Sendable {
     case progress(id: String, bytesDone: Int64, bytesTotal: Int64?)
     /// Verified and at its final path.
     case completed(id: String, bytes: Int64, path: String)
-    /// An upload's server-side resource now exists (record it before data flows).
-    case uploadResource(id: String, url: String, protocolName: String)
+    /// An upload's server-side resource now exists (record it before data flows), or
+    /// (url nil) `auto` settled on a protocol.
+    case uploadResource(id: String, url: String?, protocolName: String)
+    /// Upload bytes handed to the network; not yet confirmed by the server. Display only.
+    case sent(id: String, bytesSent: Int64)
     case failed(id: String, error: TransferError)
 }
 

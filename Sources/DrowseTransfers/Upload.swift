@@ -62,6 +62,7 @@ final class Upload {
             switch a {
             case .request(let r): next = makeHandle(r)
             case .resource(let url, let proto): engine.emit(.uploadResource(id: job.id, url: url, protocolName: proto.rawValue))
+            case .chose(let proto): engine.emit(.uploadResource(id: job.id, url: nil, protocolName: proto.rawValue))
             case .offset(let n): engine.emit(.committed(id: job.id, bytesDone: n, bytesTotal: job.total, etag: nil, lastModified: nil))
             case .completed:
                 finished = true
@@ -125,13 +126,9 @@ final class Upload {
             _ = ccurl_setopt_data_cb(easy, CURLOPT_READFUNCTION) { ptr, size, n, ud in
                 Unmanaged<Upload>.fromOpaque(ud!).takeUnretainedValue().read(into: ptr!, max: size * n)
             }
-            _ = ccurl_setopt_ptr(easy, CURLOPT_SEEKDATA, me)
-            _ = ccurl_setopt_seek_cb(easy) { ud, offset, origin in
-                guard origin == SEEK_SET else { return 2 }  // CURL_SEEKFUNC_CANTSEEK
-                let u = Unmanaged<Upload>.fromOpaque(ud!).takeUnretainedValue()
-                u.readPos = (u.request?.body?.lowerBound ?? 0) + Int64(offset)
-                return 0
-            }
+            // No rewinds: libcurl would quietly resend the body on a new connection when a reused
+            // one dies. Failing here ends the attempt, and the next one asks the server first.
+            _ = ccurl_setopt_seek_cb(easy) { _, _, _ in 2 }  // CURL_SEEKFUNC_CANTSEEK
             _ = ccurl_setopt_long(easy, CURLOPT_NOPROGRESS, 0)
             _ = ccurl_setopt_ptr(easy, CURLOPT_XFERINFODATA, me)
             _ = ccurl_setopt_xferinfo_cb(easy) { ud, _, _, _, ulnow in
@@ -139,7 +136,7 @@ final class Upload {
                 let now = WallClock.monotonic()
                 if now - u.lastProgressAt >= 0.5, let body = u.request?.body {
                     u.lastProgressAt = now
-                    u.engine.emit(.progress(id: u.job.id, bytesDone: body.lowerBound + Int64(ulnow), bytesTotal: u.job.total))
+                    u.engine.emit(.sent(id: u.job.id, bytesSent: body.lowerBound + Int64(ulnow)))
                 }
                 return 0
             }

@@ -107,7 +107,7 @@ struct TransferCommand: ParsableCommand {
             while true {
                 let t = try global.call("GET", "/v1/transfers/\(id)")
                 let state = t["state"]?.stringValue ?? "?"
-                let done = t["bytes_done"]?.int64Value ?? 0
+                let done = t["bytes_sent"]?.int64Value ?? t["bytes_done"]?.int64Value ?? 0
                 let total = t["bytes_total"]?.int64Value
                 let line: String
                 if tty, let total, total > 0 {

@@ -32,6 +32,8 @@ struct UploadMachineTests {
     func tusShortAndConflict() throws {
         var m = UploadMachine(target: "http://h/files/", total: 100, fileName: "", protocol: .tus, resource: "http://h/files/x")
         var r = try #require(Self.requests(m.resume()).first)
+        #expect(r.method == "OPTIONS")  // what does the server offer (checksums)?
+        r = try #require(Self.requests(m.handle(UploadResponse(status: 204, headers: ["tus-resumable": "1.0.0"]))).first)
         #expect(r.method == "HEAD")
         var a = m.handle(UploadResponse(status: 200, headers: ["upload-offset": "40", "upload-length": "100"]))
         r = try #require(Self.requests(a).first)
@@ -62,6 +64,7 @@ struct UploadMachineTests {
     func forgotten() throws {
         var m = UploadMachine(target: "http://h/files/", total: 10, fileName: "", protocol: .tus, resource: "http://h/files/gone")
         _ = m.resume()
+        _ = m.handle(UploadResponse(status: 204, headers: ["tus-resumable": "1.0.0"]))
         let a = m.handle(UploadResponse(status: 404, headers: [:]))
         #expect(a.first == .offset(0))
         #expect(Self.requests(a).first?.method == "POST")
@@ -114,7 +117,17 @@ struct UploadMachineTests {
         a = m.handle(UploadResponse(status: 405, headers: [:]))
         let r = try #require(Self.requests(a).first)
         #expect(r.method == "PUT" && r.body == 0..<5 && m.proto == .put)
+        #expect(a.first == .chose(.put))
         #expect(m.handle(UploadResponse(status: 201, headers: [:])) == [.offset(5), .completed])
+    }
+
+    @Test("a server that speaks only iOS 17's draft gets interop 3")
+    func ietfDowngrade() throws {
+        var m = UploadMachine(target: "http://h/up", total: 5, fileName: "", protocol: .ietf, resource: nil)
+        _ = m.start()
+        let a = m.handle(UploadResponse(status: 400, headers: ["upload-draft-interop-version": "3"]))
+        let r = try #require(Self.requests(a).first)
+        #expect(m.proto == .ietf3 && Self.header(r, "Upload-Draft-Interop-Version") == "3" && Self.header(r, "Upload-Incomplete") == "?1")
     }
 
     @Test("transient and permanent failures are told apart")
