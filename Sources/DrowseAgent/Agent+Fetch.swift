@@ -13,11 +13,16 @@ extension Agent {
 
     /// The planner's view of every app not fetching right now.
     func plannerInputs() -> [FetchPlanner.AppInput] {
-        apps.values.sorted { $0.id < $1.id }.compactMap { app in
-            guard !runningFetches.contains(app.id), let rec = try? store.app(app.id, now: now()) else { return nil }
+        let t = now()
+        return apps.values.sorted { $0.id < $1.id }.compactMap { app in
+            guard !runningFetches.contains(app.id), let rec = try? store.app(app.id, now: t) else { return nil }
+            let uses = UsageModel(uses: (try? store.uses(app: app.id)) ?? [], utcOffset: Double(localUTCOffset()))
             return FetchPlanner.AppInput(
                 id: app.id, interval: interval(of: app), lastFetch: rec.lastFetch,
-                consecutiveFailures: rec.consecutiveFailures, registeredAt: rec.registeredAt)
+                consecutiveFailures: rec.consecutiveFailures, registeredAt: rec.registeredAt,
+                consecutiveNoData: rec.consecutiveNoData, lastTimedOut: rec.lastTimedOut,
+                runtimeToday: (try? store.runtime(app: app.id, since: t - 86400)) ?? 0,
+                predictedUse: uses.nextUse(after: t))
         }
     }
 
@@ -48,8 +53,10 @@ extension Agent {
             return e <= t + 0.001
         }
         if due.isEmpty { replan(); return }
+        guard conditions.network != .none else { replan(); return }
         // Fresh conditions at each window boundary (no polling in between).
         conditions = probe.read(now: t)
+        planner.lowBattery = policy.batteryLow(conditions)
         logger.info("fetch window opens", metadata: ["apps": "\(due.map(\.id))"])
         for input in due {
             guard let app = apps[input.id] else { continue }
@@ -64,6 +71,7 @@ extension Agent {
         guard !runningFetches.contains(app.id) else { return nil }
         runningFetches.insert(app.id)
         let stdin = Array(JSON.object([("event", "fetch"), ("app", .string(app.id)), ("reason", .string(trigger))]).serialized.utf8)
+        radioBusy(until: now())
         return Task {
             let outcome = await self.runHandler(app, event: .fetch, stdin: stdin, trigger: trigger)
             self.fetchEnded(app.id)
@@ -73,6 +81,7 @@ extension Agent {
 
     func fetchEnded(_ id: String) {
         runningFetches.remove(id)
+        radioBusy(until: now())
         replan()
     }
 

@@ -123,9 +123,12 @@ extension Agent {
             try? store.markNotification(seq, state: "dropped", at: now())
             return
         }
+        // A notification woke the radio: due fetches may ride along.
+        radioBusy(until: now())
         Task {
             let outcome = await self.runHandler(app, event: .notification, stdin: payload, trigger: "notification")
             self.notificationHandled(seq, outcome)
+            self.radioBusy(until: self.now())
         }
     }
 

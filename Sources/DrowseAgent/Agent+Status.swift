@@ -32,6 +32,7 @@ extension Agent {
     func refreshConditions() {
         let old = conditions
         conditions = probe.read(now: now())
+        planner.lowBattery = policy.batteryLow(conditions)
         if conditions != old.withReadAt(conditions.readAt) {
             logger.info("conditions: \(conditions.powerSource.rawValue) power, network \(conditions.network.rawValue)\(conditions.interface.map { " (\($0))" } ?? "")\(conditions.metered ? ", metered" : "")")
         }

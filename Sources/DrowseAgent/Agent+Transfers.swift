@@ -267,6 +267,7 @@ extension Agent {
             t.finishedAt = now()
             do { try store.save(t) } catch { logger.error("store: \(error)") }
             logger.info("transfer completed (\(bytes) bytes)", metadata: ["transfer.id": "\(id)", "app.id": "\(t.app)"])
+            radioBusy(until: now())
             checkSession(app: t.app, session: t.session)
         case let .failed(id, error):
             liveProgress[id] = nil

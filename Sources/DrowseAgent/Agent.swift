@@ -18,7 +18,7 @@ public actor Agent {
     let logger: Logger
     let launcher: HandlerLaunching
     let store: Store
-    let planner = FetchPlanner()
+    var planner = FetchPlanner()
     let probe: ConditionsProbe
     var conditions: Conditions
     let policy: ConditionsPolicy
@@ -63,6 +63,20 @@ public actor Agent {
         probe = ConditionsProbe(sysfsRoot: config.conditions.sysfsRoot, meteredInterfaces: config.conditions.meteredInterfaces)
         conditions = probe.read(now: WallClock.now())
         policy = ConditionsPolicy(batteryLowPercent: config.conditions.batteryLowPercent)
+        planner.dailyBudget = config.scheduler.dailyBudget.seconds
+    }
+
+    /// The radio the planner reckons with: `[radio] model`, or the current network's kind.
+    var radio: RadioModel { RadioModel.forConfig(config.radioModel, network: conditions.network) }
+
+    /// Something is using the network now (a handler, a transfer): the radio stays awake
+    /// until the end of that plus its tail, and due fetches may ride along.
+    func radioBusy(until end: Double) {
+        let awake = end + radio.tailSeconds
+        if awake > (planner.radioAwakeUntil ?? 0) {
+            planner.radioAwakeUntil = awake
+            replan()
+        }
     }
 
     /// Loads apps, resumes unfinished work and connects. Returns once running.
@@ -168,7 +182,7 @@ public actor Agent {
         }
         let run = RunRecord(
             app: app.id, event: event, trigger: trigger, result: outcome.result, ending: outcome.summary,
-            startedAt: outcome.startedAt, endedAt: outcome.endedAt)
+            startedAt: outcome.startedAt, endedAt: outcome.endedAt, timedOut: outcome.ending == .timedOut)
         do { try store.record(run) } catch { logger.error("store: \(error)") }
         let level: Logger.Level = outcome.result == .failed ? .warning : .info
         logger.log(level: level, "\(event.rawValue) handler finished: \(outcome.result.rawValue) (\(outcome.summary))",

@@ -1,9 +1,17 @@
-/// Plans background fetches into shared wake windows. Pure: no I/O, time is passed in.
+/// Plans background fetches into shared wake windows. Pure: no I/O, time is passed in; the
+/// daemon and `drowse simulate` run this same code.
 ///
 /// Each app becomes *eligible* its effective interval after its last fetch and may wait a
 /// *tolerance* beyond that. The next window opens at the last moment that keeps every
 /// eligible-soon app within its tolerance; every app eligible by then runs in it, so the
-/// radio wakes once for all of them. No app runs before it is eligible.
+/// radio wakes once for all of them. No app ever runs before it is eligible. On top of that:
+/// - results steer the interval: no-data stretches it (bounded), failures back off
+///   exponentially, a deadline kill costs one more doubling, new data restores it;
+/// - while the radio is awake anyway (a notification, a transfer, another window) apps that
+///   become eligible before its tail ends join instead of waking it again later;
+/// - an app whose data is used at a habitual time is fetched shortly before that time;
+/// - an app past its daily handler budget opens no window of its own; it joins others';
+/// - on a low battery, tolerances stretch.
 public struct FetchPlanner: Sendable {
     public struct AppInput: Sendable, Equatable {
         public var id: String
@@ -14,13 +22,26 @@ public struct FetchPlanner: Sendable {
         public var consecutiveFailures: Int
         /// When the app was first seen, so a brand-new app is eligible at once.
         public var registeredAt: Double
+        /// "No new data" results in a row.
+        public var consecutiveNoData: Int = 0
+        /// The last run was killed at its deadline.
+        public var lastTimedOut: Bool = false
+        /// Handler run time in the last 24 h, against the daily budget.
+        public var runtimeToday: Double = 0
+        /// The next habitual use of the app's data, if one is predicted.
+        public var predictedUse: Double?
 
-        public init(id: String, interval: Duration?, lastFetch: Double?, consecutiveFailures: Int = 0, registeredAt: Double) {
+        public init(id: String, interval: Duration?, lastFetch: Double?, consecutiveFailures: Int = 0, registeredAt: Double,
+                    consecutiveNoData: Int = 0, lastTimedOut: Bool = false, runtimeToday: Double = 0, predictedUse: Double? = nil) {
             self.id = id
             self.interval = interval
             self.lastFetch = lastFetch
             self.consecutiveFailures = consecutiveFailures
             self.registeredAt = registeredAt
+            self.consecutiveNoData = consecutiveNoData
+            self.lastTimedOut = lastTimedOut
+            self.runtimeToday = runtimeToday
+            self.predictedUse = predictedUse
         }
     }
 
@@ -41,13 +62,25 @@ public struct FetchPlanner: Sendable {
     public var maxTolerance: Double = 900
     /// Failures stretch the interval by 2^n, at most this many times.
     public var maxBackoffDoublings: Int = 5
+    /// No-data results stretch the interval by 50 % each, up to this factor.
+    public var maxNoDataStretch: Double = 4
+    /// Handler seconds per app per day before its fetches only join others' windows.
+    public var dailyBudget: Double = 600
+    /// How long before a predicted use the fetch runs.
+    public var usageLead: Double = 300
+    /// On battery below the low mark: tolerances are multiplied by this.
+    public var lowBatteryStretch: Double = 3
+    public var lowBattery = false
+    /// Until when the radio is awake anyway (activity end plus its tail), if it is.
+    public var radioAwakeUntil: Double?
 
     public init() {}
 
     public func effectiveInterval(_ app: AppInput) -> Double? {
         guard let interval = app.interval else { return nil }
-        let doublings = min(app.consecutiveFailures, maxBackoffDoublings)
-        return interval.seconds * Double(1 << doublings)
+        let doublings = min(app.consecutiveFailures + (app.lastTimedOut ? 1 : 0), maxBackoffDoublings)
+        let stretch = min(1 + 0.5 * Double(app.consecutiveNoData), maxNoDataStretch)
+        return interval.seconds * Double(1 << doublings) * (app.consecutiveFailures > 0 ? 1 : stretch)
     }
 
     public func eligibleAt(_ app: AppInput) -> Double? {
@@ -58,18 +91,45 @@ public struct FetchPlanner: Sendable {
 
     public func tolerance(_ app: AppInput) -> Double {
         guard let interval = app.interval?.seconds else { return 0 }
-        return min(max(interval * 0.2, 1), maxTolerance)
+        let base = min(max(interval * 0.2, 1), maxTolerance)
+        return lowBattery ? base * lowBatteryStretch : base
+    }
+
+    public func overBudget(_ app: AppInput) -> Bool { app.runtimeToday >= dailyBudget }
+
+    /// When the app would like to run: the end of its tolerance, or just before a predicted use.
+    func latest(_ app: AppInput, eligible e: Double) -> (Double, usage: Bool) {
+        let natural = e + tolerance(app)
+        if let use = app.predictedUse, let interval = effectiveInterval(app) {
+            let target = use - usageLead
+            // Hold back a fetch that would land up to one interval before the use, so that the
+            // data is fresh when it is read; never earlier than eligible, never more often.
+            if target >= e && natural < target && natural > target - interval { return (target, true) }
+        }
+        return (natural, false)
     }
 
     /// The next window at or after `now`, or nil when no app fetches in the background.
     public func nextWindow(_ apps: [AppInput], now: Double) -> Window? {
         let scheduled = apps.compactMap { app -> (AppInput, Double)? in eligibleAt(app).map { (app, $0) } }
         guard !scheduled.isEmpty else { return nil }
-        // Tolerances are anchored at eligibility, so re-planning never pushes an overdue app later.
-        let latest = scheduled.map { $0.1 + tolerance($0.0) }.min()!
-        let windowAt = max(now, latest)
+        // Apps within budget decide when windows open; the others only join.
+        let openers = scheduled.filter { !overBudget($0.0) }
+        var at = openers.map { latest($0.0, eligible: $0.1).0 }.min() ?? .infinity
+        // The radio is awake anyway: whoever becomes eligible before its tail ends rides along.
+        if let awake = radioAwakeUntil, awake > now, let e = scheduled.map(\.1).filter({ $0 <= awake }).min() {
+            at = min(at, max(e, now))
+        }
+        guard at.isFinite else { return nil }
+        let windowAt = max(now, at)
         let members = scheduled.filter { $0.1 <= windowAt }.map(\.0.id).sorted()
+        guard !members.isEmpty else { return nil }
         return Window(at: windowAt, apps: members)
+    }
+
+    /// Apps that may run right now because the radio is awake for something else.
+    public func joiners(_ apps: [AppInput], now: Double) -> [String] {
+        apps.filter { app in eligibleAt(app).map { $0 <= now } ?? false }.map(\.id).sorted()
     }
 
     /// Every app's plan, for `drowse apps` and `apps show`.
@@ -80,18 +140,29 @@ public struct FetchPlanner: Sendable {
                 return AppPlan(id: app.id, eligibleAt: nil, plannedAt: nil, reason: "background fetch is off (minimum_interval = never)")
             }
             let eligible = eligibleAt(app)!
+            let (late, forUsage) = latest(app, eligible: eligible)
+            var notes: [String] = []
+            if app.consecutiveFailures > 0 {
+                notes.append("backing off after \(app.consecutiveFailures) failure\(app.consecutiveFailures == 1 ? "" : "s")"
+                    + " (interval stretched to \(DurationText.format(.seconds(effectiveInterval(app)!))))")
+            } else if app.consecutiveNoData > 0 {
+                notes.append("\(app.consecutiveNoData) no-data result\(app.consecutiveNoData == 1 ? "" : "s") in a row stretched the interval to \(DurationText.format(.seconds(effectiveInterval(app)!)))")
+            }
+            if app.lastTimedOut { notes.append("penalised: the last run was killed at its deadline") }
+            if overBudget(app) { notes.append("daily budget of \(DurationText.format(.seconds(dailyBudget))) spent: joins windows others open") }
+            if lowBattery { notes.append("battery low: windows stretched") }
+            let tail = notes.isEmpty ? "" : "; " + notes.joined(separator: "; ")
             if let window, window.apps.contains(app.id) {
                 var reason = eligible <= now ? "due now" : "in the next wake window"
+                if forUsage && window.at >= late - 1 { reason = "prefetch for usage: data is usually read around then" }
                 if window.apps.count > 1 { reason += " (shared with \(window.apps.count - 1) other app\(window.apps.count == 2 ? "" : "s"))" }
-                if app.consecutiveFailures > 0 { reason += ", backing off after \(app.consecutiveFailures) failure\(app.consecutiveFailures == 1 ? "" : "s")" }
-                return AppPlan(id: app.id, eligibleAt: eligible, plannedAt: window.at, reason: reason)
+                return AppPlan(id: app.id, eligibleAt: eligible, plannedAt: window.at, reason: reason + tail)
             }
-            var reason = "waiting for its \(DurationText.format(interval)) interval"
-            if app.consecutiveFailures > 0 {
-                reason = "backing off after \(app.consecutiveFailures) failure\(app.consecutiveFailures == 1 ? "" : "s") (interval stretched to \(DurationText.format(.seconds(effectiveInterval(app)!))))"
-            }
-            let planned = max(eligible + tolerance(app), now)
-            return AppPlan(id: app.id, eligibleAt: eligible, plannedAt: planned, reason: reason)
+            var reason = forUsage ? "prefetch for usage: planned shortly before its data is usually read"
+                : "waiting for its \(DurationText.format(interval)) interval"
+            if overBudget(app) { reason = "waiting for a window another app opens" }
+            let planned = max(late, now)
+            return AppPlan(id: app.id, eligibleAt: eligible, plannedAt: overBudget(app) ? nil : planned, reason: reason + tail)
         }
     }
 }

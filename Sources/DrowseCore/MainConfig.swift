@@ -38,6 +38,8 @@ public struct MainConfig: Sendable, Equatable {
         public var handlerDeadline: Duration = .seconds(30)
         /// What `minimum_interval = "minimum"` means.
         public var minimumInterval: Duration = .seconds(600)
+        /// Handler run time per app per day before its fetches only join others' windows.
+        public var dailyBudget: Duration = .seconds(600)
     }
 
     public struct TransfersConfig: Sendable, Equatable {
@@ -117,6 +119,7 @@ public struct MainConfig: Sendable, Equatable {
         if var s = try r.table("scheduler") {
             scheduler.handlerDeadline = try s.duration("handler_deadline", minimum: .seconds(1)) ?? .seconds(30)
             scheduler.minimumInterval = try s.duration("minimum_interval", minimum: .seconds(1)) ?? .seconds(600)
+            scheduler.dailyBudget = try s.duration("daily_budget", minimum: .seconds(1)) ?? .seconds(600)
             try s.rejectUnknown()
         }
 

@@ -8,6 +8,8 @@ public struct AppRecord: Sendable, Equatable {
     public var lastResult: FetchResult?
     public var consecutiveFailures: Int
     public var lastUsed: Double?
+    public var consecutiveNoData: Int = 0
+    public var lastTimedOut: Bool = false
 }
 
 /// One handler run, as shown by `drowse apps show`.
@@ -19,8 +21,12 @@ public struct RunRecord: Sendable, Equatable {
     public var ending: String
     public var startedAt: Double
     public var endedAt: Double
+    /// Killed at its deadline (penalised by the planner).
+    public var timedOut = false
 
-    public init(app: String, event: HandlerEvent, trigger: String?, result: FetchResult, ending: String, startedAt: Double, endedAt: Double) {
+    public init(app: String, event: HandlerEvent, trigger: String?, result: FetchResult, ending: String, startedAt: Double, endedAt: Double,
+                timedOut: Bool = false) {
+        self.timedOut = timedOut
         self.app = app
         self.event = event
         self.trigger = trigger
@@ -36,11 +42,13 @@ extension Store {
     public func app(_ id: String, now: Double) throws(StoreError) -> AppRecord {
         try db.query("INSERT OR IGNORE INTO apps(id, registered_at) VALUES (?, ?)", [.text(id), .double(now)])
         let row = try db.query(
-            "SELECT registered_at, last_fetch, last_result, consecutive_failures, last_used FROM apps WHERE id = ?", [.text(id)])[0]
+            "SELECT registered_at, last_fetch, last_result, consecutive_failures, last_used, consecutive_no_data, last_timed_out FROM apps WHERE id = ?",
+            [.text(id)])[0]
         return AppRecord(
             id: id, registeredAt: row[0].double ?? now, lastFetch: row[1].double,
             lastResult: row[2].string.flatMap(FetchResult.init(rawValue:)),
-            consecutiveFailures: Int(row[3].int64 ?? 0), lastUsed: row[4].double)
+            consecutiveFailures: Int(row[3].int64 ?? 0), lastUsed: row[4].double,
+            consecutiveNoData: Int(row[5].int64 ?? 0), lastTimedOut: (row[6].int64 ?? 0) != 0)
     }
 
     /// Records a finished run; fetch runs also move the app's fetch bookkeeping, in one transaction.
@@ -52,9 +60,13 @@ extension Store {
                  .text(run.ending), .double(run.startedAt), .double(run.endedAt)])
             if run.event == .fetch {
                 let failures = run.result == .failed ? "consecutive_failures + 1" : "0"
+                let noData = run.result == .noData ? "consecutive_no_data + 1" : run.result == .newData ? "0" : "consecutive_no_data"
                 try db.query(
-                    "UPDATE apps SET last_fetch = ?, last_result = ?, consecutive_failures = \(failures) WHERE id = ?",
-                    [.double(run.startedAt), .text(run.result.rawValue), .text(run.app)])
+                    """
+                    UPDATE apps SET last_fetch = ?, last_result = ?, consecutive_failures = \(failures),
+                        consecutive_no_data = \(noData), last_timed_out = ? WHERE id = ?
+                    """,
+                    [.double(run.startedAt), .text(run.result.rawValue), .int(run.timedOut ? 1 : 0), .text(run.app)])
             }
             // Bounded history: the newest 200 runs per app.
             try db.query(
@@ -73,6 +85,16 @@ extension Store {
                 result: FetchResult(rawValue: r[2].string ?? "") ?? .failed, ending: r[3].string ?? "",
                 startedAt: r[4].double ?? 0, endedAt: r[5].double ?? 0)
         }
+    }
+
+    /// Handler seconds of an app's runs since `since` (its share of the daily budget).
+    public func runtime(app: String, since: Double) throws(StoreError) -> Double {
+        try db.query("SELECT COALESCE(SUM(ended_at - started_at), 0) FROM runs WHERE app = ? AND started_at >= ?", [.text(app), .double(since)])[0][0].double ?? 0
+    }
+
+    /// The newest uses of an app's data, oldest first.
+    public func uses(app: String, limit: Int = 60) throws(StoreError) -> [Double] {
+        try db.query("SELECT at FROM usage WHERE app = ? ORDER BY seq DESC LIMIT ?", [.text(app), .int(Int64(limit))]).compactMap { $0[0].double }.reversed()
     }
 
     public func recordUse(app: String, at: Double) throws(StoreError) {

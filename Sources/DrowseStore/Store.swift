@@ -5,7 +5,7 @@ import DrowseCore
 /// returned survives a power cut. Versioned schema with forward migrations.
 public final class Store {
     public let db: SQLiteDatabase
-    public static let schemaVersion: Int64 = 3
+    public static let schemaVersion: Int64 = 4
 
     public init(path: String) throws(StoreError) {
         db = try SQLiteDatabase(path: path)
@@ -103,6 +103,16 @@ public final class Store {
                     ALTER TABLE transfers ADD COLUMN no_cellular INTEGER NOT NULL DEFAULT 0;
                     ALTER TABLE transfers ADD COLUMN requires_power INTEGER NOT NULL DEFAULT 0;
                     UPDATE schema_version SET version = 3;
+                    """)
+            }
+            if current < 4 {
+                // What the planner adapts to besides failures.
+                try db.exec(
+                    """
+                    ALTER TABLE apps ADD COLUMN consecutive_no_data INTEGER NOT NULL DEFAULT 0;
+                    ALTER TABLE apps ADD COLUMN last_timed_out INTEGER NOT NULL DEFAULT 0;
+                    CREATE INDEX usage_app ON usage(app, seq);
+                    UPDATE schema_version SET version = 4;
                     """)
             }
         }

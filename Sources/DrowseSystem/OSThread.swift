@@ -68,3 +68,11 @@ public enum WallClock {
         return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
     }
 }
+
+/// Seconds east of UTC in the local time zone now (for "time of day" in usage learning).
+public func localUTCOffset() -> Int {
+    var t = time(nil)
+    var tmv = tm()
+    localtime_r(&t, &tmv)
+    return tmv.tm_gmtoff
+}

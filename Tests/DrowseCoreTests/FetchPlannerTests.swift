@@ -229,7 +229,7 @@ struct FetchPlannerTests {
 
         let failing = try #require(byID["failing"])
         #expect(failing.plannedAt == 700)
-        #expect(failing.reason == "due now (shared with 1 other app), backing off after 1 failure")
+        #expect(failing.reason == "due now (shared with 1 other app); backing off after 1 failure (interval stretched to 10m)")
 
         let soon = try #require(byID["soon"])
         #expect(soon.eligibleAt == 900)
@@ -258,7 +258,7 @@ struct FetchPlannerTests {
         let bad = try #require(plans.first { $0.id == "bad" })
         #expect(bad.eligibleAt == 480)
         #expect(bad.plannedAt == 492)
-        #expect(bad.reason == "backing off after 3 failures (interval stretched to 8m)")
+        #expect(bad.reason == "waiting for its 1m interval; backing off after 3 failures (interval stretched to 8m)")
     }
 
     @Test("shared windows count the other apps in the plural")
