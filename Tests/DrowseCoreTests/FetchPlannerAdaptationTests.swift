@@ -1,0 +1,144 @@
+@testable import DrowseCore
+import Testing
+
+/// The planner's adaptation, budgets, piggybacking and usage learning, on a manual clock.
+@Suite("FetchPlanner adaptation")
+struct FetchPlannerAdaptationTests {
+    typealias App = FetchPlanner.AppInput
+
+    static func app(_ id: String, every: Int64?, last: Double? = nil, failures: Int = 0, noData: Int = 0,
+                    timedOut: Bool = false, runtime: Double = 0, use: Double? = nil) -> App {
+        App(id: id, interval: every.map { .seconds($0) }, lastFetch: last, consecutiveFailures: failures, registeredAt: 0,
+            consecutiveNoData: noData, lastTimedOut: timedOut, runtimeToday: runtime, predictedUse: use)
+    }
+
+    @Test("no-data results stretch the interval by half each, at most 4x; new data (0) restores it")
+    func noDataStretch() {
+        let p = FetchPlanner()
+        #expect(p.effectiveInterval(Self.app("a", every: 600, noData: 0)) == 600)
+        #expect(p.effectiveInterval(Self.app("a", every: 600, noData: 1)) == 900)
+        #expect(p.effectiveInterval(Self.app("a", every: 600, noData: 4)) == 1800)
+        #expect(p.effectiveInterval(Self.app("a", every: 600, noData: 100)) == 2400)
+    }
+
+    @Test("a deadline kill costs one more doubling than a plain failure")
+    func deadlinePenalty() {
+        let p = FetchPlanner()
+        #expect(p.effectiveInterval(Self.app("a", every: 600, failures: 1)) == 1200)
+        #expect(p.effectiveInterval(Self.app("a", every: 600, failures: 1, timedOut: true)) == 2400)
+        let plan = p.plans([Self.app("a", every: 600, last: 0, failures: 1, timedOut: true)], now: 10)[0]
+        #expect(plan.reason.contains("killed at its deadline"))
+    }
+
+    @Test("an app past its daily budget opens no window but joins one another app opens")
+    func budget() throws {
+        var p = FetchPlanner()
+        p.dailyBudget = 60
+        let spent = Self.app("spent", every: 300, last: 0, runtime: 61)      // eligible 300
+        let other = Self.app("other", every: 900, last: 0)                    // eligible 900, tolerance 180
+        let w = try #require(p.nextWindow([spent, other], now: 310))
+        #expect(w.at == 1080 && w.apps == ["other", "spent"])
+        #expect(p.nextWindow([spent], now: 310) == nil)
+        #expect(p.plans([spent], now: 310)[0].reason.contains("budget"))
+    }
+
+    @Test("while the radio is awake, apps that become eligible before its tail ends ride along")
+    func piggyback() throws {
+        var p = FetchPlanner()
+        let a = Self.app("a", every: 600, last: 0)  // eligible 600, would wait until 720
+        #expect(p.nextWindow([a], now: 590)?.at == 720)
+        p.radioAwakeUntil = 605  // a notification handler is using the radio
+        #expect(p.nextWindow([a], now: 590) == FetchPlanner.Window(at: 600, apps: ["a"]))
+        p.radioAwakeUntil = 595  // the tail ends before it is eligible: no early wake
+        #expect(p.nextWindow([a], now: 590)?.at == 720)
+        // Piggybacking never runs an app before it is eligible.
+        p.radioAwakeUntil = 10_000
+        #expect(try #require(p.nextWindow([a], now: 100)).at >= 600)
+        #expect(p.joiners([a], now: 599) == [] && p.joiners([a], now: 600) == ["a"])
+    }
+
+    @Test("a predicted use holds back the fetch before it to run shortly before the use")
+    func usagePrefetch() throws {
+        var p = FetchPlanner()
+        p.usageLead = 300
+        // Hourly app, last fetch 11:20 → eligible 12:20 (tolerance 12 min → 12:32); used at 13:00.
+        let h = 3600.0
+        let a = Self.app("a", every: 3600, last: 11 * h + 1200, use: 13 * h)
+        let w = try #require(p.nextWindow([a], now: 12 * h + 1200))
+        #expect(w.at == 13 * h - 300)
+        #expect(p.plans([a], now: 12 * h + 1200)[0].reason.hasPrefix("prefetch for usage"))
+        // Too far ahead (more than one interval after the natural time): fetch as usual.
+        let far = Self.app("a", every: 3600, last: 11 * h + 1200, use: 15 * h)
+        #expect(try #require(p.nextWindow([far], now: 12 * h + 1200)).at == 12 * h + 1200 + 720)
+        // Never earlier than eligible: a use right after the last fetch does not pull it forward.
+        let soon = Self.app("a", every: 3600, last: 12 * h + 3000, use: 13 * h)
+        #expect(try #require(p.nextWindow([soon], now: 12 * h + 3000)).at >= 12 * h + 3000 + 3600)
+    }
+
+    @Test("a low battery stretches tolerances")
+    func lowBattery() throws {
+        var p = FetchPlanner()
+        let a = Self.app("a", every: 600, last: 0)
+        #expect(p.nextWindow([a], now: 0)?.at == 720)
+        p.lowBattery = true
+        #expect(p.nextWindow([a], now: 0)?.at == 960)
+    }
+}
+
+@Suite("UsageModel")
+struct UsageModelTests {
+    @Test("one use is no habit; the same time on two days is")
+    func habit() throws {
+        let day = 86400.0
+        var m = UsageModel()
+        m.record(13 * 3600)
+        #expect(m.nextUse(after: 14 * 3600) == nil)
+        m.record(day + 13 * 3600 + 120)
+        let next = try #require(m.nextUse(after: day + 14 * 3600))
+        #expect(abs(next - (2 * day + 13 * 3600)) <= 120)
+    }
+
+    @Test("a local time zone shifts time of day")
+    func timezone() throws {
+        let day = 86400.0
+        var m = UsageModel(utcOffset: 3600)  // UTC+1: 13:00 local is 12:00 UTC
+        m.record(12 * 3600)
+        m.record(day + 12 * 3600)
+        let next = try #require(m.nextUse(after: day + 13 * 3600))
+        #expect(next == 2 * day + 12 * 3600)
+    }
+
+    @Test("uses at different times of day make no habit")
+    func noise() {
+        var m = UsageModel()
+        m.record(3 * 3600)
+        m.record(86400 + 15 * 3600)
+        #expect(m.nextUse(after: 2 * 86400) == nil)
+    }
+}
+
+@Suite("RadioModel")
+struct RadioModelTests {
+    @Test("one isolated fetch on LTE costs one promotion and a full tail")
+    func single() {
+        let u = RadioModel.lte.usage(of: [(start: 100, end: 102)])
+        #expect(u.promotions == 1)
+        #expect(abs(u.radioOnSeconds - (0.260 + 2 + 11.576)) < 1e-9)
+    }
+
+    @Test("fetches inside each other's tail share a promotion; far apart they do not")
+    func sharing() {
+        let near = RadioModel.lte.usage(of: [(start: 0, end: 1), (start: 5, end: 6)])
+        #expect(near.promotions == 1)
+        #expect(abs(near.radioOnSeconds - (0.260 + 1 + 4 + 1 + 11.576)) < 1e-9)
+        let far = RadioModel.lte.usage(of: [(start: 0, end: 1), (start: 100, end: 101)])
+        #expect(far.promotions == 2)
+        #expect(far.joules > near.joules)
+    }
+
+    @Test("Wi-Fi's short tail makes coalescing worth less than on LTE")
+    func wifi() {
+        let acts = [(start: 0.0, end: 1.0), (start: 60.0, end: 61.0)]
+        #expect(RadioModel.wifi.usage(of: acts).radioOnSeconds < RadioModel.lte.usage(of: acts).radioOnSeconds)
+    }
+}
