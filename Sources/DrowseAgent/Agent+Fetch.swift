@@ -58,6 +58,9 @@ extension Agent {
         conditions = probe.read(now: t)
         planner.lowBattery = policy.batteryLow(conditions)
         logger.info("fetch window opens", metadata: ["apps": "\(due.map(\.id))"])
+        // Notifications held back by their rate budget ride this window, and so does the keepalive.
+        flushDeferred(window: true)
+        mqtt?.rideWindow()
         for input in due {
             guard let app = apps[input.id] else { continue }
             startFetch(app, trigger: "scheduled")

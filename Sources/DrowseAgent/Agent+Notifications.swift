@@ -50,47 +50,42 @@ extension Agent {
         guard let m = config.mqtt,
             let appID = Topics.app(inNotifyTopic: topic, prefix: m.topicPrefix, device: config.deviceID)
         else {
-            logger.warning("notification refused: unexpected topic", metadata: ["topic": "\(topic)"])
-            refusedNotifications += 1
+            refuse("unexpected topic \(topic)", app: nil)
             return
         }
         guard let app = apps[appID] else {
-            logger.warning("notification refused: no valid app '\(appID)'")
-            refusedNotifications += 1
+            refuse("no valid app '\(appID)'", app: nil)
             return
         }
         guard payload.count <= Notification.maxBytes else {
-            logger.warning("notification refused: payload of \(payload.count) bytes is over the \(Notification.maxBytes)-byte limit", metadata: ["app.id": "\(appID)"])
-            refusedNotifications += 1
+            refuse("payload of \(payload.count) bytes is over the \(Notification.maxBytes)-byte limit", app: appID)
             return
         }
         // Signed notifications: when the app has a public key, nothing else is accepted.
         var body = payload
+        var signed = false
         if JWS.looksCompact(payload) {
             do {
                 let jws = try JWS.parse(payload)
                 if let key = app.notificationPublicKey.flatMap(Base64.decode) {
                     guard Ed25519.verify(jws.signature, of: jws.signingInput, publicKey: key) else {
-                        logger.warning("notification refused: bad signature", metadata: ["app.id": "\(appID)"])
-                        refusedNotifications += 1
+                        refuse("bad signature", app: appID)
                         return
                     }
+                    signed = true
                 }
                 body = jws.payload
             } catch {
-                logger.warning("notification refused: \(error.description)", metadata: ["app.id": "\(appID)"])
-                refusedNotifications += 1
+                refuse(error.description, app: appID)
                 return
             }
         } else if app.notificationPublicKey != nil {
-            logger.warning("notification refused: unsigned, and the app accepts only signed notifications", metadata: ["app.id": "\(appID)"])
-            refusedNotifications += 1
+            refuse("unsigned, and the app accepts only signed notifications", app: appID)
             return
         }
         let note: Notification
         do { note = try Notification.parse(body) } catch {
-            logger.warning("notification refused: \(error.description)", metadata: ["app.id": "\(appID)"])
-            refusedNotifications += 1
+            refuse(error.description, app: appID)
             return
         }
         guard note.contentAvailable else {
@@ -98,13 +93,15 @@ extension Agent {
             return
         }
         if let exp = note.expiration, exp < now() {
-            logger.info("notification dropped: expired", metadata: ["app.id": "\(appID)"])
+            refuse("expired", app: appID)
             return
         }
         let key = note.id.map { "id:" + $0 } ?? "hash:" + SHA256Hasher.hexDigest(of: Array(topic.utf8) + [0] + body)
         let seq: Int64
         do {
-            guard let s = try store.recordNotification(app: appID, dedupeKey: key, payload: String(decoding: body, as: UTF8.self), at: now())
+            guard let s = try store.recordNotification(
+                app: appID, dedupeKey: key, payload: String(decoding: body, as: UTF8.self), at: now(), signed: signed,
+                collapseID: note.collapseID)
             else {
                 logger.info("notification ignored: duplicate", metadata: ["app.id": "\(appID)", "key": "\(key)"])
                 return
@@ -114,7 +111,102 @@ extension Agent {
             logger.error("store: \(error)")
             return
         }
-        deliver(app, seq: seq, payload: body)
+        dispatch(app, seq: seq, note: note, signed: signed)
+    }
+
+    func refuse(_ why: String, app: String?) {
+        refusedNotifications += 1
+        logger.warning("notification refused: \(why)", metadata: app.map { ["app.id": "\($0)"] } ?? [:])
+    }
+
+    /// Decides what a recorded notification does now: run, wait, collapse, or fetch first.
+    func dispatch(_ app: AppDefinition, seq: Int64, note: Notification, signed: Bool) {
+        let t = now()
+        if let exp = note.expiration, exp < t {
+            logger.info("notification dropped: expired", metadata: ["app.id": "\(app.id)"])
+            try? store.markNotification(seq, state: "expired", at: t)
+            return
+        }
+        if let collapse = note.collapseID, let n = try? store.collapseNotifications(app: app.id, collapseID: collapse, keeping: seq, at: t), n > 0 {
+            logger.info("collapsed \(n) older notification(s) with collapse-id \(collapse)", metadata: ["app.id": "\(app.id)"])
+        }
+        if let d = note.download {
+            if app.allowDownload && signed {
+                startPushDownload(app, seq: seq, note: note, download: d)
+                return
+            }
+            logger.warning("notification's download ignored: \(app.allowDownload ? "the notification is not signed" : "the app does not set notification.allow_download")",
+                           metadata: ["app.id": "\(app.id)"])
+        }
+        // Priority 10 runs now. Priority 5 runs now too while within the app's rate budget:
+        // the message's arrival has woken the radio already. Beyond it, it waits for a window.
+        var recent = (launchTimes[app.id] ?? []).filter { $0 > t - 3600 }
+        if note.priority == 10 || recent.count < config.notifications.maxPerHour {
+            recent.append(t)
+            launchTimes[app.id] = recent
+            deliver(app, seq: seq, payload: Array(note.raw))
+            return
+        }
+        try? store.markNotification(seq, state: "deferred", at: t)
+        logger.info("notification deferred: \(recent.count) in the last hour (max_per_hour \(config.notifications.maxPerHour))",
+                    metadata: ["app.id": "\(app.id)"])
+        scheduleDeferredFlush()
+    }
+
+    /// Deferred notifications run at the next fetch window, or when their app's hourly
+    /// budget has room again, whichever comes first.
+    func scheduleDeferredFlush() {
+        deferredTimer?.cancel()
+        deferredTimer = nil
+        let deferred = ((try? store.pendingNotifications()) ?? []).filter { $0.state == "deferred" }
+        guard !deferred.isEmpty else { return }
+        let t = now()
+        var next = Double.infinity
+        for app in Set(deferred.map(\.app)) {
+            let recent = (launchTimes[app] ?? []).filter { $0 > t - 3600 }.sorted()
+            let free = recent.count < config.notifications.maxPerHour ? t : recent[recent.count - config.notifications.maxPerHour] + 3600
+            next = min(next, free)
+        }
+        if let w = plannedWindow?.at { next = min(next, w) }
+        deferredTimer = WakeTimer.after(max(0, next - t)) { Task { await self.flushDeferred() } }
+    }
+
+    /// Runs deferred notifications whose app has budget again (all of them when `window`).
+    func flushDeferred(window: Bool = false) {
+        deferredTimer = nil
+        let t = now()
+        for rec in ((try? store.pendingNotifications()) ?? []) where rec.state == "deferred" {
+            guard let app = apps[rec.app], let note = try? Notification.parse(Array(rec.payload.utf8)) else {
+                try? store.markNotification(rec.seq, state: "dropped", at: t)
+                continue
+            }
+            if let exp = note.expiration, exp < t {
+                try? store.markNotification(rec.seq, state: "expired", at: t)
+                logger.info("deferred notification dropped: expired", metadata: ["app.id": "\(rec.app)"])
+                continue
+            }
+            var recent = (launchTimes[rec.app] ?? []).filter { $0 > t - 3600 }
+            guard window || recent.count < config.notifications.maxPerHour else { continue }
+            recent.append(t)
+            launchTimes[rec.app] = recent
+            deliver(app, seq: rec.seq, payload: Array(rec.payload.utf8))
+        }
+        scheduleDeferredFlush()
+    }
+
+    func startPushDownload(_ app: AppDefinition, seq: Int64, note: Notification, download d: Notification.DownloadRequest) {
+        var req = TransferRequest(
+            kind: .download, url: d.url, app: app.id, session: d.session ?? "push", destination: nil, sha256: d.sha256, source: nil)
+        req.expectedSize = d.size
+        do {
+            let t = try createTransfer(req, caller: .daemon)
+            logger.info("notification enqueued a download; the app runs when the file is ready",
+                        metadata: ["app.id": "\(app.id)", "transfer.id": "\(t.id)"])
+            try? store.markNotification(seq, state: "download:" + t.id, at: now())
+        } catch {
+            logger.warning("notification's download refused: \(error.message)", metadata: ["app.id": "\(app.id)"])
+            try? store.markNotification(seq, state: "failed", at: now())
+        }
     }
 
     func deliver(_ app: AppDefinition, seq: Int64, payload: [UInt8]) {
@@ -136,17 +228,20 @@ extension Agent {
         do { try store.markNotification(seq, state: outcome.result.rawValue, at: now()) } catch { logger.error("store: \(error)") }
     }
 
-    /// Recorded but unhandled notifications from before a crash.
+    /// Recorded but unhandled notifications from before a crash or restart.
     func handlePendingNotifications() {
         guard let pending = try? store.pendingNotifications() else { return }
         for n in pending {
-            guard let app = apps[n.app] else {
+            guard let app = apps[n.app], let note = try? Notification.parse(Array(n.payload.utf8)) else {
                 try? store.markNotification(n.seq, state: "dropped", at: now())
                 continue
             }
-            logger.info("handling a notification received before a restart", metadata: ["app.id": "\(n.app)"])
-            deliver(app, seq: n.seq, payload: Array(n.payload.utf8))
+            if n.state == "pending" {
+                logger.info("handling a notification received before a restart", metadata: ["app.id": "\(n.app)"])
+                dispatch(app, seq: n.seq, note: note, signed: n.signed)
+            }
         }
+        scheduleDeferredFlush()
         try? store.pruneNotifications(before: now() - 7 * 86400)
     }
 }

@@ -20,6 +20,8 @@ public struct TransferRequest: Sendable {
     /// `--timeout-resource`: give up if not finished in this long (default 7 days, as on iOS).
     public var timeoutResource: Double = 7 * 86400
     public var requirements = TransferRequirements()
+    /// A size announced in advance (push to transfer): the byte cap from the first byte.
+    public var expectedSize: Int64?
 }
 
 extension Agent {
@@ -161,6 +163,7 @@ extension Agent {
             sha256: req.sha256?.lowercased(), createdAt: now())
         t.timeoutAt = t.createdAt + req.timeoutResource
         t.requirements = req.requirements
+        if req.kind == .download, let size = req.expectedSize { t.bytesTotal = size }
         if caller.uid != 0 {
             t.ownerUID = caller.uid
             t.ownerGID = caller.gid

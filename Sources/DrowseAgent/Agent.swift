@@ -47,6 +47,9 @@ public actor Agent {
     var deliveringSessions: Set<String> = []
     var background: [Task<Void, Never>] = []
     var refusedNotifications = 0
+    /// Immediate notification launches per app in the last hour (the rate budget).
+    var launchTimes: [String: [Double]] = [:]
+    var deferredTimer: WakeTimer?
 
     public init(config: MainConfig, logger: Logger, launcher: HandlerLaunching = ProcessLauncher()) throws {
         self.config = config
@@ -97,6 +100,7 @@ public actor Agent {
     /// Stops cleanly: transfer progress committed, MQTT offline status published.
     public func shutdown() async {
         windowTimer?.cancel()
+        deferredTimer?.cancel()
         for t in retryTimers.values { t.cancel() }
         if let engine { await engine.shutdown() }
         transferEvents?.finish()

@@ -10,6 +10,12 @@ public struct MainConfig: Sendable, Equatable {
     public var radioModel: String
     public var scheduler: SchedulerConfig
     public var transfers: TransfersConfig
+    public var notifications = NotificationsConfig()
+
+    public struct NotificationsConfig: Sendable, Equatable {
+        /// Silent notifications (priority 5) that may wake an app per hour; more wait for a window.
+        public var maxPerHour: Int = 12
+    }
 
     public struct MQTTConfig: Sendable, Equatable {
         public var url: String
@@ -131,10 +137,16 @@ public struct MainConfig: Sendable, Equatable {
             transfers.stallTimeout = try t.duration("stall_timeout", minimum: .seconds(1)) ?? .seconds(60)
             try t.rejectUnknown()
         }
+        var notifications = NotificationsConfig()
+        if var n = try r.table("notifications") {
+            notifications.maxPerHour = try n.integer("max_per_hour", in: 1...10000) ?? 12
+            try n.rejectUnknown()
+        }
         try r.rejectUnknown()
         return MainConfig(
             file: file, deviceID: deviceID, stateDir: stateDir, appsDir: appsDir, socket: socket, mqtt: mqtt,
-            conditions: conditions, radioModel: radioModel, scheduler: scheduler, transfers: transfers)
+            conditions: conditions, radioModel: radioModel, scheduler: scheduler, transfers: transfers,
+            notifications: notifications)
     }
 }
 

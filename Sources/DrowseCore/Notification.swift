@@ -9,6 +9,15 @@ public struct Notification: Sendable, Equatable {
     public var collapseID: String?
     public var expiration: Double?
     public var priority: Int
+    /// A download the provider asks Drowse to make before waking the app (push to transfer).
+    public var download: DownloadRequest?
+
+    public struct DownloadRequest: Sendable, Equatable {
+        public var url: String
+        public var sha256: String?
+        public var size: Int64?
+        public var session: String?
+    }
 
     public enum Refusal: Error, Equatable, CustomStringConvertible {
         case tooLarge(Int)
@@ -58,9 +67,22 @@ public struct Notification: Sendable, Equatable {
             guard let n = p.intValue, n == 5 || n == 10 else { throw .badKey("priority", "must be 5 or 10") }
             priority = n
         }
+        var download: DownloadRequest?
+        if let d = json["download"], !d.isNull {
+            guard case .object = d, let url = d["url"]?.stringValue, URLParts.isTransferURL(url) else {
+                throw .badKey("download", "must be an object with an http(s) \"url\"")
+            }
+            let sha = d["sha256"]?.stringValue
+            if let sha, sha.count != 64 || !sha.allSatisfy(\.isHexDigit) { throw .badKey("download.sha256", "must be 64 hex digits") }
+            let size = d["size"]?.int64Value
+            if d["size"] != nil, size == nil || size! < 0 { throw .badKey("download.size", "must be a byte count") }
+            let session = d["session"]?.stringValue
+            if let session, !Identifier.isValid(session) { throw .badKey("download.session", "must be a plain name") }
+            download = DownloadRequest(url: url, sha256: sha?.lowercased(), size: size, session: session)
+        }
         return Notification(
             payload: json, raw: bytes, contentAvailable: contentAvailable, id: id, collapseID: collapse,
-            expiration: expiration, priority: priority)
+            expiration: expiration, priority: priority, download: download)
     }
 }
 

@@ -1,5 +1,6 @@
 /// A TOML value, as far as Drowse's config files need TOML: tables, strings, integers,
-/// floats, booleans, arrays and inline tables. Each value remembers its line for errors.
+/// floats, booleans, arrays, inline tables and arrays of tables (`[[app]]`). Each value
+/// remembers its line for errors.
 public indirect enum TOMLValue: Sendable, Equatable {
     case string(String)
     case integer(Int)
@@ -30,6 +31,9 @@ public struct TOMLTable: Sendable, Equatable {
 
     public subscript(key: String) -> TOMLValue? { values[key] }
     public func line(of key: String) -> Int? { lines[key] }
+    /// The line of the `[[name]]` header that opened this table, when it is an element of an
+    /// array of tables (so an error about a missing key can point at the element).
+    public internal(set) var headerLine: Int?
 
     mutating func set(_ key: String, _ value: TOMLValue, line: Int) {
         if values[key] == nil { keys.append(key) }
@@ -94,19 +98,36 @@ public struct TOMLParser {
         var root = TOMLTable()
         var current: [String] = []
         var definedTables: Set<[String]> = []
+        // Paths made by `[[...]]` headers: keys and headers below them go into the last element.
+        var arrayTables: Set<[String]> = []
         while true {
             skipAll()
             if atEnd { break }
             if peek == UInt8(ascii: "[") {
                 i += 1
-                if !atEnd, peek == UInt8(ascii: "[") { throw fail("arrays of tables are not supported") }
+                let isArray = !atEnd && peek == UInt8(ascii: "[")
+                if isArray { i += 1 }
                 skipSpaces()
                 let path = try keyPath()
                 skipSpaces()
-                guard !atEnd, peek == UInt8(ascii: "]") else { throw fail("expected ']'") }
+                guard !atEnd, peek == UInt8(ascii: "]") else { throw fail(isArray ? "expected ']]'" : "expected ']'") }
                 i += 1
-                guard definedTables.insert(path).inserted else { throw fail("table [\(path.joined(separator: "."))] defined twice") }
-                try Self.ensureTable(&root, path, line: line)
+                let name = path.joined(separator: ".")
+                if isArray {
+                    guard !atEnd, peek == UInt8(ascii: "]") else { throw fail("expected ']]'") }
+                    i += 1
+                    guard !definedTables.contains(path) else { throw fail("[[\(name)]] names the table [\(name)] defined before") }
+                    try Self.appendTable(&root, path, arrays: arrayTables, line: line)
+                    // A new element starts empty: its sub-tables may be defined again.
+                    let below = { (p: [String]) in p.count > path.count && Array(p.prefix(path.count)) == path }
+                    definedTables = definedTables.filter { !below($0) }
+                    arrayTables = arrayTables.filter { !below($0) }
+                    arrayTables.insert(path)
+                } else {
+                    guard !arrayTables.contains(path) else { throw fail("[\(name)] is an array of tables; add an element with [[\(name)]]") }
+                    guard definedTables.insert(path).inserted else { throw fail("table [\(name)] defined twice") }
+                    try Self.withTable(&root, path[...], above: [], arrays: arrayTables, line: line) { (_: inout TOMLTable) throws(TOMLParseError) in }
+                }
                 current = path
                 try endOfLine()
                 continue
@@ -118,38 +139,66 @@ public struct TOMLParser {
             i += 1
             skipSpaces()
             let value = try value()
-            try Self.insert(&root, current + path, value, line: keyLine)
+            try Self.insert(&root, current + path, value, arrays: arrayTables, line: keyLine)
             try endOfLine()
         }
         return root
     }
 
-    private static func ensureTable(_ t: inout TOMLTable, _ path: [String], line: Int) throws(TOMLParseError) {
-        guard let first = path.first else { return }
-        var sub: TOMLTable
+    /// Runs `body` on the table at `path` below `t`, creating tables on the way; an array of
+    /// tables on the way (one in `arrays`) stands for its last element.
+    private static func withTable(
+        _ t: inout TOMLTable, _ path: ArraySlice<String>, above: [String], arrays: Set<[String]>, line: Int,
+        _ body: (inout TOMLTable) throws(TOMLParseError) -> Void
+    ) throws(TOMLParseError) {
+        guard let first = path.first else { return try body(&t) }
+        let here = above + [first]
+        let rest = path.dropFirst()
         switch t[first] {
-        case nil: sub = TOMLTable()
-        case .table(let existing)?: sub = existing
-        case let other?: throw TOMLParseError(line: line, reason: "'\(first)' is \(other.typeName), not a table")
+        case nil:
+            var sub = TOMLTable()
+            try withTable(&sub, rest, above: here, arrays: arrays, line: line, body)
+            t.set(first, .table(sub), line: line)
+        case .table(var sub)?:
+            try withTable(&sub, rest, above: here, arrays: arrays, line: line, body)
+            t.set(first, .table(sub), line: t.line(of: first) ?? line)
+        case .array(var items)? where arrays.contains(here):
+            guard case .table(var last)? = items.last else { throw TOMLParseError(line: line, reason: "'\(first)' is not a table") }
+            try withTable(&last, rest, above: here, arrays: arrays, line: line, body)
+            items[items.count - 1] = .table(last)
+            t.set(first, .array(items), line: t.line(of: first) ?? line)
+        case let other?:
+            throw TOMLParseError(line: line, reason: "'\(first)' is \(other.typeName), not a table")
         }
-        try ensureTable(&sub, Array(path.dropFirst()), line: line)
-        t.set(first, .table(sub), line: t.line(of: first) ?? line)
     }
 
-    private static func insert(_ t: inout TOMLTable, _ path: [String], _ v: TOMLValue, line: Int) throws(TOMLParseError) {
-        if path.count == 1 {
-            guard t[path[0]] == nil else { throw TOMLParseError(line: line, reason: "key '\(path[0])' defined twice") }
-            t.set(path[0], v, line: line)
-            return
+    private static func insert(_ t: inout TOMLTable, _ path: [String], _ v: TOMLValue, arrays: Set<[String]> = [], line: Int) throws(TOMLParseError) {
+        let key = path[path.count - 1]
+        try withTable(&t, path.dropLast(), above: [], arrays: arrays, line: line) { (table: inout TOMLTable) throws(TOMLParseError) in
+            guard table[key] == nil else { throw TOMLParseError(line: line, reason: "key '\(key)' defined twice") }
+            table.set(key, v, line: line)
         }
-        var sub: TOMLTable
-        switch t[path[0]] {
-        case nil: sub = TOMLTable()
-        case .table(let existing)?: sub = existing
-        case let other?: throw TOMLParseError(line: line, reason: "'\(path[0])' is \(other.typeName), not a table")
+    }
+
+    /// `[[path]]`: appends an empty table to the array at `path`, creating the array if needed.
+    private static func appendTable(_ t: inout TOMLTable, _ path: [String], arrays: Set<[String]>, line: Int) throws(TOMLParseError) {
+        let key = path[path.count - 1]
+        let isArrayOfTables = arrays.contains(path)
+        try withTable(&t, path.dropLast(), above: [], arrays: arrays, line: line) { (table: inout TOMLTable) throws(TOMLParseError) in
+            var element = TOMLTable()
+            element.headerLine = line
+            switch table[key] {
+            case nil:
+                table.set(key, .array([.table(element)]), line: line)
+            case .array(var items)? where isArrayOfTables:
+                items.append(.table(element))
+                table.set(key, .array(items), line: table.line(of: key) ?? line)
+            case .array?:
+                throw TOMLParseError(line: line, reason: "'\(key)' is an array value, not an array of tables")
+            case let other?:
+                throw TOMLParseError(line: line, reason: "'\(key)' is \(other.typeName), not an array of tables")
+            }
         }
-        try insert(&sub, Array(path.dropFirst()), v, line: line)
-        t.set(path[0], .table(sub), line: t.line(of: path[0]) ?? line)
     }
 
     private mutating func keyPath() throws(TOMLParseError) -> [String] {

@@ -52,6 +52,7 @@ public enum MQTTSessionEvent: Sendable {
 public final class MQTTSession: Sendable {
     enum Command: Sendable {
         case subscribe([String])
+        case rideWindow
         case publish(topic: String, payload: [UInt8], retain: Bool)
         case stop(@Sendable () -> Void)
     }
@@ -91,6 +92,11 @@ public final class MQTTSession: Sendable {
     public func setPublishOnConnect(_ messages: [(String, [UInt8])]) {
         desired.withLock { $0.onConnect = messages }
     }
+
+    /// The radio is awake for a wake window: if the keepalive would need a ping in the second
+    /// half of its period, send traffic now instead, so the broker's timer restarts and no
+    /// separate wakeup is needed for it later.
+    public func rideWindow() { send(.rideWindow) }
 
     public func publish(topic: String, payload: [UInt8], retain: Bool) {
         send(.publish(topic: topic, payload: payload, retain: retain))
@@ -159,9 +165,15 @@ public final class MQTTSession: Sendable {
         var nextAttempt = 0.0
         var lastIn = 0.0, lastOut = 0.0
         let keepalive = Double(options.keepalive)
+        /// When we last sent PINGREQ, until an answer arrives: a dead link is declared half a
+        /// keepalive later, so it is found within 1.5× keepalive of the last traffic.
+        var pingSentAt: Double?
+        /// TCP is up but no CONNACK yet (a hung broker accepts connections and says nothing).
+        var connectingSince: Double?
         var stopDone: (@Sendable () -> Void)?
 
         func lose(_ why: String) {
+            pingSentAt = nil
             if announced { onEvent(.disconnected(reason: why)) }
             if socketUp || announced { logger.warning("mqtt: connection lost: \(why)") }
             isConnected.store(false, ordering: .relaxed)
@@ -181,6 +193,7 @@ public final class MQTTSession: Sendable {
                     socketUp = true
                     lastIn = WallClock.monotonic()
                     lastOut = lastIn
+                    connectingSince = lastIn
                 } else {
                     let why = rc == MOSQ_ERR_ERRNO.rawValue ? String(cString: strerror(errno)) : String(cString: mosquitto_strerror(rc))
                     logger.warning("mqtt: cannot connect to \(options.host):\(options.port): \(why)")
@@ -194,7 +207,9 @@ public final class MQTTSession: Sendable {
                 if mosquitto_want_write(mosq) { ev |= Int16(POLLOUT) }
                 fds.append(pollfd(fd: sock, events: ev, revents: 0))
             }
-            let deadline = socketUp ? min(lastIn, lastOut) + keepalive + 0.05 : nextAttempt
+            var deadline = socketUp ? min(lastIn, lastOut) + keepalive + 0.05 : nextAttempt
+            if socketUp, let p = pingSentAt { deadline = min(deadline, p + keepalive / 2) }
+            if socketUp, !announced, let c = connectingSince { deadline = min(deadline, c + min(30, keepalive)) }
             let timeoutMS = Int32(max(0, min(Double(Int32.max / 2), (deadline - WallClock.monotonic()) * 1000)).rounded(.up))
             let n = poll(&fds, nfds_t(fds.count), timeoutMS)
             if n < 0 && errno != EINTR { logger.error("mqtt: poll failed: \(errno)"); break }
@@ -204,6 +219,14 @@ public final class MQTTSession: Sendable {
                 let pending = commands.withLock { q -> [Command] in defer { q.removeAll() }; return q }
                 for c in pending {
                     switch c {
+                    case .rideWindow:
+                        if announced, WallClock.monotonic() - min(lastIn, lastOut) > keepalive / 2 {
+                            let onConnect = desired.withLock { $0.onConnect }
+                            for (topic, payload) in onConnect {
+                                _ = payload.withUnsafeBytes { mosquitto_publish(mosq, nil, topic, Int32($0.count), $0.baseAddress, 1, true) }
+                            }
+                            lastOut = WallClock.monotonic()
+                        }
                     case .subscribe(let topics):
                         if announced { for t in topics { mosquitto_subscribe(mosq, nil, t, 1) }; lastOut = WallClock.monotonic() }
                     case .publish(let topic, let payload, let retain):
@@ -221,6 +244,7 @@ public final class MQTTSession: Sendable {
                 if re & Int16(POLLIN | POLLHUP | POLLERR) != 0 {
                     let rc = mosquitto_loop_read(mosq, 1)
                     lastIn = WallClock.monotonic()
+                    pingSentAt = nil
                     if rc != MOSQ_ERR_SUCCESS.rawValue { lose(ctx.lostReason ?? String(cString: mosquitto_strerror(rc))); continue }
                 }
                 if mosquitto_want_write(mosq) || re & Int16(POLLOUT) != 0 {
@@ -229,9 +253,22 @@ public final class MQTTSession: Sendable {
                     if rc != MOSQ_ERR_SUCCESS.rawValue { lose(String(cString: mosquitto_strerror(rc))); continue }
                 }
             }
+            if socketUp, !announced, let c = connectingSince, WallClock.monotonic() >= c + min(30, keepalive) {
+                connectingSince = nil
+                mosquitto_disconnect(mosq)
+                lose("no CONNACK from the broker")
+                continue
+            }
+            if socketUp, let p = pingSentAt, WallClock.monotonic() >= p + keepalive / 2 {
+                pingSentAt = nil
+                mosquitto_disconnect(mosq)
+                lose("no answer to PINGREQ within half a keepalive: the link is dead")
+                continue
+            }
             if socketUp, WallClock.monotonic() >= min(lastIn, lastOut) + keepalive {
                 let rc = mosquitto_loop_misc(mosq)
                 // libmosquitto sent PINGREQ (or gave up on a dead link): it restarts its own clock now.
+                if pingSentAt == nil { pingSentAt = WallClock.monotonic() }
                 lastIn = WallClock.monotonic()
                 lastOut = lastIn
                 if rc != MOSQ_ERR_SUCCESS.rawValue || mosquitto_socket(mosq) < 0 {
@@ -241,6 +278,7 @@ public final class MQTTSession: Sendable {
             }
             if socketUp, ctx.connectedFlag, !announced {
                 announced = true
+                connectingSince = nil
                 backoff.reset()
                 isConnected.store(true, ordering: .relaxed)
                 let (topics, onConnect) = desired.withLock { ($0.topics, $0.onConnect) }

@@ -6,15 +6,19 @@ public struct NotificationRecord: Sendable, Equatable {
     public var app: String
     public var payload: String
     public var receivedAt: Double
+    /// `pending` (recorded, not yet run) or `deferred` (waiting for a window or the rate budget).
+    public var state: String = "pending"
+    public var signed: Bool = false
 }
 
 extension Store {
     /// Records a received notification. Returns its sequence number, or nil when one with
     /// the same dedupe key was already recorded (a QoS 1 redelivery or a provider retry).
-    public func recordNotification(app: String, dedupeKey: String, payload: String, at: Double) throws(StoreError) -> Int64? {
+    public func recordNotification(app: String, dedupeKey: String, payload: String, at: Double, signed: Bool = false,
+                                   collapseID: String? = nil) throws(StoreError) -> Int64? {
         try db.query(
-            "INSERT OR IGNORE INTO notifications(app, dedupe_key, payload, received_at, state) VALUES (?,?,?,?, 'pending')",
-            [.text(app), .text(dedupeKey), .text(payload), .double(at)])
+            "INSERT OR IGNORE INTO notifications(app, dedupe_key, payload, received_at, state, signed, collapse_id) VALUES (?,?,?,?, 'pending', ?, ?)",
+            [.text(app), .text(dedupeKey), .text(payload), .double(at), .int(signed ? 1 : 0), SQLValue(collapseID)])
         guard db.changes == 1 else { return nil }
         return try db.query("SELECT last_insert_rowid()")[0][0].int64
     }
@@ -25,9 +29,22 @@ extension Store {
 
     /// Notifications recorded but not yet handled (after a crash, they are handled on start).
     public func pendingNotifications() throws(StoreError) -> [NotificationRecord] {
-        try db.query("SELECT seq, app, payload, received_at FROM notifications WHERE state = 'pending' ORDER BY seq").map {
-            NotificationRecord(seq: $0[0].int64 ?? 0, app: $0[1].string ?? "", payload: $0[2].string ?? "", receivedAt: $0[3].double ?? 0)
+        try db.query(
+            "SELECT seq, app, payload, received_at, state, signed FROM notifications WHERE state IN ('pending', 'deferred') ORDER BY seq"
+        ).map {
+            NotificationRecord(
+                seq: $0[0].int64 ?? 0, app: $0[1].string ?? "", payload: $0[2].string ?? "", receivedAt: $0[3].double ?? 0,
+                state: $0[4].string ?? "pending", signed: ($0[5].int64 ?? 0) != 0)
         }
+    }
+
+    /// Drops the older deferred notifications of an app that share a collapse id; returns how many.
+    @discardableResult
+    public func collapseNotifications(app: String, collapseID: String, keeping seq: Int64, at: Double) throws(StoreError) -> Int {
+        try db.query(
+            "UPDATE notifications SET state = 'collapsed', handled_at = ? WHERE app = ? AND collapse_id = ? AND seq != ? AND state IN ('pending', 'deferred')",
+            [.double(at), .text(app), .text(collapseID), .int(seq)])
+        return db.changes
     }
 
     /// Forgets handled notifications older than `before` (their dedupe keys expire with them).

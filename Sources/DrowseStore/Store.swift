@@ -5,7 +5,7 @@ import DrowseCore
 /// returned survives a power cut. Versioned schema with forward migrations.
 public final class Store {
     public let db: SQLiteDatabase
-    public static let schemaVersion: Int64 = 4
+    public static let schemaVersion: Int64 = 5
 
     public init(path: String) throws(StoreError) {
         db = try SQLiteDatabase(path: path)
@@ -113,6 +113,16 @@ public final class Store {
                     ALTER TABLE apps ADD COLUMN last_timed_out INTEGER NOT NULL DEFAULT 0;
                     CREATE INDEX usage_app ON usage(app, seq);
                     UPDATE schema_version SET version = 4;
+                    """)
+            }
+            if current < 5 {
+                // Deferred and collapsible notifications; whether one was signed (push to transfer).
+                try db.exec(
+                    """
+                    ALTER TABLE notifications ADD COLUMN signed INTEGER NOT NULL DEFAULT 0;
+                    ALTER TABLE notifications ADD COLUMN collapse_id TEXT;
+                    CREATE INDEX notifications_state ON notifications(state, app);
+                    UPDATE schema_version SET version = 5;
                     """)
             }
         }
