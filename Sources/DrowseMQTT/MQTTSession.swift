@@ -48,7 +48,7 @@ public enum MQTTSessionEvent: Sendable {
 /// One persistent MQTT session (clean session off, fixed client id) driven by our own loop:
 /// a thread blocked in poll(2) on `mosquitto_socket()` and an eventfd, calling
 /// `mosquitto_loop_read/write` when the socket is ready and `loop_misc` only at the keepalive
-/// deadline. No `mosquitto_loop_start`/`loop_forever`: they wake every second.
+/// deadline. libmosquitto's own threaded or blocking loops are not used: they wake every second.
 public final class MQTTSession: Sendable {
     enum Command: Sendable {
         case subscribe([String])

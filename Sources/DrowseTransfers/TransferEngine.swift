@@ -254,20 +254,11 @@ final class Download {
     private func configure() {
         let me = Unmanaged.passUnretained(self).toOpaque()
         let o = engine.opts
-        _ = ccurl_setopt_str(easy, CURLOPT_URL, job.url)
-        _ = ccurl_setopt_str(easy, CURLOPT_PROTOCOLS_STR, "http,https")
-        _ = ccurl_setopt_str(easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https")
+        o.applyCommon(to: easy, url: job.url)
         _ = ccurl_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 1)
         _ = ccurl_setopt_long(easy, CURLOPT_MAXREDIRS, o.maxRedirects)
         _ = ccurl_setopt_long(easy, CURLOPT_FAILONERROR, 1)
-        _ = ccurl_setopt_long(easy, CURLOPT_NOSIGNAL, 1)
-        _ = ccurl_setopt_long(easy, CURLOPT_SSL_VERIFYPEER, 1)
-        _ = ccurl_setopt_long(easy, CURLOPT_SSL_VERIFYHOST, 2)
-        _ = ccurl_setopt_long(easy, CURLOPT_LOW_SPEED_LIMIT, o.lowSpeedLimit)
-        _ = ccurl_setopt_long(easy, CURLOPT_LOW_SPEED_TIME, o.lowSpeedTime)
-        _ = ccurl_setopt_long(easy, CURLOPT_CONNECTTIMEOUT, 30)
         _ = ccurl_setopt_long(easy, CURLOPT_BUFFERSIZE, 256 * 1024)
-        _ = ccurl_setopt_str(easy, CURLOPT_USERAGENT, o.userAgent)
         headers = curl_slist_append(headers, "Accept-Encoding: identity")
         if written > 0 {
             _ = ccurl_setopt_str(easy, CURLOPT_RANGE, "\(written)-")

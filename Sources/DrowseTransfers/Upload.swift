@@ -89,18 +89,9 @@ final class Upload {
         informationalLocation = nil
         let me = Unmanaged.passUnretained(self).toOpaque()
         let o = engine.opts
-        _ = ccurl_setopt_str(easy, CURLOPT_URL, r.url)
-        _ = ccurl_setopt_str(easy, CURLOPT_PROTOCOLS_STR, "http,https")
-        _ = ccurl_setopt_str(easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https")
-        _ = ccurl_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 0)
-        _ = ccurl_setopt_long(easy, CURLOPT_NOSIGNAL, 1)
-        _ = ccurl_setopt_long(easy, CURLOPT_SSL_VERIFYPEER, 1)
-        _ = ccurl_setopt_long(easy, CURLOPT_SSL_VERIFYHOST, 2)
-        _ = ccurl_setopt_long(easy, CURLOPT_LOW_SPEED_LIMIT, o.lowSpeedLimit)
-        _ = ccurl_setopt_long(easy, CURLOPT_LOW_SPEED_TIME, o.lowSpeedTime)
-        _ = ccurl_setopt_long(easy, CURLOPT_CONNECTTIMEOUT, 30)
+        o.applyCommon(to: easy, url: r.url)
+        _ = ccurl_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 0)  // a redirected upload is the server's error
         _ = ccurl_setopt_long(easy, CURLOPT_UPLOAD_BUFFERSIZE, 512 * 1024)
-        _ = ccurl_setopt_str(easy, CURLOPT_USERAGENT, o.userAgent)
         headers = curl_slist_append(nil, "Expect:")  // no 100-continue round trip
         for (k, v) in r.headers { headers = curl_slist_append(headers, "\(k): \(v)") }
         switch (r.method, r.body) {
