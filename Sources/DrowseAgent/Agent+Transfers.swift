@@ -38,7 +38,14 @@ extension Agent {
         })
     }
 
-    func partPath(_ id: String) -> String { config.stateDir + "/transfers/\(id).part" }
+    /// Where a download's bytes gather: beside its `--to` path (same file system, so the final
+    /// rename is atomic; a hidden name, so nothing appears at the final path early), else in
+    /// the state folder.
+    func partPath(_ t: Transfer) -> String {
+        guard let dest = t.destination else { return config.stateDir + "/transfers/\(t.id).part" }
+        let name = dest.split(separator: "/").last.map(String.init) ?? "download"
+        return ConfigPath.directory(of: dest) + "/.\(name).\(t.id).drowse-part"
+    }
 
     func finalPath(_ t: Transfer) -> String {
         if let d = t.destination { return d }
@@ -49,7 +56,7 @@ extension Agent {
 
     func job(_ t: Transfer) -> DownloadJob {
         DownloadJob(
-            id: t.id, url: t.url, partPath: partPath(t.id), finalPath: finalPath(t), resumeFrom: t.bytesDone,
+            id: t.id, url: t.url, partPath: partPath(t), finalPath: finalPath(t), resumeFrom: t.bytesDone,
             etag: t.etag, lastModified: t.lastModified, expectedTotal: t.bytesTotal, sha256: t.sha256)
     }
 
@@ -64,12 +71,12 @@ extension Agent {
             }
             // A crash between the rename and the store update: the verified file is already in place.
             let final = finalPath(t)
-            if t.kind == .download, !FileSystem.exists(partPath(t.id)), let size = FileSystem.fileSize(final), t.bytesTotal == size {
+            if t.kind == .download, !FileSystem.exists(partPath(t)), let size = FileSystem.fileSize(final), t.bytesTotal == size {
                 t.state = .completed
                 t.location = final
                 t.bytesDone = size
                 t.finishedAt = now()
-                try? store.save(t)
+                persist(t)
                 sessions.insert([t.app, t.session])
                 continue
             }
@@ -105,13 +112,13 @@ extension Agent {
             // Not now: applyConditions() starts it when the board's conditions allow.
             t.state = .waiting
             t.reason = "waiting: " + blocker
-            try? store.save(t)
+            persist(t)
             return
         }
         t.state = .running
         t.reason = nil
         if t.kind == .download, t.destination == nil { _ = inbox(for: t.app) }
-        do { try store.save(t) } catch { logger.error("store: \(error)") }
+        persist(t)
         switch t.kind {
         case .download: engine?.start(job(t))
         case .upload: engine?.start(uploadJob(t))
@@ -123,8 +130,8 @@ extension Agent {
         t.state = .failed
         t.reason = reason
         t.finishedAt = now()
-        try? store.save(t)
-        FileSystem.remove(partPath(t.id))
+        persist(t)
+        FileSystem.remove(partPath(t))
         logger.warning("transfer failed: \(reason)", metadata: ["transfer.id": "\(t.id)", "app.id": "\(t.app)"])
         checkSession(app: t.app, session: t.session)
     }
@@ -179,8 +186,23 @@ extension Agent {
         return withLive(t)
     }
 
+    /// Saves a transfer's state. When the store cannot write (a full disk holds the database
+    /// too), the state is kept in memory so the API still tells the truth, and saved later.
+    func persist(_ t: Transfer) {
+        do {
+            try store.save(t)
+            unsaved[t.id] = nil
+        } catch {
+            logger.error("store: \(error)", metadata: ["transfer.id": "\(t.id)"])
+            unsaved[t.id] = t
+        }
+    }
+
+    /// The newest state of a transfer: unsaved in memory, or as stored.
+    func current(_ id: String) -> Transfer? { unsaved[id] ?? (try? store.transfer(id: id)) }
+
     func withLive(_ t: Transfer) -> Transfer {
-        var t = t
+        var t = unsaved[t.id] ?? t
         // An upload's bytes_done is only ever what the server confirmed; bytes_sent runs ahead.
         if t.state == .running, t.kind == .upload { t.bytesSent = max(liveSent[t.id] ?? 0, t.bytesDone) }
         if t.state == .running, t.kind == .download, let (done, total) = liveProgress[t.id] {
@@ -197,7 +219,7 @@ extension Agent {
     }
 
     public func transfer(_ id: String, caller: Caller) throws(APIError) -> Transfer {
-        guard let t = try? store.transfer(id: id) else { throw .notFound("no transfer '\(id)'") }
+        guard let t = unsaved[id] ?? (try? store.transfer(id: id)) else { throw .notFound("no transfer '\(id)'") }
         guard caller.isAdmin || (apps[t.app].map { visible($0, to: caller) } ?? false) else { throw .notFound("no transfer '\(id)'") }
         return withLive(t)
     }
@@ -217,8 +239,8 @@ extension Agent {
         t.state = .cancelled
         t.reason = reason
         t.finishedAt = now()
-        try? store.save(t)
-        FileSystem.remove(partPath(t.id))
+        persist(t)
+        FileSystem.remove(partPath(t))
         logger.info("transfer cancelled", metadata: ["transfer.id": "\(t.id)"])
     }
 
@@ -253,7 +275,7 @@ extension Agent {
             liveProgress[id] = nil
             liveSent[id] = nil
             retryBackoff[id] = nil
-            guard var t = try? store.transfer(id: id), !t.state.isFinished else { return }
+            guard var t = current(id), !t.state.isFinished else { return }
             t.state = .completed
             t.bytesDone = bytes
             t.bytesTotal = bytes
@@ -268,20 +290,20 @@ extension Agent {
             }
             t.reason = nil
             t.finishedAt = now()
-            do { try store.save(t) } catch { logger.error("store: \(error)") }
+            persist(t)
             logger.info("transfer completed (\(bytes) bytes)", metadata: ["transfer.id": "\(id)", "app.id": "\(t.app)"])
             radioBusy(until: now())
             checkSession(app: t.app, session: t.session)
         case let .failed(id, error):
             liveProgress[id] = nil
-            guard var t = try? store.transfer(id: id), !t.state.isFinished else { return }
+            guard var t = current(id), !t.state.isFinished else { return }
             if error.transient && now() < (t.timeoutAt ?? .infinity) {
                 var backoff = retryBackoff[id] ?? Backoff(base: error.noSpace ? 10 : 1, cap: error.noSpace ? 60 : 300)
                 let delay = backoff.next(unit: Double.random(in: 0..<1))
                 retryBackoff[id] = backoff
                 t.state = error.noSpace ? .paused : .waiting
                 t.reason = (error.noSpace ? "paused: disk full (" : "retrying in \(Int(delay.rounded(.up)))s after: ") + error.reason + (error.noSpace ? ")" : "")
-                try? store.save(t)
+                persist(t)
                 logger.warning("transfer attempt failed: \(error.reason); retry in \(delay)s", metadata: ["transfer.id": "\(id)"])
                 retryTimers[id] = WakeTimer.after(delay) { Task { await self.retry(id) } }
                 return
@@ -302,12 +324,12 @@ extension Agent {
                 liveProgress[t.id] = nil
                 t.state = .paused
                 t.reason = "paused: " + b
-                try? store.save(t)
+                persist(t)
                 logger.info("transfer paused: \(b)", metadata: ["transfer.id": "\(t.id)"])
             case (.waiting, let b?), (.paused, let b?):
                 guard retryTimers[t.id] == nil else { continue }
                 let reason = (t.state == .paused ? "paused: " : "waiting: ") + b
-                if t.reason != reason { t.reason = reason; try? store.save(t) }
+                if t.reason != reason { t.reason = reason; persist(t) }
             case (.waiting, nil), (.paused, nil):
                 // Those counting down to a retry keep their timer.
                 guard retryTimers[t.id] == nil else { continue }
@@ -321,7 +343,7 @@ extension Agent {
 
     func retry(_ id: String) {
         retryTimers[id] = nil
-        guard let t = try? store.transfer(id: id), !t.state.isFinished else { return }
+        guard let t = current(id), !t.state.isFinished else { return }
         begin(t)
     }
 
@@ -337,7 +359,7 @@ extension Agent {
         let batch = inSession.filter { !$0.delivered }
         guard !batch.isEmpty else { return }
         guard app.eventsCommand != nil else {
-            for var t in batch { t.delivered = true; try? store.save(t) }
+            for var t in batch { t.delivered = true; persist(t) }
             return
         }
         guard app.sendsLaunchEvents else { return }
@@ -360,7 +382,7 @@ extension Agent {
                 t.location = nil
             }
             t.delivered = true
-            try? store.save(t)
+            persist(t)
         }
         if let first = batch.first { checkSession(app: first.app, session: first.session) }
     }

@@ -42,6 +42,8 @@ public actor Agent {
     var liveProgress: [String: (Int64, Int64?)] = [:]
     /// Upload bytes handed to the network, not yet confirmed (shown as bytes_sent).
     var liveSent: [String: Int64] = [:]
+    /// Transfer states the store could not write yet (disk full); shown and retried.
+    var unsaved: [String: Transfer] = [:]
     var retryTimers: [String: WakeTimer] = [:]
     var retryBackoff: [String: Backoff] = [:]
     var deliveringSessions: Set<String> = []

@@ -178,8 +178,9 @@ public final class TransferEngine: Sendable {
 
     private func complete(_ d: Download, _ result: CURLcode) {
         if let err = d.abortError ?? d.classify(result) {
-            // Whatever arrived intact so far is kept for the retry.
-            if !err.transient || d.restartNeeded { d.discardProgress() } else { d.commit(force: true) }
+            // Whatever arrived intact so far is kept for the retry. On a full disk, the bytes
+            // since the last commit are given back instead, so the database has room to record it.
+            if !err.transient || d.restartNeeded { d.discardProgress() } else if err.noSpace { d.rollBackToCommit() } else { d.commit(force: true) }
             finish(d, .failed(id: d.job.id, error: err))
             return
         }
@@ -387,6 +388,12 @@ final class Download {
         committed = written
         lastCommitAt = WallClock.monotonic()
         engine.emit(.committed(id: job.id, bytesDone: committed, bytesTotal: total, etag: etag, lastModified: lastModified))
+    }
+
+    /// Cuts the part file back to the last committed offset (frees the uncommitted tail).
+    func rollBackToCommit() {
+        if fd >= 0 { _ = ftruncate(fd, off_t(committed)) }
+        written = committed
     }
 
     /// After a response that must not be spliced: start the next attempt from zero.
