@@ -46,7 +46,8 @@ extension Store {
     /// Commits download progress: only called after the bytes are on disk (fdatasync).
     public func commitProgress(id: String, bytesDone: Int64, bytesTotal: Int64?, etag: String?, lastModified: String?) throws(StoreError) {
         try db.query(
-            "UPDATE transfers SET bytes_done = ?, bytes_total = ?, etag = ?, last_modified = ? WHERE id = ?",
+            // A late commit from the sync thread never rewinds a finished transfer.
+            "UPDATE transfers SET bytes_done = ?, bytes_total = ?, etag = ?, last_modified = ? WHERE id = ? AND state NOT IN ('completed', 'failed', 'cancelled')",
             [.int(bytesDone), SQLValue(bytesTotal), SQLValue(etag), SQLValue(lastModified), .text(id)])
     }
 

@@ -43,6 +43,7 @@ public final class TransferEngine: Sendable {
     private let options: Options
     private let onEvent: @Sendable (TransferEvent) -> Void
     private let logger: Logger
+    let syncer: Syncer
 
     public init(options: Options, logger: Logger, onEvent: @escaping @Sendable (TransferEvent) -> Void) {
         curl_global_init(Int(CURL_GLOBAL_DEFAULT))
@@ -50,6 +51,7 @@ public final class TransferEngine: Sendable {
         self.options = options
         self.onEvent = onEvent
         self.logger = logger
+        syncer = Syncer(onEvent: onEvent)
         _ = ccurl_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, options.maxConnectionsPerHost)
         let box = Unmanaged.passUnretained(self)
         OSThread.detach(name: "transfers") { box.takeUnretainedValue().loop() }
@@ -97,8 +99,13 @@ public final class TransferEngine: Sendable {
                     if let old = active.removeValue(forKey: job.id) { finish(old, nil) }
                     do {
                         let d = try Download(job: job, engine: self)
-                        curl_multi_add_handle(multi, d.easy)
-                        active[job.id] = d
+                        if d.alreadyComplete {
+                            // Every byte was committed before a restart: only the finish is left.
+                            finishComplete(d)
+                        } else {
+                            curl_multi_add_handle(multi, d.easy)
+                            active[job.id] = d
+                        }
                     } catch {
                         onEvent(.failed(id: job.id, error: error))
                     }
@@ -184,6 +191,10 @@ public final class TransferEngine: Sendable {
             finish(d, .failed(id: d.job.id, error: err))
             return
         }
+        finishComplete(d)
+    }
+
+    private func finishComplete(_ d: Download) {
         switch d.finalize() {
         case .success(let bytes):
             finish(d, .completed(id: d.job.id, bytes: bytes, path: d.job.finalPath))
@@ -219,6 +230,11 @@ final class Download {
     var headerLastModified: String?
     var lastProgressAt: Double = 0
     var headers: UnsafeMutablePointer<curl_slist>?
+    /// SHA-256 of bytes 0..<hashedUpTo, kept up as bytes arrive so finishing needs no re-read.
+    var hasher: SHA256Hasher?
+    var hashedUpTo: Int64 = 0
+    /// The part file already holds every byte (a restart right after the last commit).
+    var alreadyComplete = false
 
     var uncommittedBytes: Int64 { written - committed }
 
@@ -234,7 +250,27 @@ final class Download {
         lastModified = job.lastModified
         lastCommitAt = WallClock.monotonic()
         try openPart()
+        if job.sha256 != nil { startHash() }
+        if let total, written == total, written > 0 {
+            alreadyComplete = true
+            return
+        }
         configure()
+    }
+
+    /// Hashes what is already on disk (after a restart), then keeps up incrementally.
+    func startHash() {
+        var h = SHA256Hasher()
+        var buf = [UInt8](repeating: 0, count: 1 << 20)
+        var pos: Int64 = 0
+        while pos < written {
+            let n = buf.withUnsafeMutableBytes { pread(fd, $0.baseAddress, Int(min(Int64($0.count), written - pos)), off_t(pos)) }
+            if n <= 0 { hasher = nil; return }
+            buf.withUnsafeBytes { h.update(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+            pos += Int64(n)
+        }
+        hasher = consume h
+        hashedUpTo = written
     }
 
     private func openPart() throws(TransferError) {
@@ -335,6 +371,7 @@ final class Download {
                 lseek(fd, 0, SEEK_SET)
                 written = 0
                 committed = 0
+                if job.sha256 != nil { hasher = SHA256Hasher(); hashedUpTo = 0 }
                 engine.emit(.committed(id: job.id, bytesDone: 0, bytesTotal: nil, etag: nil, lastModified: nil))
             }
             total = headerContentLength
@@ -371,6 +408,10 @@ final class Download {
             }
             off += n
         }
+        if hasher != nil, hashedUpTo == written {
+            hasher!.update(buf)
+            hashedUpTo += Int64(buf.count)
+        }
         written += Int64(buf.count)
         if written - committed >= engine.opts.commitBytes { commit(force: false) }
         let now = WallClock.monotonic()
@@ -382,18 +423,27 @@ final class Download {
     }
 
     /// fdatasync, then report the offset: the store may record it only after the data is durable.
+    /// `force` syncs on this thread (at a stop, before the descriptor closes); otherwise the
+    /// syncer thread does it while this one keeps receiving.
     func commit(force: Bool) {
         guard fd >= 0, written != committed || force else { return }
-        guard fdatasync(fd) == 0 else { return }
+        let event = TransferEvent.committed(id: job.id, bytesDone: written, bytesTotal: total, etag: etag, lastModified: lastModified)
         committed = written
         lastCommitAt = WallClock.monotonic()
-        engine.emit(.committed(id: job.id, bytesDone: committed, bytesTotal: total, etag: etag, lastModified: lastModified))
+        if force {
+            engine.syncer.drain()
+            guard fdatasync(fd) == 0 else { return }
+            engine.emit(event)
+        } else {
+            engine.syncer.submit(fd: fd, event: event)
+        }
     }
 
     /// Cuts the part file back to the last committed offset (frees the uncommitted tail).
     func rollBackToCommit() {
         if fd >= 0 { _ = ftruncate(fd, off_t(committed)) }
         written = committed
+        hasher = nil  // it covered bytes that are gone; finishing re-reads the file
     }
 
     /// After a response that must not be spliced: start the next attempt from zero.
@@ -401,6 +451,7 @@ final class Download {
         if fd >= 0 { _ = ftruncate(fd, 0) }
         written = 0
         committed = 0
+        engine.syncer.drain()  // no older offset may be reported after this zero
         engine.emit(.committed(id: job.id, bytesDone: 0, bytesTotal: nil, etag: nil, lastModified: nil))
     }
 
@@ -414,6 +465,12 @@ final class Download {
         let message = String(cString: curl_easy_strerror(result))
         switch result {
         case CURLE_HTTP_RETURNED_ERROR:
+            // 416 with "bytes */N" where N is what we hold: the file was complete already.
+            if code == 416, written > 0, let cr = headerContentRange, cr.hasSuffix("/\(written)"), total == nil || total == written {
+                validated = true
+                total = written
+                return nil
+            }
             if code == 416, written > 0 {
                 restartNeeded = true
                 return TransferError("server refused the range (HTTP 416)", transient: true)
@@ -441,6 +498,7 @@ final class Download {
             discardProgressIfShort()
             return .failure(TransferError("body ended at \(written) of \(total) bytes", transient: true))
         }
+        engine.syncer.drain()
         guard fsync(fd) == 0 else {
             let e = errno
             return .failure(TransferError("fsync: \(String(cString: strerror(e)))", transient: true, noSpace: e == ENOSPC))
@@ -449,8 +507,12 @@ final class Download {
         fd = -1
         if let want = job.sha256?.lowercased() {
             let got: String
-            do { got = try SHA256Hasher.hexDigest(ofFile: job.partPath) } catch {
-                return .failure(TransferError("reading back: \(error)", transient: true))
+            if var h = hasher.take(), hashedUpTo == written {
+                got = SHA256Hasher.hex(h.finalize())
+            } else {
+                do { got = try SHA256Hasher.hexDigest(ofFile: job.partPath) } catch {
+                    return .failure(TransferError("reading back: \(error)", transient: true))
+                }
             }
             guard got == want else {
                 unlink(job.partPath)

@@ -388,7 +388,7 @@ def test_quit_cancels_a_slow_download_and_tells_the_app(hostile_server, make_dro
     dest = d.base / "slow.bin"
 
     tid = d.download(url, "dl", "--to", str(dest))
-    part = d.state_dir / "transfers" / f"{tid}.part"
+    part = dest.parent / f".{dest.name}.{tid}.drowse-part"  # a --to download gathers beside its destination
     wait_until(lambda: (d.transfer(tid).get("bytes_done") or 0) > 0 and part.exists() and part.stat().st_size > 0,
                15, interval=0.1, what="the slow download to make progress on disk")
     assert d.transfer(tid)["state"] == "running", describe(d, srv, tid, dest)
@@ -405,8 +405,7 @@ def test_quit_cancels_a_slow_download_and_tells_the_app(hostile_server, make_dro
     assert len(mine) == 1 and mine[0].get("state") == "cancelled", f"events handler got {doc}"
 
     wait_until(lambda: not part.exists(), 5, what=f"{part} to be removed")
-    leftovers = [p for p in (d.state_dir / "transfers").iterdir() if tid in p.name] \
-        if (d.state_dir / "transfers").is_dir() else []
+    leftovers = [p for p in list((d.state_dir / "transfers").glob("*")) + list(dest.parent.glob(".*")) if tid in p.name]
     assert leftovers == [], f"partial data left in the state dir: {leftovers}"
     assert not dest.exists(), info
     # The daemon hung up on the server and did not come back.
