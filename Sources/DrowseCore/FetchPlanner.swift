@@ -11,7 +11,9 @@
 ///   become eligible before its tail ends join instead of waking it again later;
 /// - an app whose data is used at a habitual time is fetched shortly before that time;
 /// - an app past its daily handler budget opens no window of its own; it joins others';
-/// - on a low battery, tolerances stretch.
+/// - on a low battery, tolerances stretch;
+/// - a window waits for apps that become eligible shortly after it, as long as no member runs
+///   later than half its interval past eligibility (so each app runs within 1.5× its interval).
 public struct FetchPlanner: Sendable {
     public struct AppInput: Sendable, Equatable {
         public var id: String
@@ -73,6 +75,11 @@ public struct FetchPlanner: Sendable {
     public var lowBattery = false
     /// Until when the radio is awake anyway (activity end plus its tail), if it is.
     public var radioAwakeUntil: Double?
+    /// How late past eligibility an app may run, as a fraction of its interval and at most
+    /// `maxLateness` seconds: to share a window with an app that becomes eligible just after,
+    /// and to reach a predicted use. Keeps every app fetched within 1.5× its interval.
+    public var maxLatenessFraction: Double = 0.5
+    public var maxLateness: Double = 1800
 
     public init() {}
 
@@ -97,16 +104,33 @@ public struct FetchPlanner: Sendable {
 
     public func overBudget(_ app: AppInput) -> Bool { app.runtimeToday >= dailyBudget }
 
+    public func lateness(_ app: AppInput) -> Double {
+        guard let interval = app.interval?.seconds else { return 0 }
+        return min(interval * maxLatenessFraction, maxLateness)
+    }
+
     /// When the app would like to run: the end of its tolerance, or just before a predicted use.
     func latest(_ app: AppInput, eligible e: Double) -> (Double, usage: Bool) {
         let natural = e + tolerance(app)
-        if let use = app.predictedUse, let interval = effectiveInterval(app) {
-            let target = use - usageLead
-            // Hold back a fetch that would land up to one interval before the use, so that the
-            // data is fresh when it is read; never earlier than eligible, never more often.
-            if target >= e && natural < target && natural > target - interval { return (target, true) }
+        guard let use = app.predictedUse, let interval = effectiveInterval(app) else { return (natural, false) }
+        let target = use - usageLead
+        let slack = lateness(app)
+        // Too soon to fetch before the use: stay on the usual schedule.
+        guard target >= e else { return (natural, false) }
+        // The use comes before this fetch is due to be late anyway: run just before it.
+        if target <= e + slack { return (target, true) }
+        // Further off: keep the chain of fetches (each at least an interval and at most `slack`
+        // late after the previous) able to land on the target. From x that means
+        // target - x in [m·interval, m·(interval + slack)] for some m >= 1.
+        func reachable(_ x: Double) -> Bool {
+            let d = target - x
+            let most = (d / interval).rounded(.down)
+            return most >= 1 && max(1, (d / (interval + slack)).rounded(.up)) <= most
         }
-        return (natural, false)
+        if reachable(natural) { return (natural, false) }
+        let m = max(1, ((target - e - slack) / (interval + slack)).rounded(.up))
+        guard target - m * interval >= e else { return (natural, false) }
+        return (min(target - m * interval, e + slack), true)
     }
 
     /// The next window at or after `now`, or nil when no app fetches in the background.
@@ -117,11 +141,23 @@ public struct FetchPlanner: Sendable {
         let openers = scheduled.filter { !overBudget($0.0) }
         var at = openers.map { latest($0.0, eligible: $0.1).0 }.min() ?? .infinity
         // The radio is awake anyway: whoever becomes eligible before its tail ends rides along.
-        if let awake = radioAwakeUntil, awake > now, let e = scheduled.map(\.1).filter({ $0 <= awake }).min() {
-            at = min(at, max(e, now))
+        var ridesAwakeRadio = false
+        if let awake = radioAwakeUntil, awake > now, let e = scheduled.map(\.1).filter({ $0 <= awake }).min(), max(e, now) < at {
+            at = max(e, now)
+            ridesAwakeRadio = true
         }
         guard at.isFinite else { return nil }
-        let windowAt = max(now, at)
+        var windowAt = max(now, at)
+        // Rather than wake the radio again shortly for an app that becomes eligible just after,
+        // wait for it, as long as every app in the window stays within its lateness.
+        var limit = scheduled.filter { $0.1 <= windowAt }.map { $0.1 + lateness($0.0) }.min() ?? windowAt
+        // A window riding an awake radio waits no longer than the radio stays awake.
+        if ridesAwakeRadio, let awake = radioAwakeUntil { limit = min(limit, awake) }
+        for (app, e) in scheduled.filter({ $0.1 > windowAt && !overBudget($0.0) }).sorted(by: { $0.1 < $1.1 }) {
+            guard e <= limit else { break }
+            windowAt = e
+            limit = min(limit, e + lateness(app))
+        }
         let members = scheduled.filter { $0.1 <= windowAt }.map(\.0.id).sorted()
         guard !members.isEmpty else { return nil }
         return Window(at: windowAt, apps: members)

@@ -13,10 +13,21 @@
 /// How `drowsed` is mirrored (Agent+Fetch.swift): the planner sees every app that is not
 /// running, with `lastFetch` = the start of its last run, its result counters, `runtimeToday`
 /// (handler seconds of runs started in the last 24 h), `predictedUse` (its usage model's next
-/// use) and `radioAwakeUntil` (start and end of every run plus the radio's tail). The plan is
-/// remade after every event — a run's end, a use, a change of network or power — and at the
-/// window every app with `eligibleAt <= now + 1 ms` starts. Offline there is no window.
+/// use) and `radioAwakeUntil` (start and end of every run plus the radio's tail). The one
+/// planned window is remade where `drowsed` calls `replan()` — when runs start and end, after
+/// a window, when conditions change — and at the window every app with
+/// `eligibleAt <= now + 1 ms` starts. Offline there is no window.
 public struct Simulator: Sendable {
+    /// What the simulator asks of a planner: `FetchPlanner` itself, or a variant under study
+    /// (so a proposed change can be measured before it is made).
+    public protocol Planner: Sendable {
+        var radioAwakeUntil: Double? { get set }
+        var lowBattery: Bool { get set }
+        func nextWindow(_ apps: [FetchPlanner.AppInput], now: Double) -> FetchPlanner.Window?
+        func eligibleAt(_ app: FetchPlanner.AppInput) -> Double?
+        func effectiveInterval(_ app: FetchPlanner.AppInput) -> Double?
+    }
+
     /// One handler run.
     public struct Run: Sendable, Equatable {
         /// Index into `scenario.apps`.
@@ -113,10 +124,13 @@ public struct Simulator: Sendable {
     // MARK: - Drowse
 
     /// The runs `drowsed` makes with the real planner, in start order.
-    public func runDrowse() -> [Run] {
+    public func runDrowse() -> [Run] { runDrowse(planner: planner) }
+
+    /// The runs with another planner (configured by the caller, e.g. its daily budget).
+    public func runDrowse<P: Planner>(planner: P) -> [Run] {
         let s = scenario
         let n = s.apps.count
-        var planner = self.planner
+        var planner = planner
         let tail = s.radio.tailSeconds
         var inputs = s.apps.map { app in
             FetchPlanner.AppInput(id: app.id, interval: s.intervalSeconds(app).map { Duration.milliseconds(Int64(($0 * 1000).rounded())) },
@@ -127,6 +141,8 @@ public struct Simulator: Sendable {
         var predicted: [Double?] = Array(repeating: nil, count: n)
         var predictedValid = Array(repeating: false, count: n)
         var running: [Int: Int] = [:]  // app → index in runs
+        var index: [String: Int] = [:]
+        for (i, app) in s.apps.enumerated() { index[app.id] = i }
         var runCount = Array(repeating: 0, count: n)
         var recent: [[(start: Double, seconds: Double)]] = Array(repeating: [], count: n)
         var runs: [Run] = []
@@ -150,21 +166,29 @@ public struct Simulator: Sendable {
         }
         func awake(until t: Double) { planner.radioAwakeUntil = max(planner.radioAwakeUntil ?? -.infinity, t + tail) }
 
-        var t = s.start
-        while true {
+        // The one planned window, remade where drowsed calls replan(): at a run's start and end,
+        // after a window and when conditions change — not when data is used, nor as time passes.
+        var planned: FetchPlanner.Window?
+        func replan(_ t: Double) {
             planner.lowBattery = power.source == .battery && (power.battery ?? 100) < s.batteryLowPercent
-            let window = network != .none ? planner.nextWindow(plannable(t), now: t) : nil
+            planned = network != .none ? planner.nextWindow(plannable(t), now: t) : nil
+        }
+
+        var t = s.start
+        replan(t)
+        while true {
             let nextChange = min(ni < s.network.count ? s.start + s.network[ni].at : .infinity,
                                  pi < s.power.count ? s.start + s.power[pi].at : .infinity)
             let nextEnd = running.values.map { runs[$0].end }.min() ?? .infinity
             let nextUse = ui < uses.count ? uses[ui].at : .infinity
-            let nextWindow = window?.at ?? .infinity
+            let nextWindow = planned?.at ?? .infinity
             let next = min(nextChange, nextEnd, nextUse, nextWindow)
             guard next < end else { break }
             t = next
             if nextChange == t {
                 while ni < s.network.count, s.start + s.network[ni].at <= t { network = s.network[ni].kind; ni += 1 }
                 while pi < s.power.count, s.start + s.power[pi].at <= t { power = (s.power[pi].source, s.power[pi].battery); pi += 1 }
+                replan(t)
                 continue
             }
             if nextEnd == t {
@@ -183,6 +207,7 @@ public struct Simulator: Sendable {
                     running[i] = nil
                     awake(until: t)
                 }
+                replan(t)
                 continue
             }
             if nextUse == t {
@@ -195,13 +220,14 @@ public struct Simulator: Sendable {
             }
             // The window opens: every app eligible now runs, together.
             for input in plannable(t) {
-                guard let e = planner.eligibleAt(input), e <= t + 0.001, let i = s.apps.firstIndex(where: { $0.id == input.id }) else { continue }
+                guard let e = planner.eligibleAt(input), e <= t + 0.001, let i = index[input.id] else { continue }
                 let (d, outcome) = draw(app: i, run: runCount[i])
                 runCount[i] += 1
                 running[i] = runs.count
                 runs.append(Run(app: i, start: t, end: t + d, outcome: outcome, offline: false))
                 awake(until: t)
             }
+            replan(t)
         }
         return runs
     }
@@ -239,9 +265,11 @@ public struct Simulator: Sendable {
 
     // MARK: - Report
 
-    public func report() -> SimulationReport {
+    public func report() -> SimulationReport { report(planner: planner) }
+
+    public func report<P: Planner>(planner: P) -> SimulationReport {
         let uses = self.uses()
-        let drowse = measure(runDrowse(), uses: uses)
+        let drowse = measure(runDrowse(planner: planner), uses: uses)
         let naive = measure(runNaive(), uses: uses)
         return SimulationReport(
             scenario: scenario.name, seed: seed, radio: scenario.radio.name, start: scenario.start, duration: scenario.duration,
@@ -372,3 +400,5 @@ public struct Simulator: Sendable {
         return lo > 0 ? sorted[lo - 1] : nil
     }
 }
+
+extension FetchPlanner: Simulator.Planner {}

@@ -57,22 +57,39 @@ struct FetchPlannerAdaptationTests {
         #expect(p.joiners([a], now: 599) == [] && p.joiners([a], now: 600) == ["a"])
     }
 
-    @Test("a predicted use holds back the fetch before it to run shortly before the use")
+    @Test("a predicted use moves the fetch before it to run shortly before the use")
     func usagePrefetch() throws {
         var p = FetchPlanner()
         p.usageLead = 300
-        // Hourly app, last fetch 11:20 → eligible 12:20 (tolerance 12 min → 12:32); used at 13:00.
         let h = 3600.0
-        let a = Self.app("a", every: 3600, last: 11 * h + 1200, use: 13 * h)
-        let w = try #require(p.nextWindow([a], now: 12 * h + 1200))
+        // Hourly app, last fetch 11:40 → eligible 12:40 (tolerance 12 min → 12:52); used at 13:00:
+        // it runs at 12:55, within its lateness (30 min).
+        let a = Self.app("a", every: 3600, last: 11 * h + 2400, use: 13 * h)
+        let w = try #require(p.nextWindow([a], now: 12 * h + 2400))
         #expect(w.at == 13 * h - 300)
-        #expect(p.plans([a], now: 12 * h + 1200)[0].reason.hasPrefix("prefetch for usage"))
-        // Too far ahead (more than one interval after the natural time): fetch as usual.
+        #expect(p.plans([a], now: 12 * h + 2400)[0].reason.hasPrefix("prefetch for usage"))
+        // Further ahead: fetch as usual while a chain of fetches can still land on the use.
         let far = Self.app("a", every: 3600, last: 11 * h + 1200, use: 15 * h)
         #expect(try #require(p.nextWindow([far], now: 12 * h + 1200)).at == 12 * h + 1200 + 720)
+        // ... and when the usual time would miss it, shift this fetch (within its lateness) so a
+        // later one can: last 11:20, use 15:00, eligible 12:20; 12:32 + 2 h would overshoot.
+        let shift = Self.app("a", every: 3600, last: 11 * h + 1200, use: 14 * h + 1000)
+        let at = try #require(p.nextWindow([shift], now: 12 * h + 1200)).at
+        #expect(at >= 12 * h + 1200 && at <= 12 * h + 1200 + 1800)
         // Never earlier than eligible: a use right after the last fetch does not pull it forward.
         let soon = Self.app("a", every: 3600, last: 12 * h + 3000, use: 13 * h)
         #expect(try #require(p.nextWindow([soon], now: 12 * h + 3000)).at >= 12 * h + 3000 + 3600)
+    }
+
+    @Test("a window waits for an app that becomes eligible just after, within half an interval")
+    func waitsForNeighbour() throws {
+        let p = FetchPlanner()
+        let a = Self.app("a", every: 300, last: 0)    // eligible 300, tolerance 60 → 360
+        let b = Self.app("b", every: 300, last: 150)  // eligible 450: within a's lateness (300 + 150)
+        let w = try #require(p.nextWindow([a, b], now: 0))
+        #expect(w == FetchPlanner.Window(at: 450, apps: ["a", "b"]))
+        let c = Self.app("c", every: 300, last: 200)  // eligible 500: past a's lateness
+        #expect(try #require(p.nextWindow([a, c], now: 0)).at == 360)
     }
 
     @Test("a low battery stretches tolerances")

@@ -253,11 +253,143 @@ struct TOMLParserTests {
         #expect(try table(t, "fetch", "x")["y"] == .integer(2))
     }
 
-    @Test("refuses arrays of tables")
-    func arraysOfTables() {
-        #expect(throws: TOMLParseError(line: 2, reason: "arrays of tables are not supported")) {
-            try TOMLParser.parse("a = 1\n[[apps]]\nid = 'x'")
+    // MARK: - Arrays of tables
+
+    /// The tables of an array of tables, failing the test when it is something else.
+    func elements(_ t: TOMLTable, _ key: String, sourceLocation: SourceLocation = #_sourceLocation) throws -> [TOMLTable] {
+        guard case .array(let items)? = t[key] else {
+            Issue.record("no array at '\(key)'", sourceLocation: sourceLocation)
+            throw MissingTable()
         }
+        return try items.map { item in
+            guard case .table(let sub) = item else {
+                Issue.record("'\(key)' holds \(item.typeName)", sourceLocation: sourceLocation)
+                throw MissingTable()
+            }
+            return sub
+        }
+    }
+
+    @Test("[[name]] appends a table, and later keys go into the last one")
+    func arraysOfTables() throws {
+        let t = try TOMLParser.parse("""
+            name = "s"
+            [[app]]
+            id = "a"
+            interval = "5m"
+
+            [[app]]   # a comment
+            id = "b"
+            uses = ["07:30", "13:00"]
+            [[ network ]]
+            at = "6h"
+            [other]
+            x = 1
+            """)
+        #expect(t.keys == ["name", "app", "network", "other"])
+        let apps = try elements(t, "app")
+        #expect(apps.count == 2)
+        #expect(apps[0]["id"] == .string("a"))
+        #expect(apps[0]["interval"] == .string("5m"))
+        #expect(apps[0]["uses"] == nil)
+        #expect(apps[1]["id"] == .string("b"))
+        #expect(apps[1]["uses"] == .array([.string("07:30"), .string("13:00")]))
+        #expect(try elements(t, "network")[0]["at"] == .string("6h"))
+        #expect(try table(t, "other")["x"] == .integer(1))
+        #expect(try table(t, "other")["id"] == nil)
+    }
+
+    @Test("each element remembers its header line, and its keys their own lines")
+    func arrayOfTablesLines() throws {
+        let t = try TOMLParser.parse("a = 1\n[[app]]\nid = 'x'\n\n[[app]]\n\nid = 'y'\n")
+        let apps = try elements(t, "app")
+        #expect(t.line(of: "app") == 2)
+        #expect(apps.map(\.headerLine) == [2, 5])
+        #expect(apps[0].line(of: "id") == 3)
+        #expect(apps[1].line(of: "id") == 7)
+        #expect(try table(t).headerLine == nil)
+    }
+
+    @Test("an empty element still counts")
+    func emptyElements() throws {
+        let apps = try elements(try TOMLParser.parse("[[app]]\n[[app]]\n[[app]]\nid = 'c'"), "app")
+        #expect(apps.count == 3)
+        #expect(apps[0].keys.isEmpty)
+        #expect(apps[2]["id"] == .string("c"))
+    }
+
+    @Test("sub-tables, dotted keys and nested arrays of tables go into the current element")
+    func nestedArraysOfTables() throws {
+        let t = try TOMLParser.parse("""
+            [[fruit]]
+            name = "apple"
+            info.color = "red"
+            [fruit.physical]
+            shape = "round"
+            [[fruit.variety]]
+            name = "red delicious"
+            [[fruit.variety]]
+            name = "granny smith"
+
+            [[fruit]]
+            name = "banana"
+            [fruit.physical]
+            shape = "long"
+            [[fruit.variety]]
+            name = "plantain"
+            [a.b]
+            [[a.b.list]]
+            k = 1
+            """)
+        let fruit = try elements(t, "fruit")
+        #expect(fruit.count == 2)
+        #expect(fruit[0]["name"] == .string("apple"))
+        #expect(try table(fruit[0], "info")["color"] == .string("red"))
+        #expect(try table(fruit[0], "physical")["shape"] == .string("round"))
+        #expect(try elements(fruit[0], "variety").map { $0["name"] } == [.string("red delicious"), .string("granny smith")])
+        #expect(fruit[1]["name"] == .string("banana"))
+        #expect(try table(fruit[1], "physical")["shape"] == .string("long"))
+        #expect(try elements(fruit[1], "variety").map { $0["name"] } == [.string("plantain")])
+        #expect(try elements(try table(t, "a", "b"), "list")[0]["k"] == .integer(1))
+    }
+
+    @Test("a key defined twice in one element is refused; the same key in two elements is fine")
+    func arrayOfTablesDuplicates() throws {
+        #expect(throws: TOMLParseError(line: 3, reason: "key 'id' defined twice")) {
+            try TOMLParser.parse("[[app]]\nid = 'a'\nid = 'b'")
+        }
+        #expect(try elements(try TOMLParser.parse("[[app]]\nid = 'a'\n[[app]]\nid = 'a'"), "app").count == 2)
+        #expect(throws: TOMLParseError(line: 4, reason: "table [fruit.physical] defined twice")) {
+            try TOMLParser.parse("[[fruit]]\n[fruit.physical]\nx = 1\n[fruit.physical]")
+        }
+    }
+
+    @Test("refuses mixing an array of tables with a table or a value of the same name")
+    func arrayOfTablesConflicts() {
+        #expect(throws: TOMLParseError(line: 2, reason: "[app] is an array of tables; add an element with [[app]]")) {
+            try TOMLParser.parse("[[app]]\n[app]")
+        }
+        #expect(throws: TOMLParseError(line: 2, reason: "[[app]] names the table [app] defined before")) {
+            try TOMLParser.parse("[app]\n[[app]]")
+        }
+        #expect(throws: TOMLParseError(line: 2, reason: "'app' is an integer, not an array of tables")) {
+            try TOMLParser.parse("app = 1\n[[app]]")
+        }
+        #expect(throws: TOMLParseError(line: 2, reason: "'app' is an array value, not an array of tables")) {
+            try TOMLParser.parse("app = [{ id = 'a' }]\n[[app]]")
+        }
+        #expect(throws: TOMLParseError(line: 2, reason: "'app' is a table, not an array of tables")) {
+            try TOMLParser.parse("app.id = 'a'\n[[app]]")
+        }
+        // A static array is closed: a header cannot reach into it.
+        #expect(throws: TOMLParseError(line: 2, reason: "'app' is an array, not a table")) {
+            try TOMLParser.parse("app = [{ id = 'a' }]\n[app.x]")
+        }
+    }
+
+    @Test("refuses malformed array-of-tables headers", arguments: ["[[]]", "[[a]", "[[a] ]", "[[a.]]", "[[a]] x = 1", "[[a b]]"])
+    func malformedArrayHeaders(text: String) {
+        #expect(throws: TOMLParseError.self) { try TOMLParser.parse(text) }
     }
 
     @Test("refuses malformed headers", arguments: ["[]", "[a", "[a.]", "[.a]", "[a b]"])
