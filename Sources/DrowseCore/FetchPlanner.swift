@@ -189,7 +189,7 @@ public struct FetchPlanner: Sendable {
             if lowBattery { notes.append("battery low: windows stretched") }
             let tail = notes.isEmpty ? "" : "; " + notes.joined(separator: "; ")
             if let window, window.apps.contains(app.id) {
-                var reason = eligible <= now ? "due now" : "in the next wake window"
+                var reason = window.at <= now + 1 ? "due now" : eligible <= now ? "eligible; waiting for the wake window" : "in the next wake window"
                 if forUsage && window.at >= late - 1 { reason = "prefetch for usage: data is usually read around then" }
                 if window.apps.count > 1 { reason += " (shared with \(window.apps.count - 1) other app\(window.apps.count == 2 ? "" : "s"))" }
                 return AppPlan(id: app.id, eligibleAt: eligible, plannedAt: window.at, reason: reason + tail)

@@ -266,7 +266,7 @@ struct FetchPlannerTests {
     func planPlural() throws {
         let apps = (0..<4).map { Self.app("a\($0)", every: 600, last: 0) }
         let plans = planner.plans(apps, now: 600)
-        #expect(plans.allSatisfy { $0.reason == "due now (shared with 3 other apps)" })
+        #expect(plans.allSatisfy { $0.reason == "eligible; waiting for the wake window (shared with 3 other apps)" })
         #expect(Set(plans.compactMap(\.plannedAt)) == [720])
     }
 }
