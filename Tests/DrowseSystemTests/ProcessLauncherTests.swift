@@ -120,9 +120,9 @@ struct ProcessLauncherTests {
     @Test("1 MiB of standard input to a handler that exits without reading it")
     func largeStdinUnreadExit() async {
         let start = WallClock.monotonic()
-        let outcome = await run(shell("exit 100", stdin: [UInt8](repeating: 0x41, count: 1 << 20), deadlineIn: 5))
+        let outcome = await run(shell("exit 100", stdin: [UInt8](repeating: 0x41, count: 1 << 20), deadlineIn: 10))
         #expect(outcome.ending == .exited(100))
-        #expect(WallClock.monotonic() - start < 2)
+        #expect(WallClock.monotonic() - start < 5)  // well before the deadline (room for a loaded machine)
     }
 
     @Test("1 MiB of standard input never read does not hang past the deadline")
@@ -130,7 +130,7 @@ struct ProcessLauncherTests {
         let req = shell("sleep 30", stdin: [UInt8](repeating: 0x41, count: 1 << 20), deadlineIn: 1, killGrace: 1)
         let outcome = await run(req)
         #expect(outcome.ending == .timedOut)
-        #expect(outcome.endedAt < req.deadline + req.killGrace + 1)
+        #expect(outcome.endedAt < req.deadline + req.killGrace + 3)
     }
 
     @Test("only the request's environment reaches the handler")
@@ -228,7 +228,7 @@ struct ProcessLauncherTests {
             let outcome = await run(req)
             #expect(outcome.ending == .timedOut)
             #expect(outcome.result == .failed)
-            #expect(WallClock.monotonic() - start < 3)
+            #expect(WallClock.monotonic() - start < 5)
             let child = try readPID("\(dir)/child.pid")
             #expect(await waitUntilGone(child), "background child \(child) survived its handler")
             #expect(kill(child, 0) != 0 || isGone(child))
@@ -241,7 +241,7 @@ struct ProcessLauncherTests {
             let start = WallClock.monotonic()
             let outcome = await run(shell("sleep 100 & echo $! > \(dir)/child.pid; exit 0", deadlineIn: 20))
             #expect(outcome.ending == .exited(0))
-            #expect(WallClock.monotonic() - start < 2)
+            #expect(WallClock.monotonic() - start < 5)  // not the 20 s deadline
             let child = try readPID("\(dir)/child.pid")
             #expect(await waitUntilGone(child), "background child \(child) outlived its handler")
         }
@@ -255,7 +255,7 @@ struct ProcessLauncherTests {
         #expect(outcome.ending == .timedOut)
         #expect(out.stdout.contains("got-term"))
         #expect(outcome.endedAt >= req.deadline + req.killGrace - 0.05)
-        #expect(outcome.endedAt < req.deadline + req.killGrace + 1.5)
+        #expect(outcome.endedAt < req.deadline + req.killGrace + 3)
     }
 
     @Test("a handler that ignores SIGTERM entirely is still killed")
@@ -264,7 +264,7 @@ struct ProcessLauncherTests {
         let outcome = await run(req)
         #expect(outcome.ending == .timedOut)
         #expect(outcome.endedAt >= req.deadline + req.killGrace - 0.05)
-        #expect(outcome.endedAt < req.deadline + req.killGrace + 1.5)
+        #expect(outcome.endedAt < req.deadline + req.killGrace + 3)
     }
 
     @Test("a handler launched after its deadline is stopped at once")
