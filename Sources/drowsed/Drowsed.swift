@@ -17,8 +17,28 @@ enum Entry {
         // Swift concurrency runs on NIO's event loops, not libdispatch's worker pool: that pool
         // starts a 1 Hz monitor timer on Linux, and drowsed must not wake when idle.
         NIOSingletons.groupLoopCountSuggestion = 2
-        NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor()
+        if !NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor() && !installEnqueueHook() {
+            StandardStream.error("drowsed: warning: could not run Swift concurrency on NIO's event loops; libdispatch's pool will wake the process every second\n")
+        }
         await Drowsed.main()
+    }
+
+    typealias EnqueueGlobalHook = @convention(thin) (UnownedJob, @convention(thin) (UnownedJob) -> Void) -> Void
+
+    /// The same as NIO's installer, for a statically linked Swift runtime, whose hook symbol
+    /// dlsym cannot see: every global job runs on one of NIO's singleton event loops.
+    static func installEnqueueHook() -> Bool {
+        withUnsafeTemporaryAllocation(of: EnqueueGlobalHook.self, capacity: 1) { slot in
+            slot.baseAddress!.initialize(to: { job, _ in
+                let loop = MultiThreadedEventLoopGroup.singleton.any()
+                guard let serial = loop as? any NIOSerialEventLoopExecutor else { fatalError("NIO event loops are serial executors") }
+                let executor = serial.asUnownedSerialExecutor()
+                loop.execute { job.runSynchronously(on: executor) }
+            })
+            return slot.baseAddress!.withMemoryRebound(to: UnsafeMutableRawPointer.self, capacity: 1) {
+                drowse_set_enqueue_global_hook($0.pointee) == 1
+            }
+        }
     }
 }
 

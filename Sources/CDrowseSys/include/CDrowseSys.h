@@ -34,4 +34,7 @@ int drowse_netlink_route_socket(void);
 /// A netlink socket for kernel uevents (non-blocking). -1 on error.
 int drowse_netlink_uevent_socket(void);
 
+/// Sets Swift concurrency's global-enqueue hook unless one is set. Returns 1 if set.
+int drowse_set_enqueue_global_hook(void *hook);
+
 #endif
