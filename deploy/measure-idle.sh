@@ -8,7 +8,8 @@
 #   deploy/measure-idle.sh --pid PID [SECONDS]  measure a running process instead, e.g. the
 #                                               installed agent: --pid "$(pidof drowsed)" (as root)
 #
-# Env: DROWSE_BIN_DIR  use the binaries there instead of building a release
+# Env: MAX_WAKEUPS_PER_S  fail (exit 1) above this many wakeups per second (deploy/test.sh uses it)
+#      DROWSE_BIN_DIR  use the binaries there instead of building a release
 #      SETTLE          seconds to wait after MQTT is connected, before measuring (default 5)
 set -euo pipefail
 # shellcheck source=deploy/common.sh
@@ -75,6 +76,9 @@ measure() {
     [ ${#woke[@]} -eq 0 ] || echo "woke:      ${woke[*]}   (name[tid]:switches)"
     [ "$born" -eq 0 ] || echo "note: $born thread(s) started during the window"
     [ "$gone" -eq 0 ] || echo "note: $gone thread(s) ended during the window; their switches are not counted"
+    if [ -n "${MAX_WAKEUPS_PER_S:-}" ] && awk -v t="$total" -v s="$secs" -v m="$MAX_WAKEUPS_PER_S" 'BEGIN { exit !(t / s > m) }'; then
+        die "idle drowsed woke more than MAX_WAKEUPS_PER_S=$MAX_WAKEUPS_PER_S times per second"
+    fi
 }
 
 if [ -n "$PID" ]; then

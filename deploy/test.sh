@@ -40,6 +40,13 @@ swift build
 say "swift test"
 swift test
 
+# The deployed build (release, static Swift runtime) must sleep when idle: a regression here
+# (a 1 Hz libdispatch timer, a polling loop) fails the tests.
+say "idle check of the release build"
+swift build "${DROWSE_RELEASE_FLAGS[@]}"
+DROWSE_BIN_DIR=$(swift build "${DROWSE_RELEASE_FLAGS[@]}" --show-bin-path) MAX_WAKEUPS_PER_S=0.2 SETTLE=3 \
+    deploy/measure-idle.sh 15
+
 DROWSE_BIN_DIR=$(swift build --show-bin-path)
 export DROWSE_BIN_DIR
 say "end-to-end tests with DROWSE_BIN_DIR=$DROWSE_BIN_DIR"
