@@ -71,7 +71,7 @@ extension Agent {
     /// Starts a fetch unless one is already running for this app.
     @discardableResult
     func startFetch(_ app: AppDefinition, trigger: String) -> Task<HandlerOutcome, Never>? {
-        guard !runningFetches.contains(app.id) else { return nil }
+        guard !runningFetches.contains(app.id), !stopping else { return nil }
         runningFetches.insert(app.id)
         let stdin = Array(JSON.object([("event", "fetch"), ("app", .string(app.id)), ("reason", .string(trigger))]).serialized.utf8)
         radioBusy(until: now())

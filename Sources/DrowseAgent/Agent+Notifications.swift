@@ -210,6 +210,8 @@ extension Agent {
     }
 
     func deliver(_ app: AppDefinition, seq: Int64, payload: [UInt8]) {
+        // Stopping: it stays recorded as pending and runs after the restart.
+        guard !stopping else { return }
         guard app.command(for: .notification) != nil else {
             logger.warning("notification for '\(app.id)' dropped: the app has no notification or fetch command")
             try? store.markNotification(seq, state: "dropped", at: now())

@@ -362,7 +362,7 @@ extension Agent {
             for var t in batch { t.delivered = true; persist(t) }
             return
         }
-        guard app.sendsLaunchEvents else { return }
+        guard app.sendsLaunchEvents, !stopping else { return }  // undelivered: delivered after the restart
         deliveringSessions.insert(key)
         let doc = JSON.object([
             ("event", "transfers"), ("app", .string(appID)), ("session", .string(session)),

@@ -52,6 +52,10 @@ public actor Agent {
     /// Immediate notification launches per app in the last hour (the rate budget).
     var launchTimes: [String: [Double]] = [:]
     var deferredTimer: WakeTimer?
+    /// Set once shutdown begins: nothing new is launched.
+    var stopping = false
+    var runningHandlers = 0
+    var handlersIdle: [CheckedContinuation<Void, Never>] = []
 
     public init(config: MainConfig, logger: Logger, launcher: HandlerLaunching = ProcessLauncher()) throws {
         self.config = config
@@ -101,12 +105,20 @@ public actor Agent {
 
     /// Stops cleanly: transfer progress committed, MQTT offline status published.
     public func shutdown() async {
+        stopping = true
         windowTimer?.cancel()
         deferredTimer?.cancel()
         for t in retryTimers.values { t.cancel() }
+        // No new notifications; those that still arrive stay recorded for after the restart.
+        if let mqtt { await mqtt.stop() }
+        // Handlers that are running finish (each within its deadline), so their events count
+        // as handled and are not run a second time after the restart.
+        if runningHandlers > 0 {
+            logger.info("waiting for \(runningHandlers) running handler(s) to finish")
+            await withCheckedContinuation { handlersIdle.append($0) }
+        }
         if let engine { await engine.shutdown() }
         transferEvents?.finish()
-        if let mqtt { await mqtt.stop() }
         mqttEvents?.finish()
         // Let the ordered streams drain so the last commits reach the store.
         for t in background { await t.value }
@@ -183,8 +195,16 @@ public actor Agent {
         let log = logger
         let appID = app.id
         logger.info("launching \(event.rawValue) handler", metadata: ["app.id": "\(app.id)", "trigger": "\(trigger)"])
+        runningHandlers += 1
         let outcome = await launcher.run(request) { line, isErr in
             log.info("\(line)", metadata: ["app.id": "\(appID)", "handler.stream": isErr ? "stderr" : "stdout"])
+        }
+        defer {
+            runningHandlers -= 1
+            if runningHandlers == 0 {
+                for c in handlersIdle { c.resume() }
+                handlersIdle.removeAll()
+            }
         }
         let run = RunRecord(
             app: app.id, event: event, trigger: trigger, result: outcome.result, ending: outcome.summary,

@@ -34,8 +34,15 @@ def pytest_runtest_makereport(item, call):
         for d in getattr(item, "_drowse_instances", []):
             text = d.stderr_text()[-60000:] or "(empty)"
             rep.sections.append((f"drowsed stderr ({d.stderr_log})", text + "\n" + d.exit_note()))
-        b = item.funcargs.get("broker") if hasattr(item, "funcargs") else None
-        if b is not None:
+        # Every broker the test used: the `broker` fixture, any other fixture that is a Broker
+        # (e.g. a TLS one), and brokers a test registered in item._extra_brokers.
+        funcargs = getattr(item, "funcargs", {}) or {}
+        brokers = [v for v in funcargs.values() if isinstance(v, Broker)] + list(getattr(item, "_extra_brokers", []))
+        seen = set()
+        for b in brokers:
+            if id(b) in seen:
+                continue
+            seen.add(id(b))
             rep.sections.append((f"mosquitto log ({b.log})", b.log_text()[-20000:]))
         hs = item.funcargs.get("hostile_server") if hasattr(item, "funcargs") else None
         if hs is not None:

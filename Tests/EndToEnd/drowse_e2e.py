@@ -177,10 +177,13 @@ class Broker:
     def url(self) -> str:
         return f"mqtt://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 10.0) -> None:
-        lines = [
-            f"listener {self.port} 127.0.0.1",
-            "allow_anonymous true",
+    def listener_lines(self) -> list[str]:
+        """The listener part of mosquitto.conf (subclasses add TLS, ACLs, ...)."""
+        return [f"listener {self.port} 127.0.0.1", "allow_anonymous true"]
+
+    def config_lines(self) -> list[str]:
+        return [
+            *self.listener_lines(),
             "user root" if os.geteuid() == 0 else "",
             f"persistence {'true' if self.persistence else 'false'}",
             f"persistence_location {self.dir}/",
@@ -189,7 +192,9 @@ class Broker:
             "log_type all",
             "log_timestamp true",
         ]
-        self.conf.write_text("\n".join(l for l in lines if l) + "\n")
+
+    def start(self, timeout: float = 10.0) -> None:
+        self.conf.write_text("\n".join(l for l in self.config_lines() if l) + "\n")
         out = open(self.out, "ab")
         self.proc = subprocess.Popen([MOSQUITTO, "-c", str(self.conf)], stdout=out, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True)
@@ -202,6 +207,16 @@ class Broker:
         stop_process(self.proc, sig)
         self.proc = None
         wait_until(lambda: not port_open(self.port), 10, what="mosquitto port to close")
+
+    def pause(self) -> None:
+        """SIGSTOP: the broker keeps its sockets open (the kernel still ACKs TCP) but answers nothing,
+        like a hung broker or a link that went dead without a FIN or RST."""
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.proc is not None:
+            os.kill(self.proc.pid, signal.SIGCONT)
 
     def log_text(self) -> str:
         try:
@@ -226,6 +241,13 @@ class Broker:
         if retain:
             args.append("-r")
         subprocess.run(args, input=payload, check=True, timeout=15, capture_output=True)
+
+
+    def publish_many(self, topic: str, payloads: list[bytes], qos: int = 1) -> None:
+        """Publishes each payload (one line each, no newlines inside) in order over one connection."""
+        assert all(b"\n" not in p for p in payloads)
+        args = [MOSQUITTO_PUB, "-h", "127.0.0.1", "-p", str(self.port), "-q", str(qos), "-t", topic, "-l"]
+        subprocess.run(args, input=b"\n".join(payloads) + b"\n", check=True, timeout=15, capture_output=True)
 
 
 def topic_matches(filt: str, topic: str) -> bool:
@@ -419,6 +441,8 @@ class Drowse:
         self.exit_statuses: list[int | None] = []
         self.daemon_env: dict[str, str] = {}  # extra environment for drowsed itself
         self.prefix: list[str] = []  # e.g. ["ip", "netns", "exec", NS] to run drowsed in a network namespace
+        # [mqtt] keys over the defaults (url = the broker's, keepalive = "10s"); see set_mqtt().
+        self.mqtt_options: dict[str, str] = {}
         self.write_config()
 
     # ---- files
@@ -430,13 +454,20 @@ class Drowse:
             f'apps_dir = "{self.apps_dir}"',
             f'socket = "{self.socket}"',
         ]
-        if self.broker is not None:
-            parts += ["", "[mqtt]", f'url = "{self.broker.url}"', 'keepalive = "10s"']
+        if self.broker is not None or self.mqtt_options:
+            opts = {"url": self.broker.url if self.broker is not None else None, "keepalive": "10s", **self.mqtt_options}
+            parts += ["", "[mqtt]"] + [f"{k} = {json.dumps(v)}" for k, v in opts.items() if v is not None]
         if self.handler_deadline:
             parts += ["", "[scheduler]", f'handler_deadline = "{self.handler_deadline}"']
         if self.extra_config:
             parts += ["", textwrap.dedent(self.extra_config).strip()]
         self.config.write_text("\n".join(parts) + "\n")
+
+    def set_mqtt(self, **options: str | None) -> None:
+        """Overrides or adds [mqtt] keys (e.g. keepalive="5s", url="mqtts://localhost:8883",
+        ca_file=...; None removes a key) and rewrites the config file."""
+        self.mqtt_options.update(options)
+        self.write_config()
 
     def write_script(self, name: str, text: str) -> Path:
         p = self.bin / name

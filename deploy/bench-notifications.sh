@@ -1,0 +1,316 @@
+#!/usr/bin/env bash
+# Notification latency: from the moment a provider publishes a silent notification to the moment
+# the app's handler starts, through drowsed, next to the obvious shell baseline
+# (`mosquitto_sub | while read ...; do handler; done`), on loopback, in the same run.
+#
+#   deploy/bench-notifications.sh [N_FAST] [N_SLOW]
+#       N_FAST  notifications 30 ms apart (default 1000)
+#       N_SLOW  notifications 1 s apart   (default 1000, i.e. ~17 minutes; e.g. 60 for a quick run)
+#
+# Setup (everything on 127.0.0.1, in a temp dir):
+#   - a private mosquitto on a free port;
+#   - a private drowsed with two apps, "fast" and "slow", whose notification handler is handler.sh,
+#     and [notifications] max_per_hour = 10000 (the highest allowed) so nothing is deferred;
+#   - the baseline: `mosquitto_sub -q 1 -t TOPIC | while read line; do handler.sh; done`, subscribed
+#     to the same topic, so both get every message at the same moment (and share the CPU);
+#   - handler.sh (the same for both) records `date +%s.%N` first thing, then reads the payload and
+#     appends "<seq> <start>" to its file;
+#   - the publisher: a small MQTT 3.1.1 client in python3 (stdlib only) on one persistent connection,
+#     QoS 1, one notification every SPACING on a fixed schedule, each {"aps": {"content-available": 1},
+#     "id", "seq", "t"} where t is the wall-clock time right before the PUBLISH is written to the socket.
+# Latency = handler start − t. Percentiles are nearest-rank; a notification whose handler never
+# started counts as missing (and is left out of the percentiles). The last line, "floor", is
+# handler.sh spawned directly by python3 (no MQTT at all): the part of every latency above that is
+# the handler's own start (sh, then fork+exec of date), which neither consumer can avoid.
+#
+# Goal (the issue): Drowse's p99 ≤ 0.5 × the baseline's p99.
+#
+# Env: DROWSE_BIN_DIR  use the binaries there instead of the release build (built with
+#                      `swift build -c release --static-swift-stdlib` when missing or older than Sources/)
+#      KEEP=1          keep the temp dir (logs, raw timings) and print where it is
+set -euo pipefail
+# shellcheck source=deploy/common.sh
+. "$(dirname "$0")/common.sh"
+cd "$DROWSE_ROOT"
+
+N_FAST=${1:-1000}
+N_SLOW=${2:-1000}
+case "$N_FAST" in ''|*[!0-9]*) die "N_FAST must be a whole number, not '$N_FAST'" ;; esac
+case "$N_SLOW" in ''|*[!0-9]*) die "N_SLOW must be a whole number, not '$N_SLOW'" ;; esac
+[ "$N_FAST" -le 10000 ] && [ "$N_SLOW" -le 10000 ] || die "at most 10000 per run (max_per_hour's limit)"
+command -v mosquitto >/dev/null 2>&1 || die "mosquitto is not installed (apt-get install mosquitto)"
+command -v mosquitto_sub >/dev/null 2>&1 || die "mosquitto_sub is not installed (apt-get install mosquitto-clients)"
+command -v python3 >/dev/null 2>&1 || die "python3 is needed for the publisher and the statistics"
+
+# ---------------------------------------------------------------------------- binaries
+if [ -n "${DROWSE_BIN_DIR:-}" ]; then
+    BIN=$DROWSE_BIN_DIR
+else
+    BIN=$DROWSE_ROOT/.build/release
+    if [ ! -x "$BIN/drowsed" ] || [ ! -x "$BIN/drowse" ] ||
+       [ -n "$(find Sources -newer "$BIN/drowsed" -print -quit)" ]; then
+        need_swift
+        say "swift build ${DROWSE_RELEASE_FLAGS[*]}"
+        swift build "${DROWSE_RELEASE_FLAGS[@]}" >&2   # stdout is for the results
+    else
+        say "using the release build in $BIN (newer than everything in Sources/)"
+    fi
+fi
+[ -x "$BIN/drowsed" ] && [ -x "$BIN/drowse" ] || die "no drowsed and drowse in $BIN"
+
+# ---------------------------------------------------------------------------- temp dir, cleanup
+TMP=$(mktemp -d /tmp/drowse-bench-notify.XXXXXX)
+chmod 755 "$TMP"
+BROKER_PID='' DROWSED_PID='' BASE_PID=''
+cleanup() {
+    [ -n "$BASE_PID" ] && kill -TERM -- "-$BASE_PID" 2>/dev/null || true
+    stop_pid "$DROWSED_PID"
+    stop_pid "$BROKER_PID"
+    if [ "${KEEP:-}" = 1 ]; then say "kept $TMP"; else rm -rf "$TMP"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+PORT=$(free_port)
+DEVICE=bench
+mkdir -p "$TMP/apps.d" "$TMP/state" "$TMP/out"
+
+# ---------------------------------------------------------------------------- the handler
+cat >"$TMP/handler.sh" <<'EOF'
+#!/bin/sh
+# handler.sh OUT: the time it started, then the payload's "seq", appended to OUT as "<seq> <start>".
+t=$(date +%s.%N)
+p=$(cat)
+s=${p#*\"seq\":}
+s=${s%%[,\}]*}
+echo "$s $t" >> "$1"
+EOF
+chmod 755 "$TMP/handler.sh"
+
+# The baseline: one subscriber, one handler per line, one after the other.
+cat >"$TMP/baseline.sh" <<'EOF'
+#!/bin/bash
+# baseline.sh PORT TOPIC OUT
+mosquitto_sub -h 127.0.0.1 -p "$1" -q 1 -t "$2" | while IFS= read -r line; do
+    printf '%s\n' "$line" | "${0%/*}/handler.sh" "$3"
+done
+EOF
+chmod 755 "$TMP/baseline.sh"
+
+# ---------------------------------------------------------------------------- the publisher
+cat >"$TMP/pub.py" <<'EOF'
+"""pub.py PORT TOPIC N SPACING SENT_FILE [SEQ0]: N QoS 1 notifications on one connection, SPACING s
+apart on a fixed schedule; writes "<seq> <t>" per message to SENT_FILE. MQTT 3.1.1, stdlib only."""
+import json, os, socket, struct, sys, threading, time
+
+port, topic, n, spacing, sent_file = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
+seq0 = int(sys.argv[6]) if len(sys.argv) > 6 else 0
+
+def remaining_length(n):
+    out = bytearray()
+    while True:
+        b, n = n % 128, n // 128
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+def packet(first, body):
+    return bytes([first]) + remaining_length(len(body)) + body
+
+def mqtt_str(s):
+    b = s.encode()
+    return struct.pack("!H", len(b)) + b
+
+def read_exact(sock, k):
+    buf = b""
+    while len(buf) < k:
+        chunk = sock.recv(k - len(buf))
+        if not chunk:
+            raise ConnectionError("broker closed the connection")
+        buf += chunk
+    return buf
+
+def read_packet(sock):
+    first = read_exact(sock, 1)[0]
+    mult, length = 1, 0
+    while True:
+        b = read_exact(sock, 1)[0]
+        length += (b & 0x7F) * mult
+        mult *= 128
+        if not b & 0x80:
+            break
+    return first, read_exact(sock, length)
+
+sock = socket.create_connection(("127.0.0.1", port))
+sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+client_id = f"bench-pub-{os.getpid()}"
+sock.sendall(packet(0x10, mqtt_str("MQTT") + bytes([4, 0x02]) + struct.pack("!H", 60) + mqtt_str(client_id)))
+first, body = read_packet(sock)
+if first >> 4 != 2 or body[1] != 0:
+    sys.exit(f"pub.py: CONNACK refused: {body!r}")
+
+acked = 0
+done = threading.Event()
+def reader():
+    global acked
+    try:
+        while acked < n:
+            first, body = read_packet(sock)
+            if first >> 4 == 4:
+                acked += 1
+    except Exception as e:
+        print(f"pub.py: {e}", file=sys.stderr)
+    done.set()
+threading.Thread(target=reader, daemon=True).start()
+if n == 0:
+    done.set()
+
+topic_b = mqtt_str(topic)
+sent = []
+start = time.monotonic() + 0.2
+for i in range(n):
+    target = start + i * spacing
+    delay = target - time.monotonic()
+    if delay > 0:
+        time.sleep(delay)
+    seq = seq0 + i
+    pid = i % 65535 + 1
+    t = time.time()
+    payload = json.dumps({"aps": {"content-available": 1}, "id": f"b{seq}-{t:.6f}", "seq": seq, "t": t},
+                         separators=(",", ":")).encode()
+    sock.sendall(packet(0x32, topic_b + struct.pack("!H", pid) + payload))
+    sent.append(f"{seq} {t:.6f}\n")
+if not done.wait(30 + n * 0.01):
+    print(f"pub.py: only {acked} of {n} PUBACKs arrived", file=sys.stderr)
+sock.sendall(b"\xe0\x00")
+sock.close()
+with open(sent_file, "a") as f:
+    f.writelines(sent)
+EOF
+
+# ---------------------------------------------------------------------------- broker and drowsed
+start_broker "$TMP/mqtt" "$PORT"
+cat >"$TMP/drowse.toml" <<EOF
+device_id = "$DEVICE"
+state_dir = "$TMP/state"
+apps_dir = "$TMP/apps.d"
+socket = "$TMP/drowse.sock"
+
+[mqtt]
+url = "mqtt://127.0.0.1:$PORT"
+
+[notifications]
+max_per_hour = 10000
+EOF
+for app in fast slow; do
+    printf 'id = "%s"\n[notification]\ncommand = ["%s", "%s"]\n' \
+        "$app" "$TMP/handler.sh" "$TMP/out/drowse-$app.txt" >"$TMP/apps.d/$app.toml"
+done
+"$BIN/drowsed" --config "$TMP/drowse.toml" 2>"$TMP/drowsed.log" &
+DROWSED_PID=$!
+mqtt_connected() {
+    "$BIN/drowse" --socket "$TMP/drowse.sock" status --json 2>/dev/null |
+        python3 -c 'import json,sys; sys.exit(0 if json.load(sys.stdin)["mqtt"]["connected"] else 1)' 2>/dev/null
+}
+wait_until 20 mqtt_connected || { tail -n 20 "$TMP/drowsed.log" >&2; die "drowsed did not connect to the broker"; }
+
+# ---------------------------------------------------------------------------- one run
+# run NAME N SPACING: publishes N notifications to app NAME, with the baseline listening too.
+run() {
+    local name=$1 n=$2 spacing=$3
+    local topic="drowse/$DEVICE/apps/$name/notify"
+    local d_out="$TMP/out/drowse-$name.txt" b_out="$TMP/out/base-$name.txt" sent="$TMP/out/sent-$name.txt"
+    : >"$d_out"; : >"$b_out"; : >"$sent"
+    setsid "$TMP/baseline.sh" "$PORT" "$topic" "$b_out" &
+    BASE_PID=$!
+    # Warm-up (seq -1), until both have seen one: the baseline's SUBSCRIBE is in place.
+    local ok=''
+    for _ in $(seq 1 40); do
+        python3 "$TMP/pub.py" "$PORT" "$topic" 1 0 /dev/null -1
+        sleep 0.25
+        if grep -q '^-1 ' "$d_out" && grep -q '^-1 ' "$b_out"; then ok=1; break; fi
+    done
+    [ -n "$ok" ] || die "the warm-up notification did not reach both handlers (see ${KEEP:+$TMP/}drowsed.log)"
+    say "run '$name': $n notifications, ${spacing}s apart (about $(python3 -c "print(round($n * $spacing))") s)"
+    python3 "$TMP/pub.py" "$PORT" "$topic" "$n" "$spacing" "$sent"
+    # Wait for the stragglers (up to 30 s).
+    local want=$(( n + 1 ))
+    for _ in $(seq 1 150); do
+        [ "$(wc -l <"$d_out")" -ge "$want" ] && [ "$(wc -l <"$b_out")" -ge "$want" ] && break
+        sleep 0.2
+    done
+    kill -TERM -- "-$BASE_PID" 2>/dev/null || true
+    wait "$BASE_PID" 2>/dev/null || true
+    BASE_PID=''
+}
+
+say "drowsed $("$BIN/drowse" --version 2>/dev/null || echo '?') from $BIN; mosquitto on 127.0.0.1:$PORT; $(nproc) CPU(s)"
+[ "$N_FAST" -gt 0 ] && run fast "$N_FAST" 0.030
+[ "$N_SLOW" -gt 0 ] && run slow "$N_SLOW" 1
+
+# The floor: handler.sh spawned directly (posix_spawn from python3), 200 times 30 ms apart. Both
+# consumers above pay this much for the handler's own start (sh, then fork+exec of date).
+say "floor: handler.sh started directly, 200 times"
+python3 - "$TMP/handler.sh" "$TMP/out/floor.txt" "$TMP/out/sent-floor.txt" <<'EOF'
+import subprocess, sys, time
+handler, out, sent = sys.argv[1:4]
+with open(sent, "w") as f:
+    for i in range(200):
+        t = time.time()
+        p = subprocess.Popen([handler, out], stdin=subprocess.PIPE)
+        p.communicate(b'{"seq":%d}' % i)
+        f.write(f"{i} {t:.6f}\n")
+        time.sleep(0.03)
+EOF
+
+# ---------------------------------------------------------------------------- results
+python3 - "$TMP/out" "$N_FAST" "$N_SLOW" <<'EOF'
+import math, sys
+out, n_fast, n_slow = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+
+def read(path):
+    d = {}
+    try:
+        for line in open(path):
+            parts = line.split()
+            if len(parts) == 2 and parts[0].lstrip("-").isdigit():
+                d.setdefault(int(parts[0]), []).append(float(parts[1]))
+    except FileNotFoundError:
+        pass
+    return d
+
+def pct(xs, p):
+    return xs[max(0, math.ceil(p / 100 * len(xs)) - 1)]
+
+print()
+print(f"{'run':<22}{'consumer':<26}{'handled':>9}{'missing':>9}{'twice':>7}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}")
+ratios = []
+for name, n, spacing in (("fast", n_fast, "30 ms"), ("slow", n_slow, "1 s")):
+    if n == 0:
+        continue
+    sent = {s: ts[0] for s, ts in read(f"{out}/sent-{name}.txt").items() if s >= 0}
+    p99 = {}
+    for who, label in (("drowse", "drowsed"), ("base", "mosquitto_sub | sh loop")):
+        starts = read(f"{out}/{who}-{name}.txt")
+        lat = sorted((min(starts[s]) - t) * 1000 for s, t in sent.items() if s in starts)
+        twice = sum(1 for s, ts in starts.items() if s >= 0 and len(ts) > 1)
+        missing = len(sent) - len(lat)
+        if lat:
+            p99[who] = pct(lat, 99)
+            print(f"{(name + f' ({n} x {spacing})') if who == 'drowse' else '':<22}{label:<26}{len(lat):>9}{missing:>9}"
+                  f"{twice:>7}{pct(lat, 50):>9.1f}{pct(lat, 99):>9.1f}{lat[-1]:>9.1f}")
+        else:
+            print(f"{name:<22}{label:<26}{0:>9}{missing:>9}{twice:>7}{'-':>9}{'-':>9}{'-':>9}")
+    if "drowse" in p99 and "base" in p99 and p99["base"] > 0:
+        r = p99["drowse"] / p99["base"]
+        ratios.append(r)
+        print(f"{'':<22}p99 drowsed / baseline = {r:.2f}  (goal <= 0.50: {'met' if r <= 0.5 else 'NOT met'})")
+sent = {s: ts[0] for s, ts in read(f"{out}/sent-floor.txt").items()}
+starts = read(f"{out}/floor.txt")
+lat = sorted((min(starts[s]) - t) * 1000 for s, t in sent.items() if s in starts)
+if lat:
+    print(f"{'floor (200 x 30 ms)':<22}{'handler.sh spawned directly':<26}{len(lat):>9}{len(sent) - len(lat):>9}{0:>7}"
+          f"{pct(lat, 50):>9.1f}{pct(lat, 99):>9.1f}{lat[-1]:>9.1f}")
+print()
+sys.exit(0)
+EOF
