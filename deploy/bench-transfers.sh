@@ -305,7 +305,8 @@ wait_until $(( SIZE_MIB / SLOW_RATE_MIB * 3 + 60 )) reached_half || die "drowse 
 kill -KILL "$DAEMON_PID"
 wait "$DAEMON_PID" 2>/dev/null || true
 DAEMON_PID=
-part=$(find "$TMP/state/transfers" -name "$id.part" -printf '%s\n' 2>/dev/null || true)
+# A --to download gathers its bytes in a hidden file beside the destination.
+part=$(find "$(dirname "$out")" -maxdepth 1 -name ".$(basename "$out").$id.drowse-part" -printf '%s\n' 2>/dev/null || true)
 committed=$(python3 -c 'import sqlite3, sys
 db = sqlite3.connect("file:" + sys.argv[1] + "?mode=ro", uri=True)
 print(db.execute("SELECT bytes_done FROM transfers WHERE id = ?", (sys.argv[2],)).fetchone()[0])' \
