@@ -43,20 +43,7 @@ command -v mosquitto_sub >/dev/null 2>&1 || die "mosquitto_sub is not installed 
 command -v python3 >/dev/null 2>&1 || die "python3 is needed for the publisher and the statistics"
 
 # ---------------------------------------------------------------------------- binaries
-if [ -n "${DROWSE_BIN_DIR:-}" ]; then
-    BIN=$DROWSE_BIN_DIR
-else
-    BIN=$DROWSE_ROOT/.build/release
-    if [ ! -x "$BIN/drowsed" ] || [ ! -x "$BIN/drowse" ] ||
-       [ -n "$(find Sources -newer "$BIN/drowsed" -print -quit)" ]; then
-        need_swift
-        say "swift build ${DROWSE_RELEASE_FLAGS[*]}"
-        swift build "${DROWSE_RELEASE_FLAGS[@]}" >&2   # stdout is for the results
-    else
-        say "using the release build in $BIN (newer than everything in Sources/)"
-    fi
-fi
-[ -x "$BIN/drowsed" ] && [ -x "$BIN/drowse" ] || die "no drowsed and drowse in $BIN"
+release_binaries   # sets BIN
 
 # ---------------------------------------------------------------------------- temp dir, cleanup
 TMP=$(mktemp -d /tmp/drowse-bench-notify.XXXXXX)

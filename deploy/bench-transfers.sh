@@ -57,20 +57,7 @@ command -v curl >/dev/null 2>&1 || die "curl is not installed"
 command -v python3 >/dev/null 2>&1 || die "python3 is needed for JSON and polling"
 
 # ---------------------------------------------------------------------------- binaries
-if [ -n "${DROWSE_BIN_DIR:-}" ]; then
-    BIN=$DROWSE_BIN_DIR
-else
-    BIN=$DROWSE_ROOT/.build/release
-    if [ ! -x "$BIN/drowsed" ] || [ ! -x "$BIN/drowse" ] ||
-       [ -n "$(find Sources -newer "$BIN/drowsed" -print -quit)" ]; then
-        need_swift
-        say "swift build ${DROWSE_RELEASE_FLAGS[*]}"
-        swift build "${DROWSE_RELEASE_FLAGS[@]}" >&2   # stdout is for the results
-    else
-        say "using the release build in $BIN (newer than everything in Sources/)"
-    fi
-fi
-[ -x "$BIN/drowsed" ] && [ -x "$BIN/drowse" ] || die "no drowsed and drowse in $BIN"
+release_binaries   # sets BIN
 
 # ---------------------------------------------------------------------------- the test file
 NAME=bench-${SIZE_MIB}MiB.bin

@@ -115,3 +115,22 @@ stop_pid() {
     kill -KILL "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
 }
+
+# release_binaries: sets BIN to $DROWSE_BIN_DIR, or to the release build, (re)building it when it
+# is missing or older than anything in Sources/. Build output goes to stderr.
+release_binaries() {
+    if [ -n "${DROWSE_BIN_DIR:-}" ]; then
+        BIN=$DROWSE_BIN_DIR
+    else
+        BIN=$DROWSE_ROOT/.build/release
+        if [ ! -x "$BIN/drowsed" ] || [ ! -x "$BIN/drowse" ] ||
+           [ -n "$(find "$DROWSE_ROOT/Sources" -newer "$BIN/drowsed" -print -quit)" ]; then
+            need_swift
+            say "swift build ${DROWSE_RELEASE_FLAGS[*]}"
+            (cd "$DROWSE_ROOT" && swift build "${DROWSE_RELEASE_FLAGS[@]}") >&2
+        else
+            say "using the release build in $BIN (newer than everything in Sources/)"
+        fi
+    fi
+    [ -x "$BIN/drowsed" ] && [ -x "$BIN/drowse" ] || die "no drowsed and drowse in $BIN"
+}
