@@ -71,7 +71,8 @@ extension Agent {
             }
             // A crash between the rename and the store update: the verified file is already in place.
             let final = finalPath(t)
-            if t.kind == .download, !FileSystem.exists(partPath(t)), let size = FileSystem.fileSize(final), t.bytesTotal == size {
+            if t.kind == .download, !FileSystem.exists(partPath(t)), let size = FileSystem.fileSize(final), t.bytesTotal == size,
+                t.sha256 == nil || (try? SHA256Hasher.hexDigest(ofFile: final)) == t.sha256 {
                 t.state = .completed
                 t.location = final
                 t.bytesDone = size
@@ -84,6 +85,30 @@ extension Agent {
             begin(t)
         }
         for s in sessions { checkSession(app: s[0], session: s[1]) }
+        scheduleTimeouts()
+    }
+
+    /// One timer for the earliest `--timeout-resource` among unfinished transfers: whatever
+    /// has not finished by then fails, running or waiting.
+    func scheduleTimeouts() {
+        timeoutTimer?.cancel()
+        timeoutTimer = nil
+        guard let all = try? store.transfers() else { return }
+        let deadlines = all.filter { !$0.state.isFinished }.compactMap(\.timeoutAt)
+        guard let next = deadlines.min() else { return }
+        timeoutTimer = WakeTimer.after(max(0, next - now()) + 0.01) { Task { await self.expireTransfers() } }
+    }
+
+    func expireTransfers() {
+        timeoutTimer = nil
+        let t0 = now()
+        for var t in (try? store.transfers()) ?? [] where !t.state.isFinished && (t.timeoutAt ?? .infinity) <= t0 {
+            engine?.stop(id: t.id)
+            retryTimers.removeValue(forKey: t.id)?.cancel()
+            liveProgress[t.id] = nil
+            finishFailed(&t, reason: "timed out: not finished within its --timeout-resource")
+        }
+        scheduleTimeouts()
     }
 
     func uploadJob(_ t: Transfer) -> UploadJob {
@@ -183,6 +208,7 @@ extension Agent {
         do { try store.save(t) } catch { throw .internal("\(error)") }
         logger.info("transfer queued", metadata: ["transfer.id": "\(id)", "app.id": "\(app.id)", "url": "\(req.url)"])
         begin(t)
+        scheduleTimeouts()
         return withLive(t)
     }
 

@@ -52,6 +52,7 @@ public actor Agent {
     /// Immediate notification launches per app in the last hour (the rate budget).
     var launchTimes: [String: [Double]] = [:]
     var deferredTimer: WakeTimer?
+    var timeoutTimer: WakeTimer?
     /// Set once shutdown begins: nothing new is launched.
     var stopping = false
     var runningHandlers = 0
@@ -108,6 +109,7 @@ public actor Agent {
         stopping = true
         windowTimer?.cancel()
         deferredTimer?.cancel()
+        timeoutTimer?.cancel()
         for t in retryTimers.values { t.cancel() }
         // No new notifications; those that still arrive stay recorded for after the restart.
         if let mqtt { await mqtt.stop() }
