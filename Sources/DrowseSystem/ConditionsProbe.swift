@@ -6,11 +6,14 @@ public struct ConditionsProbe: Sendable {
     public var sysfsRoot: String
     public var procRoot: String
     public var meteredInterfaces: [String]?
+    /// NetworkManager's command-line client; its per-device metered flag is used when present.
+    public var nmcli: String?
 
-    public init(sysfsRoot: String, procRoot: String = "/proc", meteredInterfaces: [String]?) {
+    public init(sysfsRoot: String, procRoot: String = "/proc", meteredInterfaces: [String]?, nmcli: String? = "/usr/bin/nmcli") {
         self.sysfsRoot = sysfsRoot
         self.procRoot = procRoot
         self.meteredInterfaces = meteredInterfaces
+        self.nmcli = nmcli
     }
 
     public func read(now: Double) -> Conditions {
@@ -22,6 +25,8 @@ public struct ConditionsProbe: Sendable {
             c.network = kind(of: iface)
             if let metered = meteredInterfaces {
                 c.metered = metered.contains(iface)
+            } else if let nm = networkManagerMetered(iface) {
+                c.metered = nm
             } else {
                 c.metered = c.network == .cellular
             }
@@ -41,6 +46,16 @@ public struct ConditionsProbe: Sendable {
                 capacity: FileSystem.attribute(dir + "/capacity").flatMap(Int.init),
                 status: FileSystem.attribute(dir + "/status"))
         }
+    }
+
+    /// NetworkManager's metered flag for a device ("yes", "no", "yes (guessed)", ...), when
+    /// NetworkManager manages it; nil when unknown or not installed.
+    public func networkManagerMetered(_ iface: String) -> Bool? {
+        guard let nmcli, let out = commandOutput([nmcli, "-t", "-g", "GENERAL.METERED", "device", "show", iface]) else { return nil }
+        let value = out.trimmingSpaces().lowercased()
+        if value.hasPrefix("yes") { return true }
+        if value.hasPrefix("no") { return false }
+        return nil
     }
 
     /// The interface behind the IPv4 (else IPv6) default route with the lowest metric.
