@@ -147,7 +147,7 @@ struct UnixHTTPClientTests {
                 _ = try UnixHTTPClient.request(socket: server.path, method: "GET", path: "/v1/status", timeout: 0.3)
             }
             #expect(error?.description.contains("timed out") == true)
-            #expect(WallClock.monotonic() - start < 2)
+            #expect(WallClock.monotonic() - start < 5)  // the 0.3 s timeout, not a hang
         }
     }
 }
