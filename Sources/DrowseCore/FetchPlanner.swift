@@ -163,11 +163,6 @@ public struct FetchPlanner: Sendable {
         return Window(at: windowAt, apps: members)
     }
 
-    /// Apps that may run right now because the radio is awake for something else.
-    public func joiners(_ apps: [AppInput], now: Double) -> [String] {
-        apps.filter { app in eligibleAt(app).map { $0 <= now } ?? false }.map(\.id).sorted()
-    }
-
     /// Every app's plan, for `drowse apps` and `apps show`.
     public func plans(_ apps: [AppInput], now: Double) -> [AppPlan] {
         let window = nextWindow(apps, now: now)

@@ -54,7 +54,6 @@ struct FetchPlannerAdaptationTests {
         // Piggybacking never runs an app before it is eligible.
         p.radioAwakeUntil = 10_000
         #expect(try #require(p.nextWindow([a], now: 100)).at >= 600)
-        #expect(p.joiners([a], now: 599) == [] && p.joiners([a], now: 600) == ["a"])
     }
 
     @Test("a predicted use moves the fetch before it to run shortly before the use")
