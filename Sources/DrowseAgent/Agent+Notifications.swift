@@ -220,14 +220,9 @@ extension Agent {
         // A notification woke the radio: due fetches may ride along.
         radioBusy(until: now())
         Task {
-            let outcome = await self.runHandler(app, event: .notification, stdin: payload, trigger: "notification")
-            self.notificationHandled(seq, outcome)
+            _ = await self.runHandler(app, event: .notification, stdin: payload, trigger: "notification", notification: seq)
             self.radioBusy(until: self.now())
         }
-    }
-
-    func notificationHandled(_ seq: Int64, _ outcome: HandlerOutcome) {
-        do { try store.markNotification(seq, state: outcome.result.rawValue, at: now()) } catch { logger.error("store: \(error)") }
     }
 
     /// Recorded but unhandled notifications from before a crash or restart.

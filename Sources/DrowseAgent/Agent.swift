@@ -178,7 +178,8 @@ public actor Agent {
     // MARK: handlers
 
     /// Runs one handler to its end and records the run.
-    func runHandler(_ app: AppDefinition, event: HandlerEvent, stdin: [UInt8], trigger: String) async -> HandlerOutcome {
+    func runHandler(_ app: AppDefinition, event: HandlerEvent, stdin: [UInt8], trigger: String,
+                    notification: Int64? = nil) async -> HandlerOutcome {
         let start = now()
         guard let argv = app.command(for: event) else {
             return HandlerOutcome(ending: .launchFailed("no \(event.rawValue) command"), startedAt: start, endedAt: start)
@@ -211,7 +212,7 @@ public actor Agent {
         let run = RunRecord(
             app: app.id, event: event, trigger: trigger, result: outcome.result, ending: outcome.summary,
             startedAt: outcome.startedAt, endedAt: outcome.endedAt, timedOut: outcome.ending == .timedOut)
-        do { try store.record(run) } catch { logger.error("store: \(error)") }
+        do { try store.record(run, handlingNotification: notification) } catch { logger.error("store: \(error)") }
         let level: Logger.Level = outcome.result == .failed ? .warning : .info
         logger.log(level: level, "\(event.rawValue) handler finished: \(outcome.result.rawValue) (\(outcome.summary))",
                    metadata: ["app.id": "\(app.id)"])

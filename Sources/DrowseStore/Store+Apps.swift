@@ -51,9 +51,14 @@ extension Store {
             consecutiveNoData: Int(row[5].int64 ?? 0), lastTimedOut: (row[6].int64 ?? 0) != 0)
     }
 
-    /// Records a finished run; fetch runs also move the app's fetch bookkeeping, in one transaction.
-    public func record(_ run: RunRecord) throws(StoreError) {
+    /// Records a finished run; fetch runs also move the app's fetch bookkeeping, and a
+    /// notification's run marks it handled — one transaction, so one fsync.
+    public func record(_ run: RunRecord, handlingNotification seq: Int64? = nil) throws(StoreError) {
         try db.transaction { () throws(StoreError) in
+            if let seq {
+                try db.query("UPDATE notifications SET state = ?, handled_at = ? WHERE seq = ?",
+                             [.text(run.result.rawValue), .double(run.endedAt), .int(seq)])
+            }
             try db.query(
                 "INSERT INTO runs(app, event, trigger, result, ending, started_at, ended_at) VALUES (?,?,?,?,?,?,?)",
                 [.text(run.app), .text(run.event.rawValue), SQLValue(run.trigger), .text(run.result.rawValue),
