@@ -9,9 +9,11 @@ import Synchronization
 /// Jobs run in order; each reports its offset as committed only after its sync returned.
 final class Syncer: Sendable {
     struct Job: Sendable {
-        /// A dup of the part file's descriptor, closed after the sync.
+        /// A dup of the part file's descriptor, closed after the sync; -1 for a barrier.
         var fd: Int32
-        var event: TransferEvent
+        var event: TransferEvent?
+        /// Signalled when the job is done (barriers).
+        var done: EventFD?
     }
 
     private let queue = Mutex<[Job]>([])
@@ -27,19 +29,19 @@ final class Syncer: Sendable {
     func submit(fd: Int32, event: TransferEvent) {
         let copy = dup(fd)
         guard copy >= 0 else { return }
-        queue.withLock { $0.append(Job(fd: copy, event: event)) }
+        queue.withLock { $0.append(Job(fd: copy, event: event, done: nil)) }
         wake.signal()
     }
 
-    /// Blocks until every job submitted so far is done (used before finishing a file).
+    /// Blocks until every job submitted so far is done (used before finishing a file): a barrier
+    /// job that the sync thread signals when it reaches it.
     func drain() {
-        while !queue.withLock({ $0.isEmpty }) || busy.load(ordering: .acquiring) {
-            var ts = timespec(tv_sec: 0, tv_nsec: 1_000_000)
-            nanosleep(&ts, nil)
-        }
+        let done = EventFD()
+        queue.withLock { $0.append(Job(fd: -1, event: nil, done: done)) }
+        wake.signal()
+        var p = pollfd(fd: done.fd, events: Int16(POLLIN), revents: 0)
+        while poll(&p, 1, -1) < 0 && errno == EINTR {}
     }
-
-    private let busy = Atomic<Bool>(false)
 
     private func run() {
         while true {
@@ -47,17 +49,13 @@ final class Syncer: Sendable {
             _ = poll(&p, 1, -1)
             wake.drain()
             while true {
-                let job: Job? = queue.withLock { q in
-                    guard !q.isEmpty else { return nil }
-                    busy.store(true, ordering: .releasing)
-                    return q.removeFirst()
-                }
+                let job: Job? = queue.withLock { q in q.isEmpty ? nil : q.removeFirst() }
                 guard let job else { break }
+                if let done = job.done { done.signal(); continue }
                 let ok = fdatasync(job.fd) == 0
                 close(job.fd)
                 // A failed sync commits nothing: the next one, or a restart, covers those bytes.
-                if ok { onEvent(job.event) }
-                busy.store(false, ordering: .releasing)
+                if ok, let event = job.event { onEvent(event) }
             }
         }
     }

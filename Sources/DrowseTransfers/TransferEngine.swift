@@ -507,7 +507,7 @@ final class Download {
         fd = -1
         if let want = job.sha256?.lowercased() {
             let got: String
-            if var h = hasher.take(), hashedUpTo == written {
+            if let h = hasher.take(), hashedUpTo == written {
                 got = SHA256Hasher.hex(h.finalize())
             } else {
                 do { got = try SHA256Hasher.hexDigest(ofFile: job.partPath) } catch {

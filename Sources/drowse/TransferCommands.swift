@@ -30,8 +30,7 @@ struct TransferCommand: ParsableCommand {
                 ("discretionary", .bool(conditions.discretionary)), ("no_cellular", .bool(conditions.noCellular)),
                 ("requires_power", .bool(conditions.requiresPower)),
             ])
-            let t = try global.call("POST", "/v1/transfers", body: body)
-            if json { printJSON(.object([("id", t["id"] ?? nil)])) } else { print(t["id"]?.stringValue ?? "") }
+            try queueTransfer(body, global: global, json: json)
         }
     }
 
@@ -57,8 +56,7 @@ struct TransferCommand: ParsableCommand {
                 ("discretionary", .bool(conditions.discretionary)), ("no_cellular", .bool(conditions.noCellular)),
                 ("requires_power", .bool(conditions.requiresPower)),
             ])
-            let t = try global.call("POST", "/v1/transfers", body: body)
-            if json { printJSON(.object([("id", t["id"] ?? nil)])) } else { print(t["id"]?.stringValue ?? "") }
+            try queueTransfer(body, global: global, json: json)
         }
     }
 
@@ -176,4 +174,10 @@ struct ConditionFlags: ParsableArguments {
     @Flag(help: "Wait for an unmetered network and external power (or a battery above the low mark).") var discretionary = false
     @Flag(help: "Never use a cellular network.") var noCellular = false
     @Flag(help: "Wait for external power.") var requiresPower = false
+}
+
+/// Creates the transfer and prints its id alone on a line (with --json: {"id"}).
+func queueTransfer(_ body: JSON, global: GlobalOptions, json: Bool) throws {
+    let t = try global.call("POST", "/v1/transfers", body: body)
+    if json { printJSON(.object([("id", t["id"] ?? nil)])) } else { print(t["id"]?.stringValue ?? "") }
 }
