@@ -40,26 +40,30 @@ extension Agent {
             break
         case .disconnected(let reason):
             logger.warning("mqtt session down: \(reason)")
-        case .message(let topic, let payload):
-            receive(topic: topic, payload: payload)
+        case .message(let topic, let payload, let receipt):
+            // The PUBACK leaves only now: after the record (or a refusal, which is final).
+            if receive(topic: topic, payload: payload) { receipt.acknowledge() } else { receipt.reject() }
         }
     }
 
     /// A notification arrived. It is recorded before anything acts on it, and deduplicated.
-    func receive(topic: String, payload: [UInt8]) {
+    /// Returns false only when it could not be recorded (the store failed, e.g. a full disk):
+    /// then it must not be acknowledged, so the broker delivers it again.
+    @discardableResult
+    func receive(topic: String, payload: [UInt8]) -> Bool {
         guard let m = config.mqtt,
             let appID = Topics.app(inNotifyTopic: topic, prefix: m.topicPrefix, device: config.deviceID)
         else {
             refuse("unexpected topic \(topic)", app: nil)
-            return
+            return true
         }
         guard let app = apps[appID] else {
             refuse("no valid app '\(appID)'", app: nil)
-            return
+            return true
         }
         guard payload.count <= Notification.maxBytes else {
             refuse("payload of \(payload.count) bytes is over the \(Notification.maxBytes)-byte limit", app: appID)
-            return
+            return true
         }
         // Signed notifications: when the app has a public key, nothing else is accepted.
         var body = payload
@@ -70,31 +74,31 @@ extension Agent {
                 if let key = app.notificationPublicKey.flatMap(Base64.decode) {
                     guard Ed25519.verify(jws.signature, of: jws.signingInput, publicKey: key) else {
                         refuse("bad signature", app: appID)
-                        return
+                        return true
                     }
                     signed = true
                 }
                 body = jws.payload
             } catch {
                 refuse(error.description, app: appID)
-                return
+                return true
             }
         } else if app.notificationPublicKey != nil {
             refuse("unsigned, and the app accepts only signed notifications", app: appID)
-            return
+            return true
         }
         let note: Notification
         do { note = try Notification.parse(body) } catch {
             refuse(error.description, app: appID)
-            return
+            return true
         }
         guard note.contentAvailable else {
             logger.info("notification ignored: not silent (no aps.content-available = 1)", metadata: ["app.id": "\(appID)"])
-            return
+            return true
         }
         if let exp = note.expiration, exp < now() {
             refuse("expired", app: appID)
-            return
+            return true
         }
         let key = note.id.map { "id:" + $0 } ?? "hash:" + SHA256Hasher.hexDigest(of: Array(topic.utf8) + [0] + body)
         let seq: Int64
@@ -104,14 +108,15 @@ extension Agent {
                 collapseID: note.collapseID)
             else {
                 logger.info("notification ignored: duplicate", metadata: ["app.id": "\(appID)", "key": "\(key)"])
-                return
+                return true
             }
             seq = s
         } catch {
-            logger.error("store: \(error)")
-            return
+            logger.error("notification not recorded, left to the broker to deliver again: \(error)", metadata: ["app.id": "\(appID)"])
+            return false
         }
         dispatch(app, seq: seq, note: note, signed: signed)
+        return true
     }
 
     func refuse(_ why: String, app: String?) {

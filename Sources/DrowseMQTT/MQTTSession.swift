@@ -42,13 +42,44 @@ public struct MQTTSessionOptions: Sendable {
 public enum MQTTSessionEvent: Sendable {
     case connected
     case disconnected(reason: String)
-    case message(topic: String, payload: [UInt8])
+    /// A PUBLISH arrived. Its PUBACK is held until `receipt` is settled: settle it once the
+    /// message is recorded (or refused), so the broker never counts as delivered what a crash
+    /// could still lose.
+    case message(topic: String, payload: [UInt8], receipt: MQTTReceipt)
+}
+
+/// The owner's answer for one received message. `acknowledge()` lets its PUBACK (and everything
+/// queued after it) go; `reject()` drops the connection without sending it, so the broker keeps
+/// the message and delivers it again after the reconnect. Dropping the receipt unsettled
+/// acknowledges (an event nobody will read must not stall the session).
+public final class MQTTReceipt: Sendable {
+    private let settled = Atomic<Bool>(false)
+    private let session: MQTTSession
+
+    init(_ session: MQTTSession) { self.session = session }
+
+    public func acknowledge() { settle(ack: true) }
+    public func reject() { settle(ack: false) }
+
+    private func settle(ack: Bool) {
+        guard !settled.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        session.settled(ack: ack)
+    }
+
+    deinit { settle(ack: true) }
 }
 
 /// One persistent MQTT session (clean session off, fixed client id) driven by our own loop:
 /// a thread blocked in poll(2) on `mosquitto_socket()` and an eventfd, calling
 /// `mosquitto_loop_read/write` when the socket is ready and `loop_misc` only at the keepalive
 /// deadline. libmosquitto's own threaded or blocking loops are not used: they wake every second.
+///
+/// Acknowledge after record: libmosquitto queues a QoS 1 PUBACK *before* it calls the message
+/// callback, and in its default mode writes it at once. The session runs libmosquitto in
+/// "external thread" mode instead (`mosquitto_threaded_set`), where queued packets leave only
+/// when our loop calls `mosquitto_loop_write`; the loop writes nothing while any received
+/// message's `MQTTReceipt` is unsettled. A crash before the record therefore leaves the message
+/// unacknowledged and the broker delivers it again (the persistent session).
 public final class MQTTSession: Sendable {
     enum Command: Sendable {
         case subscribe([String])
@@ -65,6 +96,10 @@ public final class MQTTSession: Sendable {
     /// Topics to (re)subscribe on every connect, and the retained status to publish.
     private let desired = Mutex<(topics: [String], onConnect: [(String, [UInt8])])>(([], []))
     private let isConnected = Atomic<Bool>(false)
+    /// Received messages whose receipts are unsettled: while above zero, nothing is written.
+    private let unsettled = Atomic<Int>(0)
+    /// A receipt was rejected: drop the connection without writing its PUBACK.
+    private let rejected = Atomic<Bool>(false)
 
     public var connected: Bool { isConnected.load(ordering: .relaxed) }
 
@@ -107,6 +142,11 @@ public final class MQTTSession: Sendable {
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in send(.stop({ c.resume() })) }
     }
 
+    fileprivate func settled(ack: Bool) {
+        if !ack { rejected.store(true, ordering: .releasing) }
+        if unsettled.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 || !ack { wake.signal() }
+    }
+
     private func send(_ c: Command) {
         commands.withLock { $0.append(c) }
         wake.signal()
@@ -132,6 +172,8 @@ public final class MQTTSession: Sendable {
         defer { mosquitto_destroy(mosq) }
         _ = cmosq_int_option(mosq, MOSQ_OPT_PROTOCOL_VERSION, Int32(MQTT_PROTOCOL_V311))
         _ = cmosq_int_option(mosq, MOSQ_OPT_TCP_NODELAY, 1)
+        // Queue outgoing packets instead of writing them from inside libmosquitto: see the type's doc.
+        mosquitto_threaded_set(mosq, true)
         if let will = options.will {
             _ = will.payload.withUnsafeBytes { mosquitto_will_set(mosq, will.topic, Int32($0.count), $0.baseAddress, 1, true) }
         }
@@ -156,7 +198,8 @@ public final class MQTTSession: Sendable {
             guard let m = msg?.pointee else { return }
             let topic = String(cString: m.topic)
             let payload = m.payloadlen > 0 ? Array(UnsafeRawBufferPointer(start: m.payload, count: Int(m.payloadlen))) : []
-            ctx.session.onEvent(.message(topic: topic, payload: payload))
+            ctx.session.unsettled.add(1, ordering: .acquiringAndReleasing)
+            ctx.session.onEvent(.message(topic: topic, payload: payload, receipt: MQTTReceipt(ctx.session)))
         }
 
         var backoff = Backoff(base: 1, cap: 60)
@@ -171,6 +214,11 @@ public final class MQTTSession: Sendable {
         /// TCP is up but no CONNACK yet (a hung broker accepts connections and says nothing).
         var connectingSince: Double?
         var stopDone: (@Sendable () -> Void)?
+
+        /// Whether queued packets may leave: not while a received message is unsettled.
+        func mayWrite() -> Bool {
+            unsettled.load(ordering: .acquiring) == 0 && !rejected.load(ordering: .acquiring)
+        }
 
         func lose(_ why: String) {
             pingSentAt = nil
@@ -200,11 +248,19 @@ public final class MQTTSession: Sendable {
                     lose(why)
                 }
             }
+            if rejected.exchange(false, ordering: .acquiringAndReleasing), socketUp {
+                // Close without writing: the queued PUBACK dies with the socket, and
+                // mosquitto_reconnect discards what is left of the queue.
+                let fd = mosquitto_socket(mosq)
+                if fd >= 0 { _ = shutdown(fd, Int32(SHUT_RDWR)) }
+                lose("a received message could not be recorded; the broker will deliver it again")
+                continue
+            }
             var fds = [pollfd(fd: wake.fd, events: Int16(POLLIN), revents: 0)]
             let sock = socketUp ? mosquitto_socket(mosq) : -1
             if sock >= 0 {
                 var ev = Int16(POLLIN)
-                if mosquitto_want_write(mosq) { ev |= Int16(POLLOUT) }
+                if mayWrite(), mosquitto_want_write(mosq) { ev |= Int16(POLLOUT) }
                 fds.append(pollfd(fd: sock, events: ev, revents: 0))
             }
             var deadline = socketUp ? min(lastIn, lastOut) + keepalive + 0.05 : nextAttempt
@@ -247,7 +303,7 @@ public final class MQTTSession: Sendable {
                     pingSentAt = nil
                     if rc != MOSQ_ERR_SUCCESS.rawValue { lose(ctx.lostReason ?? String(cString: mosquitto_strerror(rc))); continue }
                 }
-                if mosquitto_want_write(mosq) || re & Int16(POLLOUT) != 0 {
+                if mayWrite(), mosquitto_want_write(mosq) || re & Int16(POLLOUT) != 0 {
                     let rc = mosquitto_loop_write(mosq, 1)
                     lastOut = WallClock.monotonic()
                     if rc != MOSQ_ERR_SUCCESS.rawValue { lose(String(cString: mosquitto_strerror(rc))); continue }
@@ -274,7 +330,7 @@ public final class MQTTSession: Sendable {
                 if rc != MOSQ_ERR_SUCCESS.rawValue || mosquitto_socket(mosq) < 0 {
                     lose(ctx.lostReason ?? "keepalive: no answer from the broker"); continue
                 }
-                if mosquitto_want_write(mosq) { _ = mosquitto_loop_write(mosq, 1) }
+                if mayWrite(), mosquitto_want_write(mosq) { _ = mosquitto_loop_write(mosq, 1) }
             }
             if socketUp, ctx.connectedFlag, !announced {
                 announced = true
@@ -296,7 +352,15 @@ public final class MQTTSession: Sendable {
                 lose("broker refused: \(why)")
             }
         }
-        if socketUp {
+        // Give messages already handed over a moment to be recorded, so their PUBACKs can go;
+        // past that, or after a rejection, close without writing (the broker redelivers).
+        let settleBy = WallClock.monotonic() + 2
+        while unsettled.load(ordering: .acquiring) > 0, !rejected.load(ordering: .acquiring), WallClock.monotonic() < settleBy {
+            var fd = pollfd(fd: wake.fd, events: Int16(POLLIN), revents: 0)
+            _ = poll(&fd, 1, 100)
+            wake.drain()
+        }
+        if socketUp, mayWrite() {
             // Publish the offline status ourselves: a clean DISCONNECT suppresses the will.
             if let will = options.will {
                 _ = will.payload.withUnsafeBytes { mosquitto_publish(mosq, nil, will.topic, Int32($0.count), $0.baseAddress, 1, true) }

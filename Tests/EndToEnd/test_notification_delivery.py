@@ -211,17 +211,13 @@ STRACE = shutil.which("strace")
 
 
 @pytest.mark.skipif(STRACE is None, reason="needs strace (fault injection: delayed pwrite64)")
-@pytest.mark.xfail(strict=True, reason=(
-    "known limitation: the PUBACK leaves before the notification is recorded. libmosquitto 2.0.x sends PUBACK "
-    "as soon as it has read the PUBLISH, and drowsed's message callback only yields it to an AsyncStream; "
-    "the SQLite insert happens later on the agent. A crash in between (here: kill -9 while the insert's "
-    "write is held) loses a notification the broker counts as delivered"))
 def test_a_crash_between_receipt_and_record_does_not_lose_the_notification(broker, make_drowse):
     d, log = start_app(broker, make_drowse)
     d.push("news", "--id", "warm-up")
     wait_ids(log, {"warm-up"}, 10)
     acks = lambda: broker.log_text().count(f"Received PUBACK from drowse-{d.device_id}")  # noqa: E731
-    acks0 = acks()
+    sends = lambda: broker.log_text().count(f"Sending PUBLISH to drowse-{d.device_id}")  # noqa: E731
+    acks0, sends0 = acks(), sends()
 
     # Hold every pwrite64 of drowsed (SQLite's WAL writes) for 5 s from now on.
     tracer = subprocess.Popen([STRACE, "-f", "-qq", "-p", str(d.proc.pid), "-e", "trace=pwrite64",
@@ -232,10 +228,10 @@ def test_a_crash_between_receipt_and_record_does_not_lose_the_notification(broke
         if tracer.poll() is not None:
             pytest.skip(f"strace cannot attach here: {tracer.stderr.read().decode(errors='replace')}")
         d.push("news", "--id", "in-the-gap")
-        try:  # the broker got its PUBACK (the bug) — or none arrives because drowsed waits for the record
-            wait_until(lambda: acks() > acks0, 3, what="the daemon's PUBACK")
-        except TimeoutError:
-            pass
+        # The PUBLISH reached drowsed (the broker logs sending it); its PUBACK must wait for the record.
+        wait_until(lambda: sends() > sends0, 5, what="the broker to send the notification")
+        time.sleep(2.0)
+        assert acks() == acks0, "the broker got a PUBACK although the record was still held"
         assert ids(log, "started")["in-the-gap"] == 0, "the handler ran although the record was held"
         d.stop(signal.SIGKILL)
     finally:
@@ -244,6 +240,43 @@ def test_a_crash_between_receipt_and_record_does_not_lose_the_notification(broke
     d.start()
     # Redelivered by the broker (not acknowledged) or found in the store: handled either way.
     wait_ids(log, {"in-the-gap"}, 10)
+
+
+@pytest.mark.skipif(STRACE is None, reason="needs strace (fault injection: pwrite64 fails with ENOSPC)")
+def test_a_notification_that_cannot_be_recorded_is_left_to_the_broker_and_handled_once_later(broker, make_drowse):
+    d, log = start_app(broker, make_drowse)
+    d.push("news", "--id", "warm-up")
+    wait_ids(log, {"warm-up"}, 10)
+    acks = lambda: broker.log_text().count(f"Received PUBACK from drowse-{d.device_id}")  # noqa: E731
+    sends = lambda: broker.log_text().count(f"Sending PUBLISH to drowse-{d.device_id}")  # noqa: E731
+    acks0, sends0 = acks(), sends()
+
+    # The disk is "full": every pwrite64 of drowsed (SQLite's writes) fails with ENOSPC.
+    tracer = subprocess.Popen([STRACE, "-f", "-qq", "-p", str(d.proc.pid), "-e", "trace=pwrite64",
+                               "-e", "inject=pwrite64:error=ENOSPC", "-o", "/dev/null"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        time.sleep(1.0)
+        if tracer.poll() is not None:
+            pytest.skip(f"strace cannot attach here: {tracer.stderr.read().decode(errors='replace')}")
+        d.push("news", "--id", "while-full")
+        # Delivered, not recorded, so not acknowledged: drowsed drops the connection instead and the
+        # broker delivers it again on every reconnect.
+        wait_until(lambda: sends() >= sends0 + 2, 15, what="the broker to deliver the notification again")
+        assert acks() == acks0, "the broker got a PUBACK for a notification that was never recorded"
+        assert ids(log, "started")["while-full"] == 0, "the handler ran without a record"
+        assert d.status()["version"], "the daemon stops serving its API"
+    finally:
+        tracer.kill()
+        tracer.wait(timeout=10)
+    # Space again: the next redelivery is recorded, acknowledged and handled, once.
+    wait_ids(log, {"while-full"}, 90)
+    wait_until(lambda: acks() > acks0, 10, what="the PUBACK after the record")
+    d.push("news", "--id", "after")
+    wait_ids(log, {"after"}, 10)
+    time.sleep(1.0)
+    started = ids(log, "started")
+    assert started["while-full"] == 1 and started["warm-up"] == 1, dict(started)
 
 
 # ----------------------------------------------------------------------------- (d) duplicates
