@@ -18,6 +18,8 @@
 #include <sys/wait.h>
 #include <sys/stat.h>
 #include <pthread.h>
+#include <sched.h>
+#include <sys/mman.h>
 
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
@@ -26,62 +28,90 @@
 #define SYS_close_range 436
 #endif
 
-static void write_errno_and_exit(int fd, int err) {
-    ssize_t r = write(fd, &err, sizeof err);
-    (void)r;
-    _exit(127);
+/* What the child of drowse_spawn needs; it lives on the parent's (suspended) stack. */
+struct spawn_args {
+    const char *path;
+    char *const *argv;
+    char *const *envp;
+    const char *cwd;
+    int set_ids;
+    uid_t uid;
+    gid_t gid;
+    const gid_t *groups;
+    int ngroups;
+    int stdin_fd, stdout_fd, stderr_fd;
+    int err; /* written by the child when a step fails; read by the parent after clone returns */
+};
+
+#define SPAWN_FAIL(a) do { (a)->err = errno ? errno : EIO; _exit(127); } while (0)
+
+/* The child shares the parent's memory (CLONE_VM) until execve, like posix_spawn: nothing here
+   may take a lock, allocate, or touch glibc's thread bookkeeping. In particular the user switch
+   uses raw system calls: glibc's setuid/setgid/setgroups would "broadcast" the change to every
+   thread of what it believes is its process — the parent's threads. */
+static int spawn_child(void *p) {
+    struct spawn_args *a = p;
+    /* Default signal handling (the parent's handlers must never run here), own process group. */
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    for (int s = 1; s < NSIG; s++) sigaction(s, &dfl, NULL);
+    if (setpgid(0, 0) != 0) SPAWN_FAIL(a);
+    if (dup2(a->stdin_fd, 0) < 0 || dup2(a->stdout_fd, 1) < 0 || dup2(a->stderr_fd, 2) < 0) SPAWN_FAIL(a);
+    if (a->set_ids) {
+#if defined(SYS_setresuid32)
+        /* 32-bit ARM and x86: the plain calls take 16-bit ids. */
+        if (syscall(SYS_setgroups32, (size_t)a->ngroups, a->groups) != 0) SPAWN_FAIL(a);
+        if (syscall(SYS_setresgid32, a->gid, a->gid, a->gid) != 0) SPAWN_FAIL(a);
+        if (syscall(SYS_setresuid32, a->uid, a->uid, a->uid) != 0) SPAWN_FAIL(a);
+#else
+        if (syscall(SYS_setgroups, (size_t)a->ngroups, a->groups) != 0) SPAWN_FAIL(a);
+        if (syscall(SYS_setresgid, a->gid, a->gid, a->gid) != 0) SPAWN_FAIL(a);
+        if (syscall(SYS_setresuid, a->uid, a->uid, a->uid) != 0) SPAWN_FAIL(a);
+#endif
+    }
+    /* After the user switch: the handler may only start where its user can go. */
+    if (a->cwd && chdir(a->cwd) != 0) SPAWN_FAIL(a);
+    /* Close every inherited descriptor but stdio (our pipes are CLOEXEC anyway; others may not be). */
+    if (syscall(SYS_close_range, 3, ~0U, 0) != 0) {
+        for (int fd = 3; fd < 65536; fd++) close(fd);
+    }
+    umask(022); /* drowsed itself runs with 077; handlers get the usual default */
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    execve(a->path, a->argv, a->envp);
+    SPAWN_FAIL(a);
+    return 127;
 }
 
 int drowse_spawn(const char *path, char *const argv[], char *const envp[], const char *cwd,
                  int set_ids, uid_t uid, gid_t gid, const gid_t *groups, int ngroups,
                  int stdin_fd, int stdout_fd, int stderr_fd, pid_t *out_pid) {
-    int errpipe[2];
-    if (pipe2(errpipe, O_CLOEXEC) != 0) return errno;
+    /* clone(CLONE_VM | CLONE_VFORK) instead of fork(): the daemon's page tables are not copied
+       (fork of a multi-threaded process with tens of MiB mapped took ~1 ms), and this thread
+       resumes once the child has called execve or failed. The child runs on its own stack. */
+    enum { STACK_SIZE = 64 * 1024 };
+    void *stack = mmap(NULL, STACK_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (stack == MAP_FAILED) return errno;
+    struct spawn_args a = {
+        .path = path, .argv = argv, .envp = envp, .cwd = cwd, .set_ids = set_ids, .uid = uid, .gid = gid,
+        .groups = groups, .ngroups = ngroups, .stdin_fd = stdin_fd, .stdout_fd = stdout_fd, .stderr_fd = stderr_fd,
+        .err = 0,
+    };
+    /* No signal handler may run in the child before it has reset them all. */
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    pid_t pid = fork();
-    if (pid < 0) {
-        int e = errno;
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
-        close(errpipe[0]); close(errpipe[1]);
-        return e;
-    }
-    if (pid == 0) {
-        /* Child: default signal handling, empty mask, own process group. */
-        for (int s = 1; s < NSIG; s++) signal(s, SIG_DFL);
-        sigset_t none; sigemptyset(&none);
-        if (setpgid(0, 0) != 0) write_errno_and_exit(errpipe[1], errno);
-        if (dup2(stdin_fd, 0) < 0 || dup2(stdout_fd, 1) < 0 || dup2(stderr_fd, 2) < 0)
-            write_errno_and_exit(errpipe[1], errno);
-        if (set_ids) {
-            if (setgroups((size_t)ngroups, groups) != 0) write_errno_and_exit(errpipe[1], errno);
-            if (setgid(gid) != 0) write_errno_and_exit(errpipe[1], errno);
-            if (setuid(uid) != 0) write_errno_and_exit(errpipe[1], errno);
-        }
-        /* After the user switch: the handler may only start where its user can go. */
-        if (cwd && chdir(cwd) != 0) write_errno_and_exit(errpipe[1], errno);
-        /* Close every inherited descriptor but stdio and the error pipe (CLOEXEC). */
-        int errfd = errpipe[1];
-        if (syscall(SYS_close_range, 3, errfd > 3 ? errfd - 1 : 2, 0) != 0 && errfd > 3) {
-            for (int fd = 3; fd < errfd; fd++) close(fd);
-        }
-        syscall(SYS_close_range, errfd + 1, ~0U, 0);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        umask(022);  /* drowsed itself runs with 077; handlers get the usual default */
-        execve(path, argv, envp);
-        write_errno_and_exit(errfd, errno);
-    }
+    pid_t pid = clone(spawn_child, (char *)stack + STACK_SIZE, CLONE_VM | CLONE_VFORK | SIGCHLD, &a);
+    int clone_err = errno;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    close(errpipe[1]);
-    int child_err = 0;
-    ssize_t n;
-    do { n = read(errpipe[0], &child_err, sizeof child_err); } while (n < 0 && errno == EINTR);
-    close(errpipe[0]);
-    if (n == sizeof child_err) {
+    munmap(stack, STACK_SIZE);
+    if (pid < 0) return clone_err;
+    if (__atomic_load_n(&a.err, __ATOMIC_ACQUIRE) != 0) {
         int status;
         while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
-        return child_err ? child_err : EIO;
+        return a.err;
     }
     *out_pid = pid;
     return 0;

@@ -105,7 +105,7 @@ extension Agent {
         do {
             guard let s = try store.recordNotification(
                 app: appID, dedupeKey: key, payload: String(decoding: body, as: UTF8.self), at: now(), signed: signed,
-                collapseID: note.collapseID)
+                collapseID: note.collapseID, durable: false)
             else {
                 logger.info("notification ignored: duplicate", metadata: ["app.id": "\(appID)", "key": "\(key)"])
                 return true
@@ -115,7 +115,15 @@ extension Agent {
             logger.error("notification not recorded, left to the broker to deliver again: \(error)", metadata: ["app.id": "\(appID)"])
             return false
         }
+        // Written (a kill -9 from here on cannot lose it), so the handler may start; the PUBACK
+        // waits until the record is on disk too. A power cut in between runs the handler again
+        // after the restart, like any run a crash interrupts: notifications are hints that are
+        // safe to repeat (DESIGN.md), and the fsync is off the path to the handler's start.
         dispatch(app, seq: seq, note: note, signed: signed)
+        do { try store.syncJournal() } catch {
+            logger.error("notification record not synced, left to the broker to deliver again: \(error)", metadata: ["app.id": "\(appID)"])
+            return false
+        }
         return true
     }
 
@@ -222,10 +230,12 @@ extension Agent {
             try? store.markNotification(seq, state: "dropped", at: now())
             return
         }
-        // A notification woke the radio: due fetches may ride along.
+        // The handler starts first; then the bookkeeping: a notification woke the radio, so due
+        // fetches may ride along.
+        let started = startHandler(app, event: .notification, stdin: payload, trigger: "notification", notification: seq)
         radioBusy(until: now())
         Task {
-            _ = await self.runHandler(app, event: .notification, stdin: payload, trigger: "notification", notification: seq)
+            _ = await self.finishHandler(started)
             self.radioBusy(until: self.now())
         }
     }

@@ -180,9 +180,29 @@ public actor Agent {
     /// Runs one handler to its end and records the run.
     func runHandler(_ app: AppDefinition, event: HandlerEvent, stdin: [UInt8], trigger: String,
                     notification: Int64? = nil) async -> HandlerOutcome {
+        await finishHandler(startHandler(app, event: event, stdin: stdin, trigger: trigger, notification: notification))
+    }
+
+    /// A handler started by `startHandler`, waiting for `finishHandler`.
+    struct StartedHandler {
+        var app: AppDefinition
+        var event: HandlerEvent
+        var trigger: String
+        var notification: Int64?
+        var run: HandlerRun
+        /// Counted in `runningHandlers` (a handler process was started).
+        var counted = false
+    }
+
+    /// Starts a handler now (the process exists when this returns); `finishHandler` waits for
+    /// its end and records it. Synchronous, so a notification's handler starts without a hop.
+    func startHandler(_ app: AppDefinition, event: HandlerEvent, stdin: [UInt8], trigger: String,
+                      notification: Int64? = nil) -> StartedHandler {
         let start = now()
         guard let argv = app.command(for: event) else {
-            return HandlerOutcome(ending: .launchFailed("no \(event.rawValue) command"), startedAt: start, endedAt: start)
+            let run = HandlerRun()
+            run.finish(HandlerOutcome(ending: .launchFailed("no \(event.rawValue) command"), startedAt: start, endedAt: start))
+            return StartedHandler(app: app, event: event, trigger: trigger, notification: notification, run: run)
         }
         let deadline = start + config.scheduler.handlerDeadline.seconds
         var env: [String: String] = [
@@ -197,12 +217,20 @@ public actor Agent {
             environment: env, stdin: stdin, deadline: deadline)
         let log = logger
         let appID = app.id
-        logger.info("launching \(event.rawValue) handler", metadata: ["app.id": "\(app.id)", "trigger": "\(trigger)"])
         runningHandlers += 1
-        let outcome = await launcher.run(request) { line, isErr in
+        let run = launcher.start(request) { line, isErr in
             log.info("\(line)", metadata: ["app.id": "\(appID)", "handler.stream": isErr ? "stderr" : "stdout"])
         }
-        defer {
+        logger.info("launched \(event.rawValue) handler", metadata: ["app.id": "\(app.id)", "trigger": "\(trigger)"])
+        return StartedHandler(app: app, event: event, trigger: trigger, notification: notification, run: run, counted: true)
+    }
+
+    /// Waits for a started handler's end and records the run (and, for a notification, that it
+    /// was handled: one transaction).
+    func finishHandler(_ started: StartedHandler) async -> HandlerOutcome {
+        let outcome = await started.run.outcome()
+        let app = started.app, event = started.event
+        if started.counted {
             runningHandlers -= 1
             if runningHandlers == 0 {
                 for c in handlersIdle { c.resume() }
@@ -210,9 +238,9 @@ public actor Agent {
             }
         }
         let run = RunRecord(
-            app: app.id, event: event, trigger: trigger, result: outcome.result, ending: outcome.summary,
+            app: app.id, event: event, trigger: started.trigger, result: outcome.result, ending: outcome.summary,
             startedAt: outcome.startedAt, endedAt: outcome.endedAt, timedOut: outcome.ending == .timedOut)
-        do { try store.record(run, handlingNotification: notification) } catch { logger.error("store: \(error)") }
+        do { try store.record(run, handlingNotification: started.notification) } catch { logger.error("store: \(error)") }
         let level: Logger.Level = outcome.result == .failed ? .warning : .info
         logger.log(level: level, "\(event.rawValue) handler finished: \(outcome.result.rawValue) (\(outcome.summary))",
                    metadata: ["app.id": "\(app.id)"])

@@ -105,6 +105,28 @@ public final class SQLiteDatabase {
     }
 
     public var changes: Int { Int(sqlite3_changes(db)) }
+
+    public var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(db) }
+
+    /// Runs `body` with `synchronous=NORMAL`: in WAL mode its commits are written to the WAL
+    /// (they survive a killed process) but not fsynced (a power cut may lose them) until
+    /// `syncJournal()` or the next `synchronous=FULL` commit.
+    public func withoutSync<T>(_ body: () throws(StoreError) -> T) throws(StoreError) -> T {
+        try exec("PRAGMA synchronous=NORMAL")
+        defer { try? exec("PRAGMA synchronous=FULL") }
+        return try body()
+    }
+
+    /// Makes everything committed so far durable: fdatasync of the WAL through SQLite's own file.
+    public func syncJournal() throws(StoreError) {
+        var file: UnsafeMutablePointer<sqlite3_file>?
+        let rc = sqlite3_file_control(db, "main", SQLITE_FCNTL_JOURNAL_POINTER, &file)
+        guard rc == SQLITE_OK else { throw fail(rc, "SQLITE_FCNTL_JOURNAL_POINTER") }
+        // No journal open yet: nothing was written, nothing to sync.
+        guard let file, let sync = file.pointee.pMethods?.pointee.xSync else { return }
+        let r = sync(file, SQLITE_SYNC_NORMAL)
+        guard r == SQLITE_OK else { throw StoreError(code: r, message: "syncing the WAL failed", sql: nil) }
+    }
 }
 
 extension SQLValue {

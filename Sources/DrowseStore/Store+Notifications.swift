@@ -14,14 +14,22 @@ public struct NotificationRecord: Sendable, Equatable {
 extension Store {
     /// Records a received notification. Returns its sequence number, or nil when one with
     /// the same dedupe key was already recorded (a QoS 1 redelivery or a provider retry).
+    /// `durable: false` writes it to the WAL without waiting for the disk: it survives a killed
+    /// daemon at once, and a power cut only after `syncJournal()` (or any later commit).
     public func recordNotification(app: String, dedupeKey: String, payload: String, at: Double, signed: Bool = false,
-                                   collapseID: String? = nil) throws(StoreError) -> Int64? {
-        try db.query(
-            "INSERT OR IGNORE INTO notifications(app, dedupe_key, payload, received_at, state, signed, collapse_id) VALUES (?,?,?,?, 'pending', ?, ?)",
-            [.text(app), .text(dedupeKey), .text(payload), .double(at), .int(signed ? 1 : 0), SQLValue(collapseID)])
-        guard db.changes == 1 else { return nil }
-        return try db.query("SELECT last_insert_rowid()")[0][0].int64
+                                   collapseID: String? = nil, durable: Bool = true) throws(StoreError) -> Int64? {
+        func insert() throws(StoreError) -> Int64? {
+            try db.query(
+                "INSERT OR IGNORE INTO notifications(app, dedupe_key, payload, received_at, state, signed, collapse_id) VALUES (?,?,?,?, 'pending', ?, ?)",
+                [.text(app), .text(dedupeKey), .text(payload), .double(at), .int(signed ? 1 : 0), SQLValue(collapseID)])
+            guard db.changes == 1 else { return nil }
+            return db.lastInsertRowID
+        }
+        return durable ? try insert() : try db.withoutSync(insert)
     }
+
+    /// Makes every record written so far durable (see `recordNotification(durable:)`).
+    public func syncJournal() throws(StoreError) { try db.syncJournal() }
 
     public func markNotification(_ seq: Int64, state: String, at: Double) throws(StoreError) {
         try db.query("UPDATE notifications SET state = ?, handled_at = ? WHERE seq = ?", [.text(state), .double(at), .int(seq)])

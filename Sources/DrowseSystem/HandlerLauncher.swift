@@ -3,6 +3,7 @@ import Glibc
 #endif
 import CDrowseSys
 import DrowseCore
+import Synchronization
 
 /// One launch of an app's handler (SPEC.md, "Handler protocol").
 public struct LaunchRequest: Sendable {
@@ -34,23 +35,81 @@ public struct LaunchRequest: Sendable {
 
 /// Launches handlers. `ProcessLauncher` is the real one; tests may supply a twin.
 public protocol HandlerLaunching: Sendable {
-    /// Runs the handler to its end; `output` gets each line it prints (`true` for stderr).
-    func run(_ request: LaunchRequest, output: @escaping @Sendable (String, Bool) -> Void) async -> HandlerOutcome
+    /// Starts the handler now, on the caller's thread, and returns its run; `output` gets each
+    /// line it prints (`true` for stderr). The process exists when this returns.
+    func start(_ request: LaunchRequest, output: @escaping @Sendable (String, Bool) -> Void) -> HandlerRun
+}
+
+extension HandlerLaunching {
+    /// Runs the handler to its end.
+    public func run(_ request: LaunchRequest, output: @escaping @Sendable (String, Bool) -> Void) async -> HandlerOutcome {
+        await start(request, output: output).outcome()
+    }
+}
+
+/// A started handler; its outcome arrives when the handler ends (or could not start).
+public final class HandlerRun: Sendable {
+    private let state = Mutex<(outcome: HandlerOutcome?, waiter: CheckedContinuation<HandlerOutcome, Never>?)>((nil, nil))
+
+    public init() {}
+
+    /// Delivers the outcome to whoever waits (once).
+    public func finish(_ outcome: HandlerOutcome) {
+        let waiter = state.withLock { s -> CheckedContinuation<HandlerOutcome, Never>? in
+            guard s.outcome == nil else { return nil }
+            s.outcome = outcome
+            defer { s.waiter = nil }
+            return s.waiter
+        }
+        waiter?.resume(returning: outcome)
+    }
+
+    /// Waits for the end of the run. One waiter at a time.
+    public func outcome() async -> HandlerOutcome {
+        await withCheckedContinuation { (c: CheckedContinuation<HandlerOutcome, Never>) in
+            let ready = state.withLock { s -> HandlerOutcome? in
+                if let o = s.outcome { return o }
+                s.waiter = c
+                return nil
+            }
+            if let ready { c.resume(returning: ready) }
+        }
+    }
 }
 
 /// Runs handlers as real processes: own process group, the app's user, a clean environment,
 /// JSON on stdin, output by line, and the deadline enforced with SIGTERM then SIGKILL to the
-/// whole group. Each running handler is supervised by one thread blocked in poll(2) on a
-/// pidfd and its pipes, so a quiet handler costs no wakeups.
+/// whole group. The process is spawned on the caller's thread (no fork of the daemon's memory,
+/// see `drowse_spawn`), so a notification's handler starts without a thread hop; each running
+/// handler is then supervised by one thread blocked in poll(2) on a pidfd and its pipes, so a
+/// quiet handler costs no wakeups.
 public struct ProcessLauncher: HandlerLaunching {
     public init() {}
 
-    public func run(_ request: LaunchRequest, output: @escaping @Sendable (String, Bool) -> Void) async -> HandlerOutcome {
-        await withCheckedContinuation { (cont: CheckedContinuation<HandlerOutcome, Never>) in
+    public func start(_ request: LaunchRequest, output: @escaping @Sendable (String, Bool) -> Void) -> HandlerRun {
+        let run = HandlerRun()
+        switch Self.spawn(request) {
+        case .failed(let outcome):
+            run.finish(outcome)
+        case .started(let child):
             OSThread.detach(name: "handler-\(request.app)") {
-                cont.resume(returning: Self.runBlocking(request, output: output))
+                let ending = Self.supervise(pid: child.pid, stdinFD: child.stdinFD, stdoutFD: child.stdoutFD, stderrFD: child.stderrFD,
+                                            req: request, output: output)
+                run.finish(HandlerOutcome(ending: ending, startedAt: child.startedAt, endedAt: WallClock.now()))
             }
         }
+        return run
+    }
+
+    struct Child {
+        var pid: pid_t
+        var stdinFD: Int32, stdoutFD: Int32, stderrFD: Int32
+        var startedAt: Double
+    }
+
+    enum Spawned {
+        case started(Child)
+        case failed(HandlerOutcome)
     }
 
     static func resolveProgram(_ name: String, path: String) -> String? {
@@ -62,10 +121,10 @@ public struct ProcessLauncher: HandlerLaunching {
         return nil
     }
 
-    static func runBlocking(_ req: LaunchRequest, output: @escaping @Sendable (String, Bool) -> Void) -> HandlerOutcome {
+    static func spawn(_ req: LaunchRequest) -> Spawned {
         let start = WallClock.now()
-        func failed(_ why: String) -> HandlerOutcome {
-            HandlerOutcome(ending: .launchFailed(why), startedAt: start, endedAt: WallClock.now())
+        func failed(_ why: String) -> Spawned {
+            .failed(HandlerOutcome(ending: .launchFailed(why), startedAt: start, endedAt: WallClock.now()))
         }
         guard let name = req.argv.first else { return failed("empty command") }
         var env = req.environment
@@ -111,8 +170,7 @@ public struct ProcessLauncher: HandlerLaunching {
             close(inPipe[1]); close(outPipe[0]); close(errPipe[0])
             return failed("\(program): \(String(cString: strerror(rc)))")
         }
-        let ending = supervise(pid: pid, stdinFD: inPipe[1], stdoutFD: outPipe[0], stderrFD: errPipe[0], req: req, output: output)
-        return HandlerOutcome(ending: ending, startedAt: start, endedAt: WallClock.now())
+        return .started(Child(pid: pid, stdinFD: inPipe[1], stdoutFD: outPipe[0], stderrFD: errPipe[0], startedAt: start))
     }
 
     private static func supervise(pid: pid_t, stdinFD: Int32, stdoutFD: Int32, stderrFD: Int32, req: LaunchRequest,

@@ -189,6 +189,30 @@ struct StoreTests {
         }
     }
 
+    @Test("a record written without waiting for the disk is in the WAL at once, and synchronous=FULL comes back")
+    func recordWithoutSync() throws {
+        try withStorePath { path in
+            let store = try Store(path: path)
+            let seq = try #require(try store.recordNotification(app: "weather", dedupeKey: "fast", payload: "{}", at: 1, durable: false))
+            #expect(try store.db.query("PRAGMA synchronous").first?.first?.int64 == 2)
+            // Another connection (a daemon restarted after kill -9) sees it before any sync.
+            let other = try Store(path: path)
+            #expect(try other.pendingNotifications().map(\.seq) == [seq])
+            #expect(FileManager.default.fileExists(atPath: path + "-wal"))
+            try store.syncJournal()
+            #expect(try store.recordNotification(app: "weather", dedupeKey: "fast", payload: "{}", at: 2, durable: false) == nil)
+        }
+    }
+
+    @Test("syncing before anything was written is a no-op")
+    func syncJournalOnFreshStore() throws {
+        try withStorePath { path in
+            let store = try Store(path: path)
+            try store.syncJournal()
+            try store.syncJournal()
+        }
+    }
+
     @Test("pending notifications are listed in arrival order until marked handled")
     func pendingAndHandled() throws {
         try withStorePath { path in

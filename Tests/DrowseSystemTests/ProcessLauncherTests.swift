@@ -378,6 +378,40 @@ struct ProcessLauncherTests {
         }
     }
 
+    @Test("switching the handler's user leaves every thread of the daemon as it was",
+          .enabled(if: geteuid() == 0, "switching users needs root"))
+    func userSwitchStaysInTheChild() async throws {
+        // The child shares the daemon's memory until exec (CLONE_VM): glibc's setuid() there
+        // would signal every thread of the daemon to change its credentials too.
+        func threadIDs() -> [String] {
+            let task = "/proc/self/task"
+            guard let dir = opendir(task) else { return [] }
+            defer { closedir(dir) }
+            var out: [String] = []
+            while let e = readdir(dir) {
+                let name = withUnsafeBytes(of: e.pointee.d_name) { String(decoding: $0.prefix(while: { $0 != 0 }), as: UTF8.self) }
+                if name.first?.isNumber == true { out.append(name) }
+            }
+            return out
+        }
+        try await withTempDir { dir in
+            chmod(dir, 0o777)
+            for _ in 0..<5 {
+                let outcome = await run(shell("id -u > uid", user: "nobody", cwd: dir))
+                #expect(outcome.ending == .exited(0))
+                #expect(contents("\(dir)/uid") == "65534\n")
+            }
+            #expect(getuid() == 0 && geteuid() == 0 && getgid() == 0)
+            let ids = threadIDs()
+            #expect(ids.count > 1)
+            for tid in ids {
+                let status = contents("/proc/self/task/\(tid)/status") ?? ""
+                let uids = status.split(separator: "\n").first { $0.hasPrefix("Uid:") }.map(String.init) ?? "?"
+                #expect(uids.split(whereSeparator: \.isWhitespace).dropFirst().allSatisfy { $0 == "0" }, "thread \(tid): \(uids)")
+            }
+        }
+    }
+
     @Test("the working directory is entered as the app's user, not as root",
           .enabled(if: geteuid() == 0, "switching users needs root"))
     func workingDirectoryEnteredAsUser() async throws {

@@ -4,7 +4,8 @@
 
 /// Starts `path` in a new process group with the given stdio descriptors, working
 /// directory and (when `set_ids` is non-zero) user, group and supplementary groups.
-/// Everything between fork and exec is async-signal-safe, which Swift code cannot promise.
+/// The child is made with clone(CLONE_VM | CLONE_VFORK), as posix_spawn does (no copy of the
+/// daemon's page tables), and does only raw system calls before exec, which Swift code cannot promise.
 /// Returns 0 and stores the pid, or an errno value (exec failures are reported too).
 int drowse_spawn(const char *path, char *const argv[], char *const envp[], const char *cwd,
                  int set_ids, uid_t uid, gid_t gid, const gid_t *groups, int ngroups,
