@@ -110,12 +110,21 @@ public final class SQLiteDatabase {
 
     /// Runs `body` with `synchronous=NORMAL`: in WAL mode its commits are written to the WAL
     /// (they survive a killed process) but not fsynced (a power cut may lose them) until
-    /// `syncJournal()` or the next `synchronous=FULL` commit.
+    /// `syncJournal()` or the next `synchronous=FULL` commit. Nor do they checkpoint: a commit
+    /// that fills the WAL would copy it into the database (fsyncs, a few ms) before returning;
+    /// the next ordinary commit does that instead.
     public func withoutSync<T>(_ body: () throws(StoreError) -> T) throws(StoreError) -> T {
         try exec("PRAGMA synchronous=NORMAL")
-        defer { try? exec("PRAGMA synchronous=FULL") }
+        sqlite3_wal_autocheckpoint(db, 0)
+        defer {
+            sqlite3_wal_autocheckpoint(db, Self.autocheckpointPages)
+            try? exec("PRAGMA synchronous=FULL")
+        }
         return try body()
     }
+
+    /// SQLite's default: checkpoint once the WAL holds this many pages.
+    static let autocheckpointPages: Int32 = 1000
 
     /// Makes everything committed so far durable: fdatasync of the WAL through SQLite's own file.
     public func syncJournal() throws(StoreError) {
