@@ -10,10 +10,12 @@ the payload on one line) to a log file, so a test can count how often each notif
 from __future__ import annotations
 
 import json
+import random
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -205,6 +207,46 @@ def test_kill_9_during_a_handler_reruns_that_notification_but_not_a_finished_one
     started = ids(log, "started")
     assert started["cut-2"] == 2, f"cut-2 should run exactly once more after the restart: {dict(started)}"
     assert started["finished-1"] == 1, f"a notification handled before the kill ran again: {dict(started)}"
+
+
+def test_kill_9_at_random_moments_loses_nothing_and_repeats_only_interrupted_runs(broker, make_drowse):
+    """60 notifications published 0.1 s apart while drowsed is killed with SIGKILL 6 times at seeded
+    random moments (and restarted 0.1-0.6 s later): each is handled; a handler starts again only for
+    a run a kill interrupted (at most the runs in flight at that moment, one each here)."""
+    rng = random.Random(6)
+    d, log = start_app(broker, make_drowse)
+    wanted = [f"k-{i:02d}" for i in range(60)]
+    kills = []
+    stop = threading.Event()
+
+    def killer():
+        t0 = time.monotonic()
+        for at in sorted(rng.uniform(0.3, 5.7) for _ in range(6)):
+            if stop.wait(max(0, t0 + at - time.monotonic())):
+                return
+            kills.append(d.stop(signal.SIGKILL))
+            time.sleep(rng.uniform(0.1, 0.6))
+            d.start(wait=False)
+
+    k = threading.Thread(target=killer)
+    k.start()
+    try:
+        for nid in wanted:
+            d.push("news", "--id", nid)
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        k.join(30)
+    assert kills and all(rc == -signal.SIGKILL for rc in kills), kills
+    d.wait_ready()
+
+    done = wait_ids(log, set(wanted), 60)
+    time.sleep(2.0)
+    started, done = ids(log, "started"), ids(log, "done")
+    assert set(started) == set(done) == set(wanted), f"unexpected ids: {set(started) ^ set(wanted)}"
+    again = {nid: n for nid, n in started.items() if n > 1}
+    assert all(n == 2 for n in again.values()), f"a notification ran more than twice: {again}"
+    assert len(again) <= len(kills), f"{len(again)} repeated runs for {len(kills)} kills: {again}"
 
 
 STRACE = shutil.which("strace")
