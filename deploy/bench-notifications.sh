@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Notification latency: from the moment a provider publishes a silent notification to the moment
-# the app's handler starts, through drowsed, next to the obvious shell baseline
-# (`mosquitto_sub | while read ...; do handler; done`), on loopback, in the same run.
+# the app's handler starts, through drowsed, next to the issue's shell baseline
+# (`mosquitto_sub | xargs` starting the same handler), on loopback, in the same run.
 #
 #   deploy/bench-notifications.sh [N_FAST] [N_SLOW]
 #       N_FAST  notifications 30 ms apart (default 1000)
@@ -9,23 +9,29 @@
 #
 # Setup (everything on 127.0.0.1, in a temp dir):
 #   - a private mosquitto on a free port;
-#   - a private drowsed with two apps, "fast" and "slow", whose notification handler is handler.sh,
-#     and [notifications] max_per_hour = 10000 (the highest allowed) so nothing is deferred;
-#   - the baseline: `mosquitto_sub -q 1 -t TOPIC | while read line; do handler.sh; done`, subscribed
-#     to the same topic, so both get every message at the same moment (and share the CPU);
-#   - handler.sh (the same for both) records `date +%s.%N` first thing, then reads the payload and
-#     appends "<seq> <start>" to its file;
+#   - a private drowsed with two apps, "fast" and "slow", whose notification handler is the handler
+#     below, and [notifications] max_per_hour = 10000 (the highest allowed) so nothing is deferred;
+#   - the baseline: `mosquitto_sub -q 1 -t TOPIC | xargs -d '\n' -n 1 HANDLER OUT`, subscribed to the
+#     same topic, so both get every message at the same moment (and share the CPU);
+#   - the handler, the same for both (HANDLER=stamp or HANDLER=sh):
+#       stamp (default): a 20-line C program, built here with cc, whose first call reads the clock:
+#                        "handler start" is the moment the handler's process begins;
+#       sh:              a shell script whose first line is `t=$(date +%s.%N)`: the start of a
+#                        typical shell handler, plus the fork and exec of date;
+#     either then takes the payload (stdin from drowsed, the argument from xargs) and appends
+#     "<seq> <start>" to its file;
 #   - the publisher: a small MQTT 3.1.1 client in python3 (stdlib only) on one persistent connection,
 #     QoS 1, one notification every SPACING on a fixed schedule, each {"aps": {"content-available": 1},
 #     "id", "seq", "t"} where t is the wall-clock time right before the PUBLISH is written to the socket.
-# Latency = handler start − t. Percentiles are nearest-rank; a notification whose handler never
-# started counts as missing (and is left out of the percentiles). The last line, "floor", is
-# handler.sh spawned directly by python3 (no MQTT at all): the part of every latency above that is
-# the handler's own start (sh, then fork+exec of date), which neither consumer can avoid.
+# Latency = handler start - t. Percentiles are nearest-rank; a notification whose handler never
+# started counts as missing (and is left out of the percentiles). The last line, "floor", is the
+# handler spawned directly by python3 (no MQTT at all): its own start, which no consumer avoids.
 #
-# Goal (the issue): Drowse's p99 ≤ 0.5 × the baseline's p99.
+# Goal (the issue): Drowse's p99 <= 0.5 x the baseline's p99.
 #
-# Env: DROWSE_BIN_DIR  use the binaries there instead of the release build (built with
+# Env: HANDLER         stamp (default) or sh
+#      CC              the C compiler for the stamp handler (default: cc, else clang)
+#      DROWSE_BIN_DIR  use the binaries there instead of the release build (built with
 #                      `swift build -c release --static-swift-stdlib` when missing or older than Sources/)
 #      KEEP=1          keep the temp dir (logs, raw timings) and print where it is
 set -euo pipefail
@@ -63,24 +69,61 @@ DEVICE=bench
 mkdir -p "$TMP/apps.d" "$TMP/state" "$TMP/out"
 
 # ---------------------------------------------------------------------------- the handler
-cat >"$TMP/handler.sh" <<'EOF'
+HANDLER=${HANDLER:-stamp}
+case "$HANDLER" in
+stamp)
+    cat >"$TMP/stamp.c" <<'EOF'
+/* stamp OUT [PAYLOAD]: appends "<seq> <start>" to OUT, where start is read before anything else
+   and seq comes from the payload (the argument, else standard input). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    static char buf[65536];
+    const char *p = argc > 2 ? argv[2] : buf;
+    if (argc <= 2) {
+        size_t n = 0;
+        ssize_t r;
+        while (n < sizeof buf - 1 && (r = read(0, buf + n, sizeof buf - 1 - n)) > 0) n += (size_t)r;
+        buf[n] = 0;
+    }
+    const char *s = strstr(p, "\"seq\":");
+    long seq = s ? strtol(s + 6, NULL, 10) : -999999;
+    FILE *f = argc > 1 ? fopen(argv[1], "a") : NULL;
+    if (!f) return 1;
+    fprintf(f, "%ld %lld.%09ld\n", seq, (long long)ts.tv_sec, ts.tv_nsec);
+    return fclose(f) == 0 ? 0 : 1;
+}
+EOF
+    CC=${CC:-$(command -v cc || command -v clang || true)}
+    [ -n "$CC" ] || die "HANDLER=stamp needs a C compiler (cc, or the Swift toolchain's clang)"
+    "$CC" -O2 -static -o "$TMP/handler" "$TMP/stamp.c" 2>/dev/null ||
+        "$CC" -O2 -o "$TMP/handler" "$TMP/stamp.c" || die "cannot build the stamp handler with $CC"
+    ;;
+sh)
+    cat >"$TMP/handler" <<'EOF'
 #!/bin/sh
-# handler.sh OUT: the time it started, then the payload's "seq", appended to OUT as "<seq> <start>".
+# handler OUT [PAYLOAD]: the time it started, then the payload's "seq", appended to OUT as "<seq> <start>".
 t=$(date +%s.%N)
-p=$(cat)
+p=${2-$(cat)}
 s=${p#*\"seq\":}
 s=${s%%[,\}]*}
 echo "$s $t" >> "$1"
 EOF
-chmod 755 "$TMP/handler.sh"
+    chmod 755 "$TMP/handler"
+    ;;
+*) die "HANDLER must be stamp or sh, not '$HANDLER'" ;;
+esac
 
-# The baseline: one subscriber, one handler per line, one after the other.
+# The baseline: one subscriber, xargs starting one handler per line, one after the other.
 cat >"$TMP/baseline.sh" <<'EOF'
-#!/bin/bash
+#!/bin/sh
 # baseline.sh PORT TOPIC OUT
-mosquitto_sub -h 127.0.0.1 -p "$1" -q 1 -t "$2" | while IFS= read -r line; do
-    printf '%s\n' "$line" | "${0%/*}/handler.sh" "$3"
-done
+mosquitto_sub -h 127.0.0.1 -p "$1" -q 1 -t "$2" | xargs -d '\n' -n 1 "${0%/*}/handler" "$3"
 EOF
 chmod 755 "$TMP/baseline.sh"
 
@@ -191,7 +234,7 @@ max_per_hour = 10000
 EOF
 for app in fast slow; do
     printf 'id = "%s"\n[notification]\ncommand = ["%s", "%s"]\n' \
-        "$app" "$TMP/handler.sh" "$TMP/out/drowse-$app.txt" >"$TMP/apps.d/$app.toml"
+        "$app" "$TMP/handler" "$TMP/out/drowse-$app.txt" >"$TMP/apps.d/$app.toml"
 done
 "$BIN/drowsed" --config "$TMP/drowse.toml" 2>"$TMP/drowsed.log" &
 DROWSED_PID=$!
@@ -231,14 +274,14 @@ run() {
     BASE_PID=''
 }
 
-say "drowsed $("$BIN/drowse" --version 2>/dev/null || echo '?') from $BIN; mosquitto on 127.0.0.1:$PORT; $(nproc) CPU(s)"
+say "drowsed $("$BIN/drowse" --version 2>/dev/null || echo '?') from $BIN; mosquitto on 127.0.0.1:$PORT; $(nproc) CPU(s); HANDLER=$HANDLER"
 [ "$N_FAST" -gt 0 ] && run fast "$N_FAST" 0.030
 [ "$N_SLOW" -gt 0 ] && run slow "$N_SLOW" 1
 
-# The floor: handler.sh spawned directly (posix_spawn from python3), 200 times 30 ms apart. Both
-# consumers above pay this much for the handler's own start (sh, then fork+exec of date).
-say "floor: handler.sh started directly, 200 times"
-python3 - "$TMP/handler.sh" "$TMP/out/floor.txt" "$TMP/out/sent-floor.txt" <<'EOF'
+# The floor: the handler spawned directly (posix_spawn from python3), 200 times 30 ms apart. Both
+# consumers above pay this much for the handler's own start.
+say "floor: the handler started directly, 200 times"
+python3 - "$TMP/handler" "$TMP/out/floor.txt" "$TMP/out/sent-floor.txt" <<'EOF'
 import subprocess, sys, time
 handler, out, sent = sys.argv[1:4]
 with open(sent, "w") as f:
@@ -277,7 +320,7 @@ for name, n, spacing in (("fast", n_fast, "30 ms"), ("slow", n_slow, "1 s")):
         continue
     sent = {s: ts[0] for s, ts in read(f"{out}/sent-{name}.txt").items() if s >= 0}
     p99 = {}
-    for who, label in (("drowse", "drowsed"), ("base", "mosquitto_sub | sh loop")):
+    for who, label in (("drowse", "drowsed"), ("base", "mosquitto_sub | xargs")):
         starts = read(f"{out}/{who}-{name}.txt")
         lat = sorted((min(starts[s]) - t) * 1000 for s, t in sent.items() if s in starts)
         twice = sum(1 for s, ts in starts.items() if s >= 0 and len(ts) > 1)
@@ -296,7 +339,7 @@ sent = {s: ts[0] for s, ts in read(f"{out}/sent-floor.txt").items()}
 starts = read(f"{out}/floor.txt")
 lat = sorted((min(starts[s]) - t) * 1000 for s, t in sent.items() if s in starts)
 if lat:
-    print(f"{'floor (200 x 30 ms)':<22}{'handler.sh spawned directly':<26}{len(lat):>9}{len(sent) - len(lat):>9}{0:>7}"
+    print(f"{'floor (200 x 30 ms)':<22}{'handler spawned directly':<26}{len(lat):>9}{len(sent) - len(lat):>9}{0:>7}"
           f"{pct(lat, 50):>9.1f}{pct(lat, 99):>9.1f}{lat[-1]:>9.1f}")
 print()
 sys.exit(0)
