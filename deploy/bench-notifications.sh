@@ -25,12 +25,13 @@
 #     "id", "seq", "t"} where t is the wall-clock time right before the PUBLISH is written to the socket.
 # Latency = handler start - t. Percentiles are nearest-rank; a notification whose handler never
 # started counts as missing (and is left out of the percentiles). The last line, "floor", is the
-# handler spawned directly by python3 (no MQTT at all): its own start, which no consumer avoids.
+# handler started by a minimal C posix_spawn loop (no MQTT at all): its own start, which no
+# consumer avoids.
 #
 # Goal (the issue): Drowse's p99 <= 0.5 x the baseline's p99.
 #
 # Env: HANDLER         stamp (default) or sh
-#      CC              the C compiler for the stamp handler (default: cc, else clang)
+#      CC              the C compiler for the stamp handler and the floor (default: cc, else clang)
 #      DROWSE_BIN_DIR  use the binaries there instead of the release build (built with
 #                      `swift build -c release --static-swift-stdlib` when missing or older than Sources/)
 #      KEEP=1          keep the temp dir (logs, raw timings) and print where it is
@@ -70,6 +71,8 @@ mkdir -p "$TMP/apps.d" "$TMP/state" "$TMP/out"
 
 # ---------------------------------------------------------------------------- the handler
 HANDLER=${HANDLER:-stamp}
+CC=${CC:-$(command -v cc || command -v clang || true)}
+[ -n "$CC" ] || die "a C compiler is needed for the stamp handler and the floor (cc, or the Swift toolchain's clang)"
 case "$HANDLER" in
 stamp)
     cat >"$TMP/stamp.c" <<'EOF'
@@ -99,8 +102,6 @@ int main(int argc, char **argv) {
     return fclose(f) == 0 ? 0 : 1;
 }
 EOF
-    CC=${CC:-$(command -v cc || command -v clang || true)}
-    [ -n "$CC" ] || die "HANDLER=stamp needs a C compiler (cc, or the Swift toolchain's clang)"
     "$CC" -O2 -static -o "$TMP/handler" "$TMP/stamp.c" 2>/dev/null ||
         "$CC" -O2 -o "$TMP/handler" "$TMP/stamp.c" || die "cannot build the stamp handler with $CC"
     ;;
@@ -278,20 +279,39 @@ say "drowsed $("$BIN/drowse" --version 2>/dev/null || echo '?') from $BIN; mosqu
 [ "$N_FAST" -gt 0 ] && run fast "$N_FAST" 0.030
 [ "$N_SLOW" -gt 0 ] && run slow "$N_SLOW" 1
 
-# The floor: the handler spawned directly (posix_spawn from python3), 200 times 30 ms apart. Both
-# consumers above pay this much for the handler's own start.
+# The floor: the handler started by a minimal C loop (clock, posix_spawn with the payload as its
+# argument, wait), 200 times 30 ms apart: what starting the handler costs any consumer.
 say "floor: the handler started directly, 200 times"
-python3 - "$TMP/handler" "$TMP/out/floor.txt" "$TMP/out/sent-floor.txt" <<'EOF'
-import subprocess, sys, time
-handler, out, sent = sys.argv[1:4]
-with open(sent, "w") as f:
-    for i in range(200):
-        t = time.time()
-        p = subprocess.Popen([handler, out], stdin=subprocess.PIPE)
-        p.communicate(b'{"seq":%d}' % i)
-        f.write(f"{i} {t:.6f}\n")
-        time.sleep(0.03)
+cat >"$TMP/spawner.c" <<'EOF'
+/* spawner HANDLER OUT SENT N: starts HANDLER OUT {"seq":i} N times, 30 ms apart; SENT gets "<i> <t>". */
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+extern char **environ;
+int main(int argc, char **argv) {
+    if (argc < 5) return 2;
+    FILE *sent = fopen(argv[3], "w");
+    if (!sent) return 1;
+    for (int i = 0, n = atoi(argv[4]); i < n; i++) {
+        char payload[64];
+        snprintf(payload, sizeof payload, "{\"seq\":%d}", i);
+        char *args[] = {argv[1], argv[2], payload, NULL};
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        pid_t pid;
+        int status;
+        if (posix_spawn(&pid, argv[1], NULL, NULL, args, environ) == 0) waitpid(pid, &status, 0);
+        fprintf(sent, "%d %lld.%09ld\n", i, (long long)ts.tv_sec, ts.tv_nsec);
+        usleep(30000);
+    }
+    return fclose(sent) == 0 ? 0 : 1;
+}
 EOF
+"$CC" -O2 -o "$TMP/spawner" "$TMP/spawner.c" || die "cannot build the floor's spawner with $CC"
+"$TMP/spawner" "$TMP/handler" "$TMP/out/floor.txt" "$TMP/out/sent-floor.txt" 200
 
 # ---------------------------------------------------------------------------- results
 python3 - "$TMP/out" "$N_FAST" "$N_SLOW" <<'EOF'
