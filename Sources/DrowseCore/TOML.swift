@@ -100,6 +100,10 @@ public struct TOMLParser {
         var definedTables: Set<[String]> = []
         // Paths made by `[[...]]` headers: keys and headers below them go into the last element.
         var arrayTables: Set<[String]> = []
+        // Tables made by dotted keys and by inline tables, with the line that made them. TOML
+        // closes both to a later `[header]`, and an inline table to dotted keys as well.
+        var dottedTables: [[String]: Int] = [:]
+        var inlineTables: [[String]: Int] = [:]
         while true {
             skipAll()
             if atEnd { break }
@@ -113,6 +117,9 @@ public struct TOMLParser {
                 guard !atEnd, peek == UInt8(ascii: "]") else { throw fail(isArray ? "expected ']]'" : "expected ']'") }
                 i += 1
                 let name = path.joined(separator: ".")
+                if let closed = Self.firstClosed(path, in: inlineTables, includingLast: true) {
+                    throw inlineClosed(closed.path, line: closed.line)
+                }
                 if isArray {
                     guard !atEnd, peek == UInt8(ascii: "]") else { throw fail("expected ']]'") }
                     i += 1
@@ -122,9 +129,14 @@ public struct TOMLParser {
                     let below = { (p: [String]) in p.count > path.count && Array(p.prefix(path.count)) == path }
                     definedTables = definedTables.filter { !below($0) }
                     arrayTables = arrayTables.filter { !below($0) }
+                    dottedTables = dottedTables.filter { !below($0.key) }
+                    inlineTables = inlineTables.filter { !below($0.key) }
                     arrayTables.insert(path)
                 } else {
                     guard !arrayTables.contains(path) else { throw fail("[\(name)] is an array of tables; add an element with [[\(name)]]") }
+                    if let dotted = dottedTables[path] {
+                        throw fail("table [\(name)] was already made by the dotted key on line \(dotted); it cannot also have a header")
+                    }
                     guard definedTables.insert(path).inserted else { throw fail("table [\(name)] defined twice") }
                     try Self.withTable(&root, path[...], above: [], arrays: arrayTables, line: line) { (_: inout TOMLTable) throws(TOMLParseError) in }
                 }
@@ -138,11 +150,42 @@ public struct TOMLParser {
             guard !atEnd, peek == UInt8(ascii: "=") else { throw fail("expected '=' after key") }
             i += 1
             skipSpaces()
+            // A dotted key may only make or extend tables of its own section: not one with its
+            // own header, an array of tables, or an inline table.
+            let prefixes = (1..<path.count).map { current + path[..<$0] }
+            for table in prefixes {
+                let name = table.joined(separator: ".")
+                if definedTables.contains(table) {
+                    throw fail("key '\(path.joined(separator: "."))' reaches into [\(name)], which has its own header; put '\(path.last!)' under it")
+                }
+                if arrayTables.contains(table) {
+                    throw fail("key '\(path.joined(separator: "."))' reaches into the array of tables [[\(name)]]; put '\(path.last!)' under a [[\(name)]] header")
+                }
+            }
+            if let closed = Self.firstClosed(current + path, in: inlineTables, includingLast: false) {
+                throw inlineClosed(closed.path, line: closed.line)
+            }
             let value = try value()
             try Self.insert(&root, current + path, value, arrays: arrayTables, line: keyLine)
+            for table in prefixes where dottedTables[table] == nil { dottedTables[table] = keyLine }
+            if case .table = value { inlineTables[current + path] = keyLine }
             try endOfLine()
         }
         return root
+    }
+
+    /// The first table on the way to `path` (and `path` itself when `includingLast`) that
+    /// `closed` holds, with the line that made it.
+    private static func firstClosed(_ path: [String], in closed: [[String]: Int], includingLast: Bool) -> (path: [String], line: Int)? {
+        guard !closed.isEmpty else { return nil }
+        for n in 1...path.count where n < path.count || includingLast {
+            if let line = closed[Array(path.prefix(n))] { return (Array(path.prefix(n)), line) }
+        }
+        return nil
+    }
+
+    private func inlineClosed(_ path: [String], line: Int) -> TOMLParseError {
+        fail("'\(path.joined(separator: "."))' is an inline table (line \(line)), which cannot be extended; put all its keys inside its braces")
     }
 
     /// Runs `body` on the table at `path` below `t`, creating tables on the way; an array of
@@ -259,6 +302,8 @@ public struct TOMLParser {
     private mutating func inlineTable() throws(TOMLParseError) -> TOMLValue {
         i += 1
         var t = TOMLTable()
+        // Inline tables nested in this one: they are complete too.
+        var inlineTables: [[String]: Int] = [:]
         skipSpaces()
         if !atEnd, peek == UInt8(ascii: "}") { i += 1; return .table(t) }
         while true {
@@ -268,7 +313,13 @@ public struct TOMLParser {
             guard !atEnd, peek == UInt8(ascii: "=") else { throw fail("expected '=' in inline table") }
             i += 1
             skipSpaces()
-            try Self.insert(&t, path, try value(), line: line)
+            if let closed = Self.firstClosed(path, in: inlineTables, includingLast: false) {
+                throw inlineClosed(closed.path, line: closed.line)
+            }
+            let keyLine = line
+            let value = try value()
+            try Self.insert(&t, path, value, line: keyLine)
+            if case .table = value { inlineTables[path] = keyLine }
             skipSpaces()
             guard !atEnd else { throw fail("unterminated inline table") }
             if peek == UInt8(ascii: ",") { i += 1; continue }
@@ -281,14 +332,93 @@ public struct TOMLParser {
         let start = i
         while !atEnd, !(peek == 0x20 || peek == 0x09 || peek == 0x0A || peek == 0x0D || peek == UInt8(ascii: ",")
             || peek == UInt8(ascii: "]") || peek == UInt8(ascii: "}") || peek == UInt8(ascii: "#")) { i += 1 }
-        let word = String(decoding: bytes[start..<i], as: UTF8.self)
-        if word == "true" { return .bool(true) }
-        if word == "false" { return .bool(false) }
-        let digits = word.replacingOccurrences("_", with: "")
-        if let n = Int(digits) { return .integer(n) }
-        if digits.contains(where: { $0 == "." || $0 == "e" || $0 == "E" }), let d = Double(digits), d.isFinite { return .float(d) }
+        let word = Array(bytes[start..<i])
+        let text = String(decoding: word, as: UTF8.self)
+        if text == "true" { return .bool(true) }
+        if text == "false" { return .bool(false) }
         if word.isEmpty { throw fail("expected a value") }
-        throw fail("'\(word)' is not a valid value (strings need quotes)")
+        return try number(word, text)
+    }
+
+    /// A TOML 1.0 number: a decimal integer (optional sign, no leading zeros), a `0x`, `0o` or
+    /// `0b` integer (no sign), or a float, which needs digits on both sides of its '.'. A '_'
+    /// may only stand between two digits. (No inf or nan: no setting wants them.)
+    private func number(_ w: [UInt8], _ text: String) throws(TOMLParseError) -> TOMLValue {
+        func bad(_ why: String) -> TOMLParseError { fail("'\(text)' is not a valid number: \(why)") }
+        let notAValue = fail("'\(text)' is not a valid value (strings need quotes)")
+        var j = 0
+        let sign = w[0] == UInt8(ascii: "+") || w[0] == UInt8(ascii: "-") ? w[0] : nil
+        if sign != nil { j += 1 }
+        let radixes: [UInt8: (radix: Int, name: String)] = [
+            UInt8(ascii: "x"): (16, "hexadecimal"), UInt8(ascii: "o"): (8, "octal"), UInt8(ascii: "b"): (2, "binary"),
+        ]
+        if j + 1 < w.count, w[j] == UInt8(ascii: "0"), let (radix, name) = radixes[w[j + 1]] {
+            let prefix = String(decoding: w[j..<j + 2], as: UTF8.self)
+            guard sign == nil else { throw bad("\(name) numbers take no sign") }
+            j += 2
+            let digits = try digitRun(w, &j, radix: radix, text)
+            if j < w.count, w[j] == UInt8(ascii: "_") { throw bad(Self.underscoreRule) }
+            guard j == w.count, !digits.isEmpty else { throw bad("only \(name) digits may follow '\(prefix)'") }
+            guard let n = Int(digits, radix: radix) else { throw bad("too large for a 64-bit integer") }
+            return .integer(n)
+        }
+        let whole = try digitRun(w, &j, radix: 10, text)
+        var fraction = ""
+        if j < w.count, w[j] == UInt8(ascii: ".") {
+            j += 1
+            fraction = try digitRun(w, &j, radix: 10, text)
+            guard !whole.isEmpty, !fraction.isEmpty else { throw bad("a '.' needs a digit on each side (0.5, 1.0)") }
+        }
+        var exponent = ""
+        if !whole.isEmpty, j < w.count, w[j] == UInt8(ascii: "e") || w[j] == UInt8(ascii: "E") {
+            j += 1
+            if j < w.count, w[j] == UInt8(ascii: "+") || w[j] == UInt8(ascii: "-") {
+                if w[j] == UInt8(ascii: "-") { exponent = "-" }
+                j += 1
+            }
+            let digits = try digitRun(w, &j, radix: 10, text)
+            guard !digits.isEmpty else { throw bad("an exponent needs digits after the 'e' (1e6, 2.5e-3)") }
+            exponent = "e" + exponent + digits
+        }
+        guard j == w.count, !whole.isEmpty else { throw notAValue }
+        let isFloat = !fraction.isEmpty || !exponent.isEmpty
+        if whole.count > 1, whole.first == "0" {
+            throw bad("leading zeros are not allowed" + (isFloat ? "" : " (an octal number is written 0o…)"))
+        }
+        let signed = (sign == UInt8(ascii: "-") ? "-" : "") + whole
+        guard isFloat else {
+            guard let n = Int(signed) else { throw bad("outside the 64-bit integer range") }
+            return .integer(n)
+        }
+        guard let d = Double(signed + (fraction.isEmpty ? "" : "." + fraction) + exponent), d.isFinite else {
+            throw bad("outside the range of a 64-bit float")
+        }
+        return .float(d)
+    }
+
+    private static let underscoreRule = "'_' may only stand between two digits"
+
+    /// The digits of `radix` at `w[j...]`, without the '_'s between them; stops at anything else.
+    private func digitRun(_ w: [UInt8], _ j: inout Int, radix: Int, _ text: String) throws(TOMLParseError) -> String {
+        func isDigit(_ k: Int) -> Bool {
+            guard k < w.count else { return false }
+            let c = w[k] | 0x20  // ASCII lower case
+            let v = (0x30...0x39).contains(w[k]) ? Int(w[k] - 0x30) : (0x61...0x66).contains(c) ? Int(c - 0x61) + 10 : radix
+            return v < radix
+        }
+        var digits = ""
+        while j < w.count {
+            if isDigit(j) {
+                digits.append(Character(Unicode.Scalar(w[j])))
+                j += 1
+            } else if w[j] == UInt8(ascii: "_"), !digits.isEmpty || isDigit(j + 1) {
+                guard !digits.isEmpty, isDigit(j + 1) else { throw fail("'\(text)' is not a valid number: \(Self.underscoreRule)") }
+                j += 1
+            } else {
+                break
+            }
+        }
+        return digits
     }
 
     private mutating func literalString() throws(TOMLParseError) -> String {
