@@ -20,6 +20,8 @@
 #include <pthread.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <dirent.h>
 
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
@@ -40,6 +42,7 @@ struct spawn_args {
     const gid_t *groups;
     int ngroups;
     int stdin_fd, stdout_fd, stderr_fd;
+    int close_to; /* -1: close_range(2) closes everything above 2; else close 3...close_to one by one */
     int err; /* written by the child when a step fails; read by the parent after clone returns */
 };
 
@@ -73,8 +76,10 @@ static int spawn_child(void *p) {
     /* After the user switch: the handler may only start where its user can go. */
     if (a->cwd && chdir(a->cwd) != 0) SPAWN_FAIL(a);
     /* Close every inherited descriptor but stdio (our pipes are CLOEXEC anyway; others may not be). */
-    if (syscall(SYS_close_range, 3, ~0U, 0) != 0) {
-        for (int fd = 3; fd < 65536; fd++) close(fd);
+    if (a->close_to < 0) {
+        syscall(SYS_close_range, 3, ~0U, 0);
+    } else {
+        for (int fd = 3; fd <= a->close_to; fd++) close(fd);
     }
     umask(022); /* drowsed itself runs with 077; handlers get the usual default */
     sigset_t none;
@@ -83,6 +88,36 @@ static int spawn_child(void *p) {
     execve(a->path, a->argv, a->envp);
     SPAWN_FAIL(a);
     return 127;
+}
+
+/* Kernels before 5.9 have no close_range(2). Probed once: closing a range where nothing is open. */
+static int close_range_works(void) {
+    static int state; /* 0 unknown, 1 yes, 2 no */
+    int s = __atomic_load_n(&state, __ATOMIC_RELAXED);
+    if (s == 0) {
+        s = syscall(SYS_close_range, 0x7ffffff0U, 0x7ffffff0U, 0) == 0 ? 1 : 2;
+        __atomic_store_n(&state, s, __ATOMIC_RELAXED);
+    }
+    return s == 1;
+}
+
+/* Without close_range the child closes descriptors one by one: up to the highest one open now
+   (plus room for any another thread opens meanwhile), not to an arbitrary 65536. */
+static int highest_fd_bound(void) {
+    int hi = -1;
+    DIR *d = opendir("/proc/self/fd");
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL) {
+            int fd = atoi(e->d_name);
+            if (fd > hi) hi = fd;
+        }
+        closedir(d);
+        return hi + 64;
+    }
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < 65536) return (int)rl.rlim_cur - 1;
+    return 65535;
 }
 
 int drowse_spawn(const char *path, char *const argv[], char *const envp[], const char *cwd,
@@ -97,7 +132,7 @@ int drowse_spawn(const char *path, char *const argv[], char *const envp[], const
     struct spawn_args a = {
         .path = path, .argv = argv, .envp = envp, .cwd = cwd, .set_ids = set_ids, .uid = uid, .gid = gid,
         .groups = groups, .ngroups = ngroups, .stdin_fd = stdin_fd, .stdout_fd = stdout_fd, .stderr_fd = stderr_fd,
-        .err = 0,
+        .close_to = close_range_works() ? -1 : highest_fd_bound(), .err = 0,
     };
     /* No signal handler may run in the child before it has reset them all. */
     sigset_t all, old;

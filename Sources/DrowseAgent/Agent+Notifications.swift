@@ -108,6 +108,12 @@ extension Agent {
                 collapseID: note.collapseID, durable: false)
             else {
                 logger.info("notification ignored: duplicate", metadata: ["app.id": "\(appID)", "key": "\(key)"])
+                // The first copy's record may not be on disk yet (written, then the daemon was
+                // killed before its sync): acknowledge this copy only once it is.
+                do { try store.syncJournal() } catch {
+                    logger.error("notification record not synced, left to the broker to deliver again: \(error)", metadata: ["app.id": "\(appID)"])
+                    return false
+                }
                 return true
             }
             seq = s

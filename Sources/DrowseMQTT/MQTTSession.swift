@@ -50,23 +50,30 @@ public enum MQTTSessionEvent: Sendable {
 
 /// The owner's answer for one received message. `acknowledge()` lets its PUBACK (and everything
 /// queued after it) go; `reject()` drops the connection without sending it, so the broker keeps
-/// the message and delivers it again after the reconnect. Dropping the receipt unsettled
-/// acknowledges (an event nobody will read must not stall the session).
+/// the message and delivers it again after the reconnect. A receipt dropped unsettled rejects:
+/// nothing is acknowledged that nobody recorded. A receipt belongs to the connection its message
+/// came on; once that connection is gone, settling it changes nothing (the reconnect discarded
+/// its PUBACK, and the broker delivers the message again).
 public final class MQTTReceipt: Sendable {
     private let settled = Atomic<Bool>(false)
-    private let session: MQTTSession
+    private let session: MQTTSession?
+    private let connection: Int
 
-    init(_ session: MQTTSession) { self.session = session }
+    /// `session` nil: nothing to settle (a QoS 0 message has no PUBACK).
+    init(_ session: MQTTSession?, connection: Int) {
+        self.session = session
+        self.connection = connection
+    }
 
     public func acknowledge() { settle(ack: true) }
     public func reject() { settle(ack: false) }
 
     private func settle(ack: Bool) {
         guard !settled.exchange(true, ordering: .acquiringAndReleasing) else { return }
-        session.settled(ack: ack)
+        session?.settled(ack: ack, connection: connection)
     }
 
-    deinit { settle(ack: true) }
+    deinit { settle(ack: false) }
 }
 
 /// One persistent MQTT session (clean session off, fixed client id) driven by our own loop:
@@ -96,10 +103,17 @@ public final class MQTTSession: Sendable {
     /// Topics to (re)subscribe on every connect, and the retained status to publish.
     private let desired = Mutex<(topics: [String], onConnect: [(String, [UInt8])])>(([], []))
     private let isConnected = Atomic<Bool>(false)
-    /// Received messages whose receipts are unsettled: while above zero, nothing is written.
-    private let unsettled = Atomic<Int>(0)
-    /// A receipt was rejected: drop the connection without writing its PUBACK.
-    private let rejected = Atomic<Bool>(false)
+    /// The receipts of the current connection: while any is unsettled nothing is written; a
+    /// rejection drops the connection without writing. `connection` counts connections.
+    private let receipts = Mutex<ReceiptState>(ReceiptState())
+
+    struct ReceiptState {
+        var connection = 0
+        var unsettled = 0
+        var rejected = false
+        /// A receipt of this connection was acknowledged (records work again).
+        var acknowledged = false
+    }
 
     public var connected: Bool { isConnected.load(ordering: .relaxed) }
 
@@ -142,9 +156,14 @@ public final class MQTTSession: Sendable {
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in send(.stop({ c.resume() })) }
     }
 
-    fileprivate func settled(ack: Bool) {
-        if !ack { rejected.store(true, ordering: .releasing) }
-        if unsettled.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 || !ack { wake.signal() }
+    fileprivate func settled(ack: Bool, connection: Int) {
+        let signal = receipts.withLock { r -> Bool in
+            guard r.connection == connection else { return false }
+            r.unsettled -= 1
+            if ack { r.acknowledged = true } else { r.rejected = true }
+            return r.unsettled == 0 || !ack
+        }
+        if signal { wake.signal() }
     }
 
     private func send(_ c: Command) {
@@ -198,8 +217,14 @@ public final class MQTTSession: Sendable {
             guard let m = msg?.pointee else { return }
             let topic = String(cString: m.topic)
             let payload = m.payloadlen > 0 ? Array(UnsafeRawBufferPointer(start: m.payload, count: Int(m.payloadlen))) : []
-            ctx.session.unsettled.add(1, ordering: .acquiringAndReleasing)
-            ctx.session.onEvent(.message(topic: topic, payload: payload, receipt: MQTTReceipt(ctx.session)))
+            let receipt: MQTTReceipt
+            if m.qos > 0 {
+                let connection = ctx.session.receipts.withLock { r -> Int in r.unsettled += 1; return r.connection }
+                receipt = MQTTReceipt(ctx.session, connection: connection)
+            } else {
+                receipt = MQTTReceipt(nil, connection: 0)
+            }
+            ctx.session.onEvent(.message(topic: topic, payload: payload, receipt: receipt))
         }
 
         var backoff = Backoff(base: 1, cap: 60)
@@ -214,13 +239,29 @@ public final class MQTTSession: Sendable {
         /// TCP is up but no CONNACK yet (a hung broker accepts connections and says nothing).
         var connectingSince: Double?
         var stopDone: (@Sendable () -> Void)?
+        /// The last connection was dropped because a message could not be recorded: the backoff
+        /// keeps growing across reconnects until a record succeeds again (a full disk must not
+        /// make the device reconnect every second).
+        var lostToRejection = false
 
         /// Whether queued packets may leave: not while a received message is unsettled.
         func mayWrite() -> Bool {
-            unsettled.load(ordering: .acquiring) == 0 && !rejected.load(ordering: .acquiring)
+            receipts.withLock { $0.unsettled == 0 && !$0.rejected }
         }
 
+        /// Ends the connection: what is queued goes out if it may (a DISCONNECT, say), then the
+        /// socket is shut down at once rather than at the next attempt. Receipts of this
+        /// connection no longer count.
         func lose(_ why: String) {
+            let fd = mosquitto_socket(mosq)
+            if fd >= 0 {
+                if mayWrite(), mosquitto_want_write(mosq) { _ = mosquitto_loop_write(mosq, 1) }
+                _ = shutdown(fd, Int32(SHUT_RDWR))
+            }
+            receipts.withLock { $0 = ReceiptState(connection: $0.connection + 1) }
+            // Writing to a dead socket above may have run the disconnect callback: that reason
+            // belongs to this connection, not to the next one's CONNACK.
+            ctx.lostReason = nil
             pingSentAt = nil
             if announced { onEvent(.disconnected(reason: why)) }
             if socketUp || announced { logger.warning("mqtt: connection lost: \(why)") }
@@ -238,6 +279,7 @@ public final class MQTTSession: Sendable {
             if !socketUp && now >= nextAttempt {
                 let rc = announced ? mosquitto_reconnect(mosq) : mosquitto_connect(mosq, options.host, Int32(options.port), Int32(options.keepalive))
                 if rc == MOSQ_ERR_SUCCESS.rawValue {
+                    ctx.lostReason = nil
                     socketUp = true
                     lastIn = WallClock.monotonic()
                     lastOut = lastIn
@@ -248,13 +290,16 @@ public final class MQTTSession: Sendable {
                     lose(why)
                 }
             }
-            if rejected.exchange(false, ordering: .acquiringAndReleasing), socketUp {
+            if socketUp, receipts.withLock({ $0.rejected }) {
                 // Close without writing: the queued PUBACK dies with the socket, and
                 // mosquitto_reconnect discards what is left of the queue.
-                let fd = mosquitto_socket(mosq)
-                if fd >= 0 { _ = shutdown(fd, Int32(SHUT_RDWR)) }
+                lostToRejection = true
                 lose("a received message could not be recorded; the broker will deliver it again")
                 continue
+            }
+            if lostToRejection, receipts.withLock({ $0.acknowledged }) {
+                lostToRejection = false
+                backoff.reset()
             }
             var fds = [pollfd(fd: wake.fd, events: Int16(POLLIN), revents: 0)]
             let sock = socketUp ? mosquitto_socket(mosq) : -1
@@ -335,7 +380,7 @@ public final class MQTTSession: Sendable {
             if socketUp, ctx.connectedFlag, !announced {
                 announced = true
                 connectingSince = nil
-                backoff.reset()
+                if !lostToRejection { backoff.reset() }
                 isConnected.store(true, ordering: .relaxed)
                 let (topics, onConnect) = desired.withLock { ($0.topics, $0.onConnect) }
                 for t in topics { mosquitto_subscribe(mosq, nil, t, 1) }
@@ -355,7 +400,7 @@ public final class MQTTSession: Sendable {
         // Give messages already handed over a moment to be recorded, so their PUBACKs can go;
         // past that, or after a rejection, close without writing (the broker redelivers).
         let settleBy = WallClock.monotonic() + 2
-        while unsettled.load(ordering: .acquiring) > 0, !rejected.load(ordering: .acquiring), WallClock.monotonic() < settleBy {
+        while receipts.withLock({ $0.unsettled > 0 && !$0.rejected }), WallClock.monotonic() < settleBy {
             var fd = pollfd(fd: wake.fd, events: Int16(POLLIN), revents: 0)
             _ = poll(&fd, 1, 100)
             wake.drain()

@@ -113,14 +113,16 @@ public final class SQLiteDatabase {
     /// `syncJournal()` or the next `synchronous=FULL` commit. Nor do they checkpoint: a commit
     /// that fills the WAL would copy it into the database (fsyncs, a few ms) before returning;
     /// the next ordinary commit does that instead.
+    /// If putting `synchronous=FULL` back fails, that error is thrown even when `body` succeeded:
+    /// the caller must not go on as if the connection were durable again.
     public func withoutSync<T>(_ body: () throws(StoreError) -> T) throws(StoreError) -> T {
         try exec("PRAGMA synchronous=NORMAL")
         sqlite3_wal_autocheckpoint(db, 0)
-        defer {
-            sqlite3_wal_autocheckpoint(db, Self.autocheckpointPages)
-            try? exec("PRAGMA synchronous=FULL")
-        }
-        return try body()
+        let result: Result<T, StoreError>
+        do { result = .success(try body()) } catch { result = .failure(error) }
+        sqlite3_wal_autocheckpoint(db, Self.autocheckpointPages)
+        try exec("PRAGMA synchronous=FULL")
+        return try result.get()
     }
 
     /// SQLite's default: checkpoint once the WAL holds this many pages.
