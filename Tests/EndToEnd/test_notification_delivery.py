@@ -277,8 +277,9 @@ def test_kill_9_at_random_moments_loses_nothing_and_repeats_only_interrupted_run
 STRACE = shutil.which("strace")
 
 
-@pytest.mark.skipif(STRACE is None, reason="needs strace (fault injection: delayed pwrite64)")
-def test_a_crash_between_receipt_and_record_does_not_lose_the_notification(broker, make_drowse):
+def warmed_up(broker, make_drowse):
+    """A started app that has handled one notification, whose PUBACK the broker has; with counters
+    of PUBACKs from drowsed and of PUBLISHes the broker sent it (from the broker's log)."""
     d, log = start_app(broker, make_drowse)
     d.push("news", "--id", "warm-up")
     wait_ids(log, {"warm-up"}, 10)
@@ -286,16 +287,28 @@ def test_a_crash_between_receipt_and_record_does_not_lose_the_notification(broke
     sends = lambda: broker.log_text().count(f"Sending PUBLISH to drowse-{d.device_id}")  # noqa: E731
     # The warm-up's PUBACK leaves after its record is synced, which may be after its handler ran.
     wait_until(lambda: acks() >= 1, 10, what="the warm-up's PUBACK")
+    return d, log, acks, sends
+
+
+def fault_pwrite(d, inject: str) -> subprocess.Popen:
+    """strace on every thread of drowsed, injecting `inject` (e.g. error=ENOSPC) into each pwrite64."""
+    tracer = subprocess.Popen([STRACE, "-f", "-qq", "-p", str(d.proc.pid), "-e", "trace=pwrite64",
+                               "-e", f"inject=pwrite64:{inject}", "-o", "/dev/null"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    time.sleep(1.0)  # strace attaches to every thread
+    if tracer.poll() is not None:
+        pytest.skip(f"strace cannot attach here: {tracer.stderr.read().decode(errors='replace')}")
+    return tracer
+
+
+@pytest.mark.skipif(STRACE is None, reason="needs strace (fault injection: delayed pwrite64)")
+def test_a_crash_between_receipt_and_record_does_not_lose_the_notification(broker, make_drowse):
+    d, log, acks, sends = warmed_up(broker, make_drowse)
     acks0, sends0 = acks(), sends()
 
     # Hold every pwrite64 of drowsed (SQLite's WAL writes) for 5 s from now on.
-    tracer = subprocess.Popen([STRACE, "-f", "-qq", "-p", str(d.proc.pid), "-e", "trace=pwrite64",
-                               "-e", "inject=pwrite64:delay_enter=5000000", "-o", "/dev/null"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    tracer = fault_pwrite(d, "delay_enter=5000000")
     try:
-        time.sleep(1.0)  # strace attaches to every thread
-        if tracer.poll() is not None:
-            pytest.skip(f"strace cannot attach here: {tracer.stderr.read().decode(errors='replace')}")
         d.push("news", "--id", "in-the-gap")
         # The PUBLISH reached drowsed (the broker logs sending it); its PUBACK must wait for the record.
         wait_until(lambda: sends() > sends0, 5, what="the broker to send the notification")
@@ -313,23 +326,12 @@ def test_a_crash_between_receipt_and_record_does_not_lose_the_notification(broke
 
 @pytest.mark.skipif(STRACE is None, reason="needs strace (fault injection: pwrite64 fails with ENOSPC)")
 def test_a_notification_that_cannot_be_recorded_is_left_to_the_broker_and_handled_once_later(broker, make_drowse):
-    d, log = start_app(broker, make_drowse)
-    d.push("news", "--id", "warm-up")
-    wait_ids(log, {"warm-up"}, 10)
-    acks = lambda: broker.log_text().count(f"Received PUBACK from drowse-{d.device_id}")  # noqa: E731
-    sends = lambda: broker.log_text().count(f"Sending PUBLISH to drowse-{d.device_id}")  # noqa: E731
-    # The warm-up's PUBACK leaves after its record is synced, which may be after its handler ran.
-    wait_until(lambda: acks() >= 1, 10, what="the warm-up's PUBACK")
+    d, log, acks, sends = warmed_up(broker, make_drowse)
     acks0, sends0 = acks(), sends()
 
     # The disk is "full": every pwrite64 of drowsed (SQLite's writes) fails with ENOSPC.
-    tracer = subprocess.Popen([STRACE, "-f", "-qq", "-p", str(d.proc.pid), "-e", "trace=pwrite64",
-                               "-e", "inject=pwrite64:error=ENOSPC", "-o", "/dev/null"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    tracer = fault_pwrite(d, "error=ENOSPC")
     try:
-        time.sleep(1.0)
-        if tracer.poll() is not None:
-            pytest.skip(f"strace cannot attach here: {tracer.stderr.read().decode(errors='replace')}")
         d.push("news", "--id", "while-full")
         # Delivered, not recorded, so not acknowledged: drowsed drops the connection instead and the
         # broker delivers it again on every reconnect.
