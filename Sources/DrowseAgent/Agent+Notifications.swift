@@ -110,11 +110,7 @@ extension Agent {
                 logger.info("notification ignored: duplicate", metadata: ["app.id": "\(appID)", "key": "\(key)"])
                 // The first copy's record may not be on disk yet (written, then the daemon was
                 // killed before its sync): acknowledge this copy only once it is.
-                do { try store.syncJournal() } catch {
-                    logger.error("notification record not synced, left to the broker to deliver again: \(error)", metadata: ["app.id": "\(appID)"])
-                    return false
-                }
-                return true
+                return syncRecords(app: appID)
             }
             seq = s
         } catch {
@@ -126,6 +122,11 @@ extension Agent {
         // after the restart, like any run a crash interrupts: notifications are hints that are
         // safe to repeat (DESIGN.md), and the fsync is off the path to the handler's start.
         dispatch(app, seq: seq, note: note, signed: signed)
+        return syncRecords(app: appID)
+    }
+
+    /// fdatasync of the records written so far; false (do not acknowledge) when it fails.
+    func syncRecords(app appID: String) -> Bool {
         do { try store.syncJournal() } catch {
             logger.error("notification record not synced, left to the broker to deliver again: \(error)", metadata: ["app.id": "\(appID)"])
             return false
