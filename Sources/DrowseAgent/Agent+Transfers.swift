@@ -54,10 +54,24 @@ extension Agent {
         return config.stateDir + "/inbox/\(t.app)/\(t.id)-\(name)"  // inbox(for:) makes the folder
     }
 
+    /// Whose paths a transfer's files live at: the API caller who gave `--to` or the upload's
+    /// source. drowsed touches them only as that user (FileIdentity); nil for root's own paths
+    /// (a root caller, the state folder).
+    func identity(_ t: Transfer) -> FileIdentity? {
+        guard t.destination != nil || t.kind == .upload, let uid = t.ownerUID, let gid = t.ownerGID else { return nil }
+        return FileIdentity.of(uid: uid, gid: gid)
+    }
+
     func job(_ t: Transfer) -> DownloadJob {
-        DownloadJob(
+        // An inbox file goes to the app's user, handed over before it gets its final name.
+        var owner: (uid: UInt32, gid: UInt32)?
+        if t.destination == nil, let user = apps[t.app]?.user, let account = UserAccount.lookup(name: user) {
+            owner = (account.uid, account.gid)
+        }
+        return DownloadJob(
             id: t.id, url: t.url, partPath: partPath(t), finalPath: finalPath(t), resumeFrom: t.bytesDone,
-            etag: t.etag, lastModified: t.lastModified, expectedTotal: t.bytesTotal, sha256: t.sha256)
+            etag: t.etag, lastModified: t.lastModified, expectedTotal: t.bytesTotal, sha256: t.sha256,
+            identity: identity(t), owner: owner)
     }
 
     /// Restarts every unfinished transfer from its committed offset; delivers finished sessions not yet delivered.
@@ -71,8 +85,10 @@ extension Agent {
             }
             // A crash between the rename and the store update: the verified file is already in place.
             let final = finalPath(t)
-            if t.kind == .download, !FileSystem.exists(partPath(t)), let size = FileSystem.fileSize(final), t.bytesTotal == size,
-                t.sha256 == nil || (try? SHA256Hasher.hexDigest(ofFile: final)) == t.sha256 {
+            let who = identity(t)
+            if t.kind == .download, !FileIdentity.exists(partPath(t), as: who),
+                let size = FileIdentity.regularFileSize(final, as: who), t.bytesTotal == size,
+                t.sha256 == nil || (try? SHA256Hasher.hexDigest(ofFile: final, as: who)) == t.sha256 {
                 t.state = .completed
                 t.location = final
                 t.bytesDone = size
@@ -114,7 +130,8 @@ extension Agent {
     func uploadJob(_ t: Transfer) -> UploadJob {
         UploadJob(
             id: t.id, url: t.url, sourcePath: t.source ?? "", total: t.bytesTotal ?? 0,
-            protocolName: UploadProtocol(rawValue: t.uploadProtocol ?? "auto") ?? .auto, resource: t.uploadURL)
+            protocolName: UploadProtocol(rawValue: t.uploadProtocol ?? "auto") ?? .auto, resource: t.uploadURL,
+            identity: identity(t))
     }
 
     /// The app's own inbox folder, owned by the app's user so its events handler can read there.
@@ -156,7 +173,7 @@ extension Agent {
         t.reason = reason
         t.finishedAt = now()
         persist(t)
-        FileSystem.remove(partPath(t))
+        FileIdentity.remove(partPath(t), as: identity(t))
         logger.warning("transfer failed: \(reason)", metadata: ["transfer.id": "\(t.id)", "app.id": "\(t.app)"])
         checkSession(app: t.app, session: t.session)
     }
@@ -167,13 +184,18 @@ extension Agent {
             throw .badRequest("only http and https URLs can be transferred: '\(req.url)'")
         }
         var total: Int64?
+        let callerFiles = FileIdentity(uid: caller.uid, gid: caller.gid, groups: [caller.gid] + caller.groups)
         if req.kind == .upload {
             guard let src = req.source, src.hasPrefix("/") else { throw .badRequest("an upload needs the absolute path of its file") }
-            // drowsed runs as root: it reads only what the caller could read itself.
-            guard Permissions.canRead(src, by: caller.subject) else {
+            // drowsed runs as root: it reads only what the caller could read itself. The check by
+            // mode bits says why; opening as the caller is what the kernel enforces (and what
+            // every later attempt does again).
+            guard Permissions.canRead(src, by: caller.subject),
+                let size = FileIdentity.regularFileSize(src, as: callerFiles)
+            else {
                 throw APIError(403, "forbidden", "'\(src)' is not a regular file you can read")
             }
-            total = FileSystem.fileSize(src)
+            total = size
         }
         if let d = req.destination {
             guard d.hasPrefix("/") else { throw .badRequest("--to must be an absolute path") }
@@ -266,7 +288,7 @@ extension Agent {
         t.reason = reason
         t.finishedAt = now()
         persist(t)
-        FileSystem.remove(partPath(t))
+        FileIdentity.remove(partPath(t), as: identity(t))
         logger.info("transfer cancelled", metadata: ["transfer.id": "\(t.id)"])
     }
 
@@ -305,15 +327,9 @@ extension Agent {
             t.state = .completed
             t.bytesDone = bytes
             t.bytesTotal = bytes
-            if t.kind == .download {
-                t.location = path
-                // The file belongs to whoever asked for it, or, in the inbox, to the app's user.
-                if let uid = t.ownerUID, let gid = t.ownerGID, t.destination != nil {
-                    Permissions.giveTo(path, uid: uid, gid: gid)
-                } else if t.destination == nil, let user = apps[t.app]?.user, let account = UserAccount.lookup(name: user) {
-                    Permissions.giveTo(path, uid: account.uid, gid: account.gid)
-                }
-            }
+            // The file already belongs to whoever asked for it (made as them) or, in the inbox,
+            // to the app's user (fchown before the rename): no chown by path here.
+            if t.kind == .download { t.location = path }
             t.reason = nil
             t.finishedAt = now()
             persist(t)

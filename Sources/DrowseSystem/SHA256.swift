@@ -44,9 +44,9 @@ public struct SHA256Hasher: ~Copyable {
     }
 
     /// The hex SHA-256 of a file, read in 1 MiB blocks.
-    public static func hexDigest(ofFile path: String) throws(SystemError) -> String {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw SystemError("open \(path)", errno: errno) }
+    /// With `who`, the file is opened as that user (FileIdentity).
+    public static func hexDigest(ofFile path: String, as who: FileIdentity? = nil) throws(SystemError) -> String {
+        let fd = try FileIdentity.open(path, O_RDONLY | O_NONBLOCK, as: who)
         defer { close(fd) }
         var h = SHA256Hasher()
         var buf = [UInt8](repeating: 0, count: 1 << 20)

@@ -1,4 +1,5 @@
 import DrowseCore
+import DrowseSystem
 
 /// What the engine needs to run (or resume) one download.
 public struct DownloadJob: Sendable {
@@ -15,9 +16,17 @@ public struct DownloadJob: Sendable {
     /// Total size learnt on an earlier attempt.
     public var expectedTotal: Int64?
     public var sha256: String?
+    /// The user whose paths these are (a `--to` asked for by an API caller): the part file is
+    /// created, reopened and renamed as that user, never by root following the caller's path.
+    public var identity: FileIdentity?
+    /// Hand the file to this owner (fchown on the open descriptor) before it gets its final
+    /// name: an inbox file for the app's user. A chown by path after the rename could be
+    /// redirected by a symlink swapped in meanwhile.
+    public var owner: (uid: UInt32, gid: UInt32)?
 
     public init(id: String, url: String, partPath: String, finalPath: String, resumeFrom: Int64, etag: String?,
-                lastModified: String?, expectedTotal: Int64?, sha256: String?) {
+                lastModified: String?, expectedTotal: Int64?, sha256: String?,
+                identity: FileIdentity? = nil, owner: (uid: UInt32, gid: UInt32)? = nil) {
         self.id = id
         self.url = url
         self.partPath = partPath
@@ -27,6 +36,8 @@ public struct DownloadJob: Sendable {
         self.lastModified = lastModified
         self.expectedTotal = expectedTotal
         self.sha256 = sha256
+        self.identity = identity
+        self.owner = owner
     }
 }
 

@@ -274,10 +274,31 @@ final class Download {
     }
 
     private func openPart() throws(TransferError) {
-        fd = open(job.partPath, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
-        guard fd >= 0 else {
-            let e = errno
-            throw TransferError("cannot open \(job.partPath): \(String(cString: strerror(e)))", transient: e == ENOSPC, noSpace: e == ENOSPC)
+        // Created and reopened as the caller (FileIdentity), never through a symlink, and only
+        // ever a file of our own: a part file swapped for a link or for someone else's file is
+        // not written to.
+        let who = job.identity
+        let flags = O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK
+        do { fd = try FileIdentity.open(job.partPath, flags, mode: 0o600, as: who) } catch {
+            throw TransferError("cannot open \(job.partPath): \(error)", transient: error.isNoSpace, noSpace: error.isNoSpace)
+        }
+        var st = stat()
+        guard fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG, st.st_nlink == 1 else {
+            Glibc.close(fd)
+            fd = -1
+            throw TransferError("\(job.partPath) is not the part file drowsed made (a link or not a regular file)", transient: false)
+        }
+        if st.st_uid != (who?.uid ?? geteuid()) {
+            // Not ours (left by an older drowsed that wrote it as root, or planted): start afresh.
+            Glibc.close(fd)
+            FileIdentity.remove(job.partPath, as: who)
+            do { fd = try FileIdentity.open(job.partPath, flags | O_EXCL, mode: 0o600, as: who) } catch {
+                fd = -1
+                throw TransferError("cannot create \(job.partPath): \(error)", transient: error.isNoSpace, noSpace: error.isNoSpace)
+            }
+            written = 0
+            committed = 0
+            engine.emit(.committed(id: job.id, bytesDone: 0, bytesTotal: nil, etag: nil, lastModified: nil))
         }
         // Anything past the committed offset may be torn: cut it off (DESIGN.md, Durability).
         let size = Int64(lseek(fd, 0, SEEK_END))
@@ -503,6 +524,10 @@ final class Download {
             let e = errno
             return .failure(TransferError("fsync: \(String(cString: strerror(e)))", transient: true, noSpace: e == ENOSPC))
         }
+        if let owner = job.owner, geteuid() == 0, fchown(fd, owner.uid, owner.gid) != 0 {
+            let e = errno
+            return .failure(TransferError("fchown: \(String(cString: strerror(e)))", transient: true))
+        }
         Glibc.close(fd)
         fd = -1
         if let want = job.sha256?.lowercased() {
@@ -510,17 +535,17 @@ final class Download {
             if let h = hasher.take(), hashedUpTo == written {
                 got = SHA256Hasher.hex(h.finalize())
             } else {
-                do { got = try SHA256Hasher.hexDigest(ofFile: job.partPath) } catch {
+                do { got = try SHA256Hasher.hexDigest(ofFile: job.partPath, as: job.identity) } catch {
                     return .failure(TransferError("reading back: \(error)", transient: true))
                 }
             }
             guard got == want else {
-                unlink(job.partPath)
+                FileIdentity.remove(job.partPath, as: job.identity)
                 engine.emit(.committed(id: job.id, bytesDone: 0, bytesTotal: nil, etag: nil, lastModified: nil))
                 return .failure(TransferError("sha256 mismatch: expected \(want), got \(got)", transient: false))
             }
         }
-        do { try FileSystem.rename(job.partPath, to: job.finalPath) } catch {
+        do { try FileIdentity.rename(job.partPath, to: job.finalPath, as: job.identity) } catch {
             return .failure(TransferError("\(error)", transient: error.isNoSpace, noSpace: error.isNoSpace))
         }
         return .success(written)

@@ -32,11 +32,10 @@ final class Upload {
         machine = UploadMachine(
             target: job.url, total: job.total, fileName: String(job.sourcePath.split(separator: "/").last ?? ""),
             protocol: job.protocolName, resource: job.resource)
-        fd = open(job.sourcePath, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else {
-            throw TransferError("cannot read \(job.sourcePath): \(String(cString: strerror(errno)))", transient: false)
+        let size: Int64
+        do { (fd, size) = try FileIdentity.openRegularForReading(job.sourcePath, as: job.identity) } catch {
+            throw TransferError("cannot read \(job.sourcePath): \(error)", transient: false)
         }
-        let size = Int64(lseek(fd, 0, SEEK_END))
         guard size == job.total else {
             Glibc.close(fd)
             throw TransferError("\(job.sourcePath) changed size (\(job.total) → \(size) bytes) since the upload began", transient: false)

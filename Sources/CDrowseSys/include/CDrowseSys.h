@@ -1,5 +1,6 @@
 #ifndef DROWSE_SYS_H
 #define DROWSE_SYS_H
+#include "fscreds.h"
 #include <sys/types.h>
 
 /// Starts `path` in a new process group with the given stdio descriptors, working
