@@ -32,6 +32,7 @@ extension Agent {
             maxConnectionsPerHost: config.transfers.maxConnectionsPerHost,
             commitInterval: config.transfers.commitInterval.seconds, commitBytes: Int64(config.transfers.commitBytes))
         opts.lowSpeedTime = max(1, Int(config.transfers.stallTimeout.seconds.rounded()))
+        opts.maxUnknownSize = config.transfers.maxUnknownSize
         engine = TransferEngine(options: opts, logger: logger) { continuation.yield($0) }
         background.append(Task {
             for await event in stream { await self.transferEvent(event) }
@@ -209,6 +210,13 @@ extension Agent {
             throw .badRequest("sha256 must be 64 hex digits")
         }
         guard Identifier.isValid(req.session) else { throw .badRequest("session names hold only letters, digits, '-', '_' and '.'") }
+        // A cap per app, so one app (or a flood of push-to-transfer notifications) cannot fill
+        // the store and the engine for everyone.
+        let live = ((try? store.transfers(app: app.id)) ?? []).lazy.filter { !$0.state.isFinished }.count
+        guard live < config.transfers.maxPerApp else {
+            throw APIError(429, "too_many_transfers",
+                           "app '\(app.id)' has \(live) unfinished transfers, the most allowed ([transfers] max_per_app)")
+        }
         var bytes = [UInt8](repeating: 0, count: 8)
         for i in 0..<8 { bytes[i] = UInt8.random(in: 0...255) }
         let id = SHA256Hasher.hex(bytes)

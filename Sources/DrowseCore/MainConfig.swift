@@ -54,6 +54,10 @@ public struct MainConfig: Sendable, Equatable {
         public var commitBytes: Int = 8 << 20
         /// A transfer that moves no byte for this long is dropped and retried (stall detection).
         public var stallTimeout: Duration = .seconds(60)
+        /// Unfinished transfers one app may have; more are refused (429) until some finish.
+        public var maxPerApp: Int = 256
+        /// Bytes a download whose length the server did not announce may grow to before it fails.
+        public var maxUnknownSize: Int64 = 2 << 30
     }
 
     public static let defaultPath = "/etc/drowse/drowse.toml"
@@ -135,6 +139,8 @@ public struct MainConfig: Sendable, Equatable {
             transfers.commitInterval = try t.duration("commit_interval", minimum: .milliseconds(100)) ?? .seconds(2)
             transfers.commitBytes = try t.integer("commit_bytes", in: 65536...(1 << 30)) ?? (8 << 20)
             transfers.stallTimeout = try t.duration("stall_timeout", minimum: .seconds(1)) ?? .seconds(60)
+            transfers.maxPerApp = try t.integer("max_per_app", in: 1...100_000) ?? 256
+            transfers.maxUnknownSize = Int64(try t.integer("max_unknown_size", in: 1...(1 << 50)) ?? (2 << 30))
             try t.rejectUnknown()
         }
         var notifications = NotificationsConfig()

@@ -19,6 +19,8 @@ public final class TransferEngine: Sendable {
         public var lowSpeedLimit: Int = 1
         public var lowSpeedTime: Int = 60
         public var userAgent: String = "drowsed"
+        /// The byte cap for a body whose length was not announced (chunked, or no Content-Length).
+        public var maxUnknownSize: Int64 = 2 << 30
 
         public init(maxConnectionsPerHost: Int, commitInterval: Double, commitBytes: Int64) {
             self.maxConnectionsPerHost = maxConnectionsPerHost
@@ -416,6 +418,13 @@ final class Download {
         if let total, written + Int64(buf.count) > total {
             abortError = TransferError("server sent more than the announced \(total) bytes", transient: true)
             restartNeeded = true
+            return 0
+        }
+        if total == nil, written + Int64(buf.count) > engine.opts.maxUnknownSize {
+            // Trying again would only fill the disk again: a permanent failure.
+            abortError = TransferError(
+                "the server sent more than \(engine.opts.maxUnknownSize) bytes without announcing a length ([transfers] max_unknown_size)",
+                transient: false)
             return 0
         }
         var off = 0

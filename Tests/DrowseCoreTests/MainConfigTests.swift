@@ -361,6 +361,11 @@ struct MainConfigTests {
         #expect(refusal("[transfers]\ncommit_bytes = 65535")?.key == "transfers.commit_bytes")
         #expect(refusal("[transfers]\ncommit_bytes = 1073741825")?.key == "transfers.commit_bytes")
         #expect(try parse("[transfers]\ncommit_bytes = 1073741824").transfers.commitBytes == 1 << 30)
+        #expect(try parse("").transfers.maxPerApp == 256)
+        #expect(try parse("").transfers.maxUnknownSize == 2 << 30)
+        #expect(try parse("[transfers]\nmax_per_app = 3\nmax_unknown_size = 1000").transfers.maxUnknownSize == 1000)
+        #expect(refusal("[transfers]\nmax_per_app = 0")?.key == "transfers.max_per_app")
+        #expect(refusal("[transfers]\nmax_unknown_size = -1")?.key == "transfers.max_unknown_size")
     }
 
     // MARK: - ConfigError and Identifier
