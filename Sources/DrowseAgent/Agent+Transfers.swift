@@ -259,8 +259,17 @@ extension Agent {
 
     func withLive(_ t: Transfer) -> Transfer {
         var t = unsaved[t.id] ?? t
-        // An upload's bytes_done is only ever what the server confirmed; bytes_sent runs ahead.
-        if t.state == .running, t.kind == .upload { t.bytesSent = max(liveSent[t.id] ?? 0, t.bytesDone) }
+        if t.kind == .upload {
+            // bytes_done moves while a request body is on its way (libcurl's upload progress);
+            // bytes_confirmed is what the server has confirmed, the offset a resume starts from.
+            t.bytesConfirmed = t.bytesDone
+            if t.state == .running {
+                t.bytesSent = max(liveSent[t.id] ?? 0, t.bytesDone)
+                t.bytesDone = t.bytesSent!
+            }
+            // Where the bytes go: the server-side upload resource once it exists.
+            if t.location == nil { t.location = t.uploadURL }
+        }
         if t.state == .running, t.kind == .download, let (done, total) = liveProgress[t.id] {
             t.bytesDone = max(t.bytesDone, done)
             t.bytesTotal = total ?? t.bytesTotal
@@ -321,6 +330,8 @@ extension Agent {
                 logger.error("store: \(error)")
             }
             liveProgress[id] = (done, total)
+            // An upload resumed below what the last attempt had sent: its live count starts over.
+            if let sent = liveSent[id], done < sent { liveSent[id] = nil }
         case let .progress(id, done, total):
             liveProgress[id] = (done, total)
         case let .sent(id, sent):
@@ -346,6 +357,7 @@ extension Agent {
             checkSession(app: t.app, session: t.session)
         case let .failed(id, error):
             liveProgress[id] = nil
+            liveSent[id] = nil
             guard var t = current(id), !t.state.isFinished else { return }
             if error.transient && now() < (t.timeoutAt ?? .infinity) {
                 var backoff = retryBackoff[id] ?? Backoff(base: error.noSpace ? 10 : 1, cap: error.noSpace ? 60 : 300)

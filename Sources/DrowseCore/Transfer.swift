@@ -34,8 +34,11 @@ public struct Transfer: Sendable, Equatable {
     public var uploadURL: String?
     /// Unix time after which an unfinished transfer fails (`--timeout-resource`, default 7 days).
     public var timeoutAt: Double?
-    /// Uploads, while running: bytes handed to the network, ahead of the confirmed bytes_done. Not stored.
+    /// Uploads, while running: bytes handed to the network. Not stored.
     public var bytesSent: Int64?
+    /// Uploads: bytes the server confirmed (while running, `bytes_done` shows the live progress,
+    /// which may run ahead of this). Not stored: it is what `bytesDone` holds in the store.
+    public var bytesConfirmed: Int64?
     /// Conditions it waits for.
     public var requirements = TransferRequirements()
     /// Who asked for it; a finished file at `--to` is handed to them (nil: root).
@@ -74,7 +77,7 @@ public struct Transfer: Sendable, Equatable {
             "protocol": JSON(uploadProtocol), "created_at": .number(createdAt), "finished_at": JSON(finishedAt),
             "timeout_at": JSON(timeoutAt), "discretionary": .bool(requirements.discretionary),
             "no_cellular": .bool(requirements.noCellular), "requires_power": .bool(requirements.requiresPower),
-            "bytes_sent": JSON(bytesSent),
+            "bytes_sent": JSON(bytesSent), "bytes_confirmed": JSON(bytesConfirmed), "upload_url": JSON(uploadURL),
         ]
     }
 }

@@ -34,11 +34,21 @@ public struct UploadResponse: Sendable {
     public var status: Int
     public var headers: [String: String]
     public var informationalLocation: String?
+    /// The start of the response body (a server's own words for a refusal), if any.
+    public var body: String?
 
-    public init(status: Int, headers: [String: String], informationalLocation: String? = nil) {
+    public init(status: Int, headers: [String: String], informationalLocation: String? = nil, body: String? = nil) {
         self.status = status
         self.headers = headers
         self.informationalLocation = informationalLocation
+        self.body = body
+    }
+
+    /// " (server: …)" with the body's first line, for failure reasons; empty without a body.
+    var serverSays: String {
+        guard let body else { return "" }
+        let line = body.split(whereSeparator: \.isNewline).first.map(String.init)?.trimmingSpaces() ?? ""
+        return line.isEmpty ? "" : " (server: \(line.prefix(200)))"
     }
 }
 
@@ -51,6 +61,9 @@ public struct UploadMachine: Sendable {
         case resource(url: String, protocol: UploadProtocol)
         /// `auto` settled on a protocol that has no resource (a plain PUT).
         case chose(UploadProtocol)
+        /// An earlier resource the server would not resume: end it (DELETE) now that its
+        /// replacement exists. Fire and forget.
+        case abandon(url: String, protocol: UploadProtocol)
         /// The server confirmed this many bytes.
         case offset(Int64)
         case completed
@@ -69,6 +82,11 @@ public struct UploadMachine: Sendable {
     public private(set) var resource: String?
     var phase: Phase = .discover
     var tusChecksum = false
+    /// A resource given up on in this attempt, to be ended once the new one exists.
+    var abandoned: String?
+    var replacedOnce = false
+    /// tus `filetype` metadata.
+    public var contentType = "application/octet-stream"
     /// The largest PATCH when the server wants checksums (the engine hashes each body first).
     public var checksumChunk: Int64 = 16 << 20
 
@@ -123,7 +141,10 @@ public struct UploadMachine: Sendable {
         switch proto {
         case .tus:
             var headers = [("Tus-Resumable", "1.0.0"), ("Upload-Length", String(total))]
-            if !fileName.isEmpty { headers.append(("Upload-Metadata", "filename " + Base64.encode(Array(fileName.utf8)))) }
+            // Some servers refuse an upload without `filetype` (and say so only at the next HEAD).
+            var metadata = ["filetype " + Base64.encode(Array(contentType.utf8))]
+            if !fileName.isEmpty { metadata.insert("filename " + Base64.encode(Array(fileName.utf8)), at: 0) }
+            headers.append(("Upload-Metadata", metadata.joined(separator: ",")))
             return [.request(UploadRequest(method: "POST", url: target, headers: headers, body: nil, checksum: false))]
         default:
             // Create the resource without data, so the first byte goes out only once its URL is recorded.
@@ -210,21 +231,35 @@ public struct UploadMachine: Sendable {
                 return [.chose(.put)] + start()
             }
             guard (200..<300).contains(s), let location else {
-                if s >= 500 || s == 408 || s == 429 || s == 0 { return fail("creating the upload: HTTP \(s)", transient: true) }
-                return fail("creating the upload: HTTP \(s)" + (s == 0 ? "" : location == nil && (200..<300).contains(s) ? " without a Location" : ""), transient: false)
+                if s >= 500 || s == 408 || s == 429 || s == 0 { return fail("creating the upload: HTTP \(s)\(r.serverSays)", transient: true) }
+                return fail("creating the upload: HTTP \(s)" + (s == 0 ? "" : location == nil && (200..<300).contains(s) ? " without a Location" : "") + r.serverSays, transient: false)
             }
             resource = resolve(location)
             let off = Self.offset(r) ?? 0
-            return [.resource(url: resource!, protocol: proto)] + (off > 0 ? [.offset(off)] : []) + append(from: off)
+            var actions: [Action] = [.resource(url: resource!, protocol: proto)]
+            if let old = abandoned {
+                abandoned = nil
+                actions.append(.abandon(url: old, protocol: proto))
+            }
+            return actions + (off > 0 ? [.offset(off)] : []) + append(from: off)
         case .queryOffset:
             if s == 404 || s == 410 {
                 // The server forgot the upload: start a new one from byte 0.
                 resource = nil
                 return [.offset(0)] + create()
             }
+            if (400..<500).contains(s), ![408, 409, 429].contains(s), !replacedOnce {
+                // The server will not tell the offset of this upload (it may want more metadata
+                // than it was created with). Its bytes are not ours to throw away yet: start a new
+                // upload, and end the old one only once the new one exists.
+                replacedOnce = true
+                abandoned = resource
+                resource = nil
+                return [.offset(0)] + create()
+            }
             guard (200..<300).contains(s), let off = Self.offset(r), off >= 0, off <= total else {
-                if s >= 500 || s == 408 || s == 429 || s == 0 { return fail("asking for the upload offset: HTTP \(s)", transient: true) }
-                return fail("asking for the upload offset: HTTP \(s)" + ((200..<300).contains(s) ? " without a valid Upload-Offset" : ""), transient: s == 409)
+                if s >= 500 || s == 408 || s == 429 || s == 0 { return fail("asking for the upload offset: HTTP \(s)\(r.serverSays)", transient: true) }
+                return fail("asking for the upload offset: HTTP \(s)" + ((200..<300).contains(s) ? " without a valid Upload-Offset" : "") + r.serverSays, transient: s == 409)
             }
             let done = off == total && (proto == .tus || Self.isTrue(r.headers["upload-complete"]) || r.headers["upload-incomplete"]?.trimmingSpaces() == "?0")
             if done { phase = .done; return [.offset(off), .completed] }
@@ -237,7 +272,7 @@ public struct UploadMachine: Sendable {
             guard (200..<300).contains(s) else {
                 if s >= 500 || s == 408 || s == 429 || s == 0 { return fail("sending data: HTTP \(s)", transient: true) }
                 if s == 404 || s == 410 { resource = nil; return [.offset(0)] + create() }
-                return fail("sending data: HTTP \(s)", transient: false)
+                return fail("sending data: HTTP \(s)\(r.serverSays)", transient: false)
             }
             if proto == .tus {
                 guard let off = Self.offset(r), off >= from, off <= total else { return queryOffset() }
@@ -248,7 +283,7 @@ public struct UploadMachine: Sendable {
             return [.offset(total), .completed]
         case .put:
             guard (200..<300).contains(s) else {
-                return fail("PUT: HTTP \(s)", transient: s >= 500 || s == 408 || s == 429 || s == 0)
+                return fail("PUT: HTTP \(s)\(r.serverSays)", transient: s >= 500 || s == 408 || s == 429 || s == 0)
             }
             phase = .done
             return [.offset(total), .completed]

@@ -84,6 +84,17 @@ public final class TransferEngine: Sendable {
         var cancelling: [UnsafeMutableRawPointer: Upload] = [:]
         var stillRunning: Int32 = 0
         func add(_ u: Upload, _ easy: UnsafeMutableRawPointer?) {
+            // Resources the upload gave up on: ended with a fire-and-forget DELETE of their own.
+            for (url, proto) in u.toAbandon {
+                var old = u.job
+                old.resource = url
+                old.protocolName = proto
+                if let o = try? Upload(job: old, engine: self), let e = o.beginCancel() {
+                    cancelling[e] = o
+                    curl_multi_add_handle(multi, e)
+                }
+            }
+            u.toAbandon.removeAll()
             guard let easy else { return }
             uploadOf[easy] = u
             curl_multi_add_handle(multi, easy)

@@ -25,6 +25,11 @@ final class Upload {
     var finished = false
     /// Fire-and-forget requests (DELETE on cancel) report nothing.
     var silent = false
+    /// The first bytes of the current response's body, for failure reasons.
+    var responseBody: [UInt8] = []
+    /// Old server-side resources to end (DELETE) now that a replacement exists; the engine
+    /// takes them after each step.
+    var toAbandon: [(url: String, protocolName: UploadProtocol)] = []
 
     init(job: UploadJob, engine: TransferEngine) throws(TransferError) {
         self.job = job
@@ -62,6 +67,7 @@ final class Upload {
             case .request(let r): next = makeHandle(r)
             case .resource(let url, let proto): engine.emit(.uploadResource(id: job.id, url: url, protocolName: proto.rawValue))
             case .chose(let proto): engine.emit(.uploadResource(id: job.id, url: nil, protocolName: proto.rawValue))
+            case .abandon(let url, let proto): toAbandon.append((url, proto))
             case .offset(let n): engine.emit(.committed(id: job.id, bytesDone: n, bytesTotal: job.total, etag: nil, lastModified: nil))
             case .completed:
                 finished = true
@@ -85,6 +91,7 @@ final class Upload {
         request = r
         status = 0
         responseHeaders = [:]
+        responseBody = []
         informationalLocation = nil
         let me = Unmanaged.passUnretained(self).toOpaque()
         let o = engine.opts
@@ -137,9 +144,17 @@ final class Upload {
             Unmanaged<Upload>.fromOpaque(ud!).takeUnretainedValue().onHeader(UnsafeRawBufferPointer(start: ptr, count: size * n))
             return size * n
         }
-        // Response bodies are not needed; read and drop at most 64 KiB of them.
-        _ = ccurl_setopt_data_cb(easy, CURLOPT_WRITEFUNCTION) { _, size, n, _ in size * n }
-        _ = ccurl_setopt_off(easy, CURLOPT_MAXFILESIZE_LARGE, 65536)
+        // Response bodies are not needed beyond a server's reason for a refusal: keep their first
+        // 512 bytes, read and drop at most 64 KiB. A HEAD has no body, and a server may announce
+        // the upload's whole size in its Content-Length: no cap there, or libcurl refuses the answer.
+        _ = ccurl_setopt_ptr(easy, CURLOPT_WRITEDATA, me)
+        _ = ccurl_setopt_data_cb(easy, CURLOPT_WRITEFUNCTION) { ptr, size, n, ud in
+            let u = Unmanaged<Upload>.fromOpaque(ud!).takeUnretainedValue()
+            let room = 512 - u.responseBody.count
+            if room > 0, let ptr { u.responseBody += UnsafeRawBufferPointer(start: ptr, count: min(room, size * n)) }
+            return size * n
+        }
+        if r.method != "HEAD" { _ = ccurl_setopt_off(easy, CURLOPT_MAXFILESIZE_LARGE, 65536) }
         return easy
     }
 
@@ -202,7 +217,8 @@ final class Upload {
         }
         var code = 0
         if let easy { _ = ccurl_getinfo_long(easy, CURLINFO_RESPONSE_CODE, &code) }
-        let response = UploadResponse(status: code, headers: responseHeaders, informationalLocation: informationalLocation)
+        let body = responseBody.isEmpty ? nil : String(String(decoding: responseBody, as: UTF8.self).map { $0.isASCII && ($0.asciiValue! < 0x20 || $0.asciiValue! == 0x7f) ? " " : $0 })
+        let response = UploadResponse(status: code, headers: responseHeaders, informationalLocation: informationalLocation, body: body)
         return perform(machine.handle(response))
     }
 

@@ -147,4 +147,38 @@ struct UploadMachineTests {
         var p = UploadMachine(target: "http://h/x", total: 5, fileName: "", protocol: .put, resource: nil)
         #expect(p.cancel() == nil)
     }
+
+    @Test("tus: creation sends filename and filetype metadata")
+    func tusMetadata() throws {
+        var m = UploadMachine(target: "http://h/files/", total: 10, fileName: "a.bin", protocol: .tus, resource: nil)
+        _ = m.start()
+        let r = try #require(Self.requests(m.handle(UploadResponse(status: 204, headers: ["tus-resumable": "1.0.0"]))).first)
+        #expect(Self.header(r, "Upload-Metadata") == "filename YS5iaW4=,filetype YXBwbGljYXRpb24vb2N0ZXQtc3RyZWFt")
+    }
+
+    @Test("tus: an offset query refused with a 4xx starts a new upload and ends the old one only once the new one exists")
+    func tusOffsetRefused() throws {
+        var m = UploadMachine(target: "http://h/files/", total: 100, fileName: "a.bin", protocol: .tus, resource: "http://h/files/old")
+        _ = m.resume()
+        _ = m.handle(UploadResponse(status: 204, headers: ["tus-resumable": "1.0.0"]))  // OPTIONS → HEAD
+        var a = m.handle(UploadResponse(status: 400, headers: [:], body: "missing filetype"))
+        #expect(a.first == .offset(0))
+        #expect(!a.contains { if case .abandon = $0 { return true }; return false })  // nothing ended yet
+        #expect(Self.requests(a).first?.method == "POST")
+        a = m.handle(UploadResponse(status: 201, headers: ["location": "/files/new"]))
+        #expect(a.prefix(2) == [.resource(url: "http://h/files/new", protocol: .tus), .abandon(url: "http://h/files/old", protocol: .tus)])
+        #expect(Self.requests(a).first?.body == 0..<100)
+    }
+
+    @Test("tus: a second refusal of the offset fails with the server's reason instead of looping")
+    func tusOffsetRefusedTwice() throws {
+        var m = UploadMachine(target: "http://h/files/", total: 100, fileName: "", protocol: .tus, resource: "http://h/files/old")
+        _ = m.resume()
+        _ = m.handle(UploadResponse(status: 204, headers: ["tus-resumable": "1.0.0"]))
+        _ = m.handle(UploadResponse(status: 403, headers: [:]))
+        _ = m.handle(UploadResponse(status: 201, headers: ["location": "/files/new"]))
+        _ = m.handle(UploadResponse(status: 409, headers: [:]))  // → HEAD of the new one
+        let a = m.handle(UploadResponse(status: 403, headers: [:], body: "quota exceeded\nmore"))
+        #expect(a == [.failed(reason: "asking for the upload offset: HTTP 403 (server: quota exceeded)", transient: false)])
+    }
 }

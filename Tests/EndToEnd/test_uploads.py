@@ -409,8 +409,8 @@ def test_kill9_mid_upload_then_restart_completes(make_drowse, make_server, proto
     leads = []
 
     def progressed():
-        # bytes_done is the server-confirmed offset: it may lag, but never lead, what the server stored.
-        done = d.transfer(tid).get("bytes_done") or 0
+        # bytes_confirmed is the server-confirmed offset: it may lag, but never lead, what the server stored.
+        done = d.transfer(tid).get("bytes_confirmed") or 0
         stored = s.received()
         if protocol != "put" and done > stored:
             leads.append((done, stored))
@@ -448,5 +448,71 @@ def test_kill9_mid_upload_then_restart_completes(make_drowse, make_server, proto
             f"the restarted daemon did not resume from the server's offset:\n{describe(s)}"
     if v is not None:
         check_ietf_requests(s, u.id, v)
-    assert not leads, (f"bytes_done ran ahead of the server-confirmed offset while uploading "
+    assert not leads, (f"bytes_confirmed ran ahead of the server-confirmed offset while uploading "
                        f"(bytes_done, server offset): {leads[:5]}")
+
+
+# ----------------------------------------------------------------------------- tus servers in the wild
+
+def test_tus_kill9_resumes_against_a_strict_server(make_drowse, make_server):
+    """A tus server as some real ones are: its HEAD announces the upload's size as Content-Length, and
+    it answers 400 to a HEAD of an upload created without `filetype` metadata. After a kill -9 the
+    resume must complete on the same resource; while a PATCH runs, `bytes_done` moves and `location`
+    names the resource."""
+    s = make_server("tus", tus_checksum=False, tus_head_content_length=True,
+                    tus_require_metadata=("filename", "filetype"))
+    s.set_read_rate(1 * MiB)
+    d = make_drowse(extra_config='[transfers]\ncommit_interval = "200ms"')
+    d.add_app("up")
+    d.start()
+    size = 8 * MiB + 3
+    path, digest = make_file(d, "strict.bin", size)
+    tid = start_upload(d, path, s.url("/files/"), protocol="tus")
+    seen = []
+
+    def progressed():
+        t = d.transfer(tid)
+        seen.append(t)
+        return s.bytes_seen("PATCH") >= 2 * MiB and t["bytes_done"] > 0
+
+    wait_until(progressed, 30, interval=0.1, what="2 MiB of the PATCH at the server, shown in bytes_done")
+    assert not s.completed(), describe(s)
+    live = seen[-1]
+    assert live["bytes_done"] > 0 and live["bytes_confirmed"] == 0, live  # one PATCH in flight, nothing confirmed
+    resource = live["location"]
+    assert resource and resource.startswith(s.url("/files/")), live
+    d.stop(signal.SIGKILL)
+    s.set_read_rate(None)
+    d.start()
+    assert_completed(d, tid, size, s)
+    u = one_completed(s, "tus", digest, size)
+    assert len(s.uploads) == 1, f"more than one resource on the server:\n{describe(s)}"
+    assert resource.endswith(u.path), (resource, u.path)
+    assert resume_problems(s.log(), u.id) == [], describe(s)
+
+
+def test_tus_offset_refused_after_restart_starts_a_new_upload(make_drowse, make_server):
+    """When the server refuses to tell the offset (a 4xx other than 404/410), the upload starts again
+    on a new resource; the old one is deleted only after the new one exists."""
+    s = make_server("tus", tus_checksum=False)
+    s.set_read_rate(1 * MiB)
+    d = make_drowse(extra_config='[transfers]\ncommit_interval = "200ms"')
+    d.add_app("up")
+    d.start()
+    size = 4 * MiB
+    path, digest = make_file(d, "refused.bin", size)
+    tid = start_upload(d, path, s.url("/files/"), protocol="tus")
+    wait_until(lambda: s.bytes_seen("PATCH") >= 1 * MiB, 30, interval=0.1, what="1 MiB at the server")
+    d.stop(signal.SIGKILL)
+    old = next(iter(s.uploads.values()))
+    s.head_status = 400
+    s.set_read_rate(None)
+    d.start()
+    assert_completed(d, tid, size, s)
+    new = one_completed(s, "tus", digest, size)
+    assert new.id != old.id
+    wait_until(lambda: old.deleted, 10, what="the old upload to be deleted")
+    log = s.log()
+    created = next(r["seq"] for r in log if r["method"] == "POST" and r.get("upload") == new.id)
+    deleted = next(r["seq"] for r in log if r["method"] == "DELETE" and r.get("upload") == old.id)
+    assert deleted > created, f"the old upload was deleted before its replacement existed:\n{describe(s)}"

@@ -97,7 +97,8 @@ class Upload:
 class UploadServer:
     def __init__(self, kind: str, versions=IETF_ALL, port: int = 0, send_104: bool = True,
                  relative_location: bool = False, advertise_creation_with_upload: bool = False,
-                 tus_checksum: bool = True,
+                 tus_checksum: bool = True, tus_head_content_length: bool = False,
+                 tus_require_metadata: tuple[str, ...] = (),
                  max_size: int = 1 << 30, rcvbuf: int = 64 * 1024):
         assert kind in ("tus", "ietf", "put"), kind
         self.kind = kind
@@ -106,6 +107,11 @@ class UploadServer:
         self.relative_location = relative_location
         self.advertise_creation_with_upload = advertise_creation_with_upload
         self.tus_checksum = tus_checksum  # advertise the checksum extension (it is verified either way)
+        # As some real tus servers do: a HEAD announces the upload's size as its Content-Length, and
+        # a HEAD of an upload created without these Upload-Metadata keys is answered 400.
+        self.tus_head_content_length = tus_head_content_length
+        self.tus_require_metadata = tuple(tus_require_metadata)
+        self.head_status: int | None = None  # set by a test: every HEAD of an existing upload gets this status
         self.max_size = max_size
         self.read_rate: float | None = None  # bytes per second for request bodies, None = unlimited
         self.requests: list[dict] = []
@@ -281,9 +287,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if self.srv.kind == "tus":
             headers.setdefault("Tus-Resumable", TUS_VERSION)
         self.send_response(status, reason)
+        length = headers.pop("Content-Length", len(body))  # a HEAD may announce another length
         for k, v in headers.items():
             self.send_header(k, str(v))
-        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Length", str(length))
         self.end_headers()
         if body and self.command != "HEAD":
             self.wfile.write(body)
@@ -546,9 +553,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if u is None or u.deleted:
             return self._send(404, {"Cache-Control": "no-store"})
         self._claim(u)
+        if self.srv.head_status is not None:
+            return self._bad(self.srv.head_status, "this upload cannot be resumed here", total=total)
+        keys = {item.strip().split(" ")[0] for item in (u.metadata or "").split(",") if item.strip()}
+        missing = [k for k in self.srv.tus_require_metadata if k not in keys]
+        if missing:
+            return self._bad(400, f"Upload-Metadata lacks {', '.join(missing)}", total=total)
         with u.lock:
             self.rec["offset_after"] = u.offset
             h = {"Upload-Offset": u.offset, "Cache-Control": "no-store"}
+            if self.srv.tus_head_content_length and u.length is not None:
+                h["Content-Length"] = u.length
             if u.length is not None:
                 h["Upload-Length"] = u.length
             if u.metadata is not None:
