@@ -161,6 +161,11 @@ extension Agent {
         t.state = .running
         t.reason = nil
         if t.kind == .download, t.destination == nil { _ = inbox(for: t.app) }
+        var retry = retryState[t.id] ?? TransferRetry(attempts: t.attempts, retries: t.retries)
+        retry.attemptStarted(bytes: t.bytesDone)
+        retryState[t.id] = retry
+        t.attempts = retry.attempts
+        t.nextRetryAt = nil
         persist(t)
         switch t.kind {
         case .download: engine?.start(job(t))
@@ -169,6 +174,8 @@ extension Agent {
     }
 
     func finishFailed(_ t: inout Transfer, reason: String) {
+        retryState[t.id] = nil
+        t.nextRetryAt = nil
         if t.kind == .upload, t.uploadURL != nil { engine?.cancel(uploadJob(t)) }
         t.state = .failed
         t.reason = reason
@@ -301,6 +308,8 @@ extension Agent {
         if t.kind == .upload { engine?.cancel(uploadJob(t)) } else { engine?.stop(id: t.id) }
         retryTimers.removeValue(forKey: t.id)?.cancel()
         liveProgress[t.id] = nil
+        retryState[t.id] = nil
+        t.nextRetryAt = nil
         t.state = .cancelled
         t.reason = reason
         t.finishedAt = now()
@@ -341,7 +350,7 @@ extension Agent {
         case let .completed(id, bytes, path):
             liveProgress[id] = nil
             liveSent[id] = nil
-            retryBackoff[id] = nil
+            retryState[id] = nil
             guard var t = current(id), !t.state.isFinished else { return }
             t.state = .completed
             t.bytesDone = bytes
@@ -356,13 +365,19 @@ extension Agent {
             radioBusy(until: now())
             checkSession(app: t.app, session: t.session)
         case let .failed(id, error):
+            // What this attempt moved: committed bytes (the engine commits before it reports a
+            // failure), or for an upload what it had sent.
+            let moved = max(liveSent[id] ?? 0, liveProgress[id]?.0 ?? 0)
             liveProgress[id] = nil
             liveSent[id] = nil
             guard var t = current(id), !t.state.isFinished else { return }
             if error.transient && now() < (t.timeoutAt ?? .infinity) {
-                var backoff = retryBackoff[id] ?? Backoff(base: error.noSpace ? 10 : 1, cap: error.noSpace ? 60 : 300)
-                let delay = backoff.next(unit: Double.random(in: 0..<1))
-                retryBackoff[id] = backoff
+                var retry = retryState[id] ?? TransferRetry(attempts: t.attempts, retries: t.retries)
+                let delay = retry.attemptFailed(
+                    bytes: max(moved, t.bytesDone), noSpace: error.noSpace, now: now(), unit: Double.random(in: 0..<1))
+                retryState[id] = retry
+                t.retries = retry.retries
+                t.nextRetryAt = retry.nextRetryAt
                 t.state = error.noSpace ? .paused : .waiting
                 t.reason = (error.noSpace ? "paused: disk full (" : "retrying in \(Int(delay.rounded(.up)))s after: ") + error.reason + (error.noSpace ? ")" : "")
                 persist(t)

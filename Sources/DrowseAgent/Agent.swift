@@ -45,7 +45,8 @@ public actor Agent {
     /// Transfer states the store could not write yet (disk full); shown and retried.
     var unsaved: [String: Transfer] = [:]
     var retryTimers: [String: WakeTimer] = [:]
-    var retryBackoff: [String: Backoff] = [:]
+    /// Per transfer: attempts, retries and the backoff before the next one.
+    var retryState: [String: TransferRetry] = [:]
     var deliveringSessions: Set<String> = []
     var background: [Task<Void, Never>] = []
     var refusedNotifications = 0

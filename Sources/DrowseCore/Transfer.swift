@@ -44,6 +44,10 @@ public struct Transfer: Sendable, Equatable {
     /// Who asked for it; a finished file at `--to` is handed to them (nil: root).
     public var ownerUID: UInt32?
     public var ownerGID: UInt32?
+    /// Attempts started, retries scheduled after transient failures, and when the next runs.
+    public var attempts = 0
+    public var retries = 0
+    public var nextRetryAt: Double?
 
     public init(id: String, app: String, session: String, kind: Kind, url: String, destination: String?, sha256: String?, createdAt: Double) {
         self.id = id
@@ -78,6 +82,7 @@ public struct Transfer: Sendable, Equatable {
             "timeout_at": JSON(timeoutAt), "discretionary": .bool(requirements.discretionary),
             "no_cellular": .bool(requirements.noCellular), "requires_power": .bool(requirements.requiresPower),
             "bytes_sent": JSON(bytesSent), "bytes_confirmed": JSON(bytesConfirmed), "upload_url": JSON(uploadURL),
+            "attempts": JSON(attempts), "retries": JSON(retries), "next_retry_at": JSON(nextRetryAt),
         ]
     }
 }

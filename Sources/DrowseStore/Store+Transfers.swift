@@ -2,7 +2,7 @@ import DrowseCore
 
 extension Store {
     private static let columns =
-        "id, app, session, kind, state, url, destination, sha256, bytes_done, bytes_total, reason, location, etag, last_modified, created_at, finished_at, delivered, source, protocol, upload_url, timeout_at, owner_uid, owner_gid, discretionary, no_cellular, requires_power"
+        "id, app, session, kind, state, url, destination, sha256, bytes_done, bytes_total, reason, location, etag, last_modified, created_at, finished_at, delivered, source, protocol, upload_url, timeout_at, owner_uid, owner_gid, discretionary, no_cellular, requires_power, attempts, retries, next_retry_at"
 
     private func values(_ t: Transfer) -> [SQLValue] {
         [.text(t.id), .text(t.app), .text(t.session), .text(t.kind.rawValue), .text(t.state.rawValue), .text(t.url),
@@ -10,7 +10,8 @@ extension Store {
          SQLValue(t.location), SQLValue(t.etag), SQLValue(t.lastModified), .double(t.createdAt), SQLValue(t.finishedAt),
          .int(t.delivered ? 1 : 0), SQLValue(t.source), SQLValue(t.uploadProtocol), SQLValue(t.uploadURL), SQLValue(t.timeoutAt),
          SQLValue(t.ownerUID.map(Int64.init)), SQLValue(t.ownerGID.map(Int64.init)),
-         .int(t.requirements.discretionary ? 1 : 0), .int(t.requirements.noCellular ? 1 : 0), .int(t.requirements.requiresPower ? 1 : 0)]
+         .int(t.requirements.discretionary ? 1 : 0), .int(t.requirements.noCellular ? 1 : 0), .int(t.requirements.requiresPower ? 1 : 0),
+         .int(Int64(t.attempts)), .int(Int64(t.retries)), SQLValue(t.nextRetryAt)]
     }
 
     private func transfer(_ r: [SQLValue]) -> Transfer {
@@ -35,12 +36,15 @@ extension Store {
         t.ownerGID = r[22].int64.map { UInt32(truncatingIfNeeded: $0) }
         t.requirements = TransferRequirements(
             discretionary: (r[23].int64 ?? 0) != 0, noCellular: (r[24].int64 ?? 0) != 0, requiresPower: (r[25].int64 ?? 0) != 0)
+        t.attempts = Int(clamping: r[26].int64 ?? 0)
+        t.retries = Int(clamping: r[27].int64 ?? 0)
+        t.nextRetryAt = r[28].double
         return t
     }
 
     /// Inserts or replaces the whole row.
     public func save(_ t: Transfer) throws(StoreError) {
-        try db.query("INSERT OR REPLACE INTO transfers(\(Self.columns)) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", values(t))
+        try db.query("INSERT OR REPLACE INTO transfers(\(Self.columns)) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", values(t))
     }
 
     /// Commits download progress: only called after the bytes are on disk (fdatasync).

@@ -5,7 +5,7 @@ import DrowseCore
 /// returned survives a power cut. Versioned schema with forward migrations.
 public final class Store {
     public let db: SQLiteDatabase
-    public static let schemaVersion: Int64 = 5
+    public static let schemaVersion: Int64 = 6
 
     public init(path: String) throws(StoreError) {
         db = try SQLiteDatabase(path: path)
@@ -123,6 +123,16 @@ public final class Store {
                     ALTER TABLE notifications ADD COLUMN collapse_id TEXT;
                     CREATE INDEX notifications_state ON notifications(state, app);
                     UPDATE schema_version SET version = 5;
+                    """)
+            }
+            if current < 6 {
+                // Retries shown per transfer (transfer show: attempts, retries, next_retry_at).
+                try db.exec(
+                    """
+                    ALTER TABLE transfers ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0;
+                    ALTER TABLE transfers ADD COLUMN retries INTEGER NOT NULL DEFAULT 0;
+                    ALTER TABLE transfers ADD COLUMN next_retry_at REAL;
+                    UPDATE schema_version SET version = 6;
                     """)
             }
         }
