@@ -244,7 +244,7 @@ public struct TOMLParser {
                 try withTable(&sub, rest, above: here, arrays: arrays, line: line, body)
                 value = .table(sub)
             } else if case .array = value, arrays.contains(here), var items = value.takeArray() {
-                guard var last = items[items.count - 1].takeTable() else {
+                guard !items.isEmpty, var last = items[items.count - 1].takeTable() else {
                     throw TOMLParseError(line: line, reason: "'\(first)' is not a table")
                 }
                 try withTable(&last, rest, above: here, arrays: arrays, line: line, body)
