@@ -133,31 +133,15 @@ public actor Agent {
     // MARK: apps
 
     func loadApps() {
-        apps = [:]
-        invalidApps = []
-        let files = FileSystem.listDirectory(config.appsDir).filter { $0.hasSuffix(".toml") }
         if !FileSystem.isDirectory(config.appsDir) {
             logger.warning("apps_dir \(config.appsDir) does not exist: no apps")
         }
-        for name in files {
-            let path = config.appsDir + "/" + name
-            let stem = String(name.dropLast(5))
-            do {
-                let text = try FileSystem.readText(path, limit: 1 << 20)
-                let app = try AppDefinition.parse(text, file: path)
-                if let other = apps[app.id] {
-                    throw ConfigError(file: path, key: "id", problem: "'\(app.id)' is already defined by \(other.file)")
-                }
-                apps[app.id] = app
-                _ = try? store.app(app.id, now: now())
-            } catch let e as ConfigError {
-                invalidApps.append((path, stem, e.description))
-                logger.error("app file skipped: \(e.description)")
-            } catch {
-                invalidApps.append((path, stem, "\(path): \(error)"))
-                logger.error("app file skipped: \(path): \(error)")
-            }
-        }
+        // Reading and checking live in AppCatalog, shared with `drowsed --check-config`.
+        let catalog = AppCatalog.load(directory: config.appsDir)
+        apps = catalog.apps
+        invalidApps = catalog.invalid.map { ($0.file, $0.id, $0.error.description) }
+        for bad in catalog.invalid { logger.error("app file skipped: \(bad.error.description)") }
+        for id in apps.keys.sorted() { _ = try? store.app(id, now: now()) }
         logger.info("loaded \(apps.count) app(s), \(invalidApps.count) invalid", metadata: ["apps": "\(apps.keys.sorted())"])
     }
 

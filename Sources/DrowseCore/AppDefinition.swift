@@ -19,6 +19,8 @@ public enum FetchInterval: Sendable, Equatable, CustomStringConvertible {
 public struct AppDefinition: Sendable, Equatable {
     public var id: String
     public var file: String
+    /// The line of `id = ...`, for errors about the id that only show beside other files.
+    public var idLine: Int?
     public var user: String?
     public var workingDirectory: String?
     public var fetchCommand: [String]?
@@ -95,7 +97,7 @@ public struct AppDefinition: Sendable, Equatable {
             return argv
         }
         return AppDefinition(
-            id: id, file: file, user: user, workingDirectory: wd, fetchCommand: resolved(fetchCommand),
+            id: id, file: file, idLine: table.line(of: "id"), user: user, workingDirectory: wd, fetchCommand: resolved(fetchCommand),
             fetchInterval: interval, notificationCommand: resolved(notificationCommand),
             notificationPublicKey: publicKey, allowDownload: allowDownload, eventsCommand: resolved(events),
             sendsLaunchEvents: launchEvents)

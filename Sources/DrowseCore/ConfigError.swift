@@ -104,6 +104,12 @@ struct TableReader {
     }
 }
 
+/// Limits on config files (drowse.toml and each apps.d file).
+public enum ConfigFile {
+    /// Far above any real config; a bigger file is refused, never read in part.
+    public static let maxSize = 1 << 20
+}
+
 /// Path helpers: config paths are relative to the folder of the file that names them.
 public enum ConfigPath {
     public static func directory(of file: String) -> String {

@@ -37,8 +37,10 @@ struct JSONParser {
         while index < bytes.count, [0x20, 0x09, 0x0A, 0x0D].contains(bytes[index]) { index += 1 }
     }
 
+    /// The value inside `depth` arrays and objects. Checked before recursing: API bodies and MQTT
+    /// payloads come from others, and 100k nested `[` would otherwise overflow the stack.
     mutating func parseValue(depth: Int) throws(JSONParseError) -> JSON {
-        guard depth <= maxDepth else { throw error("nested too deeply") }
+        guard depth <= maxDepth else { throw error("nested deeper than \(maxDepth) levels") }
         guard index < bytes.count else { throw error("unexpected end") }
         switch bytes[index] {
         case UInt8(ascii: "{"): return try parseObject(depth: depth)

@@ -40,6 +40,35 @@ public struct TOMLTable: Sendable, Equatable {
         values[key] = value
         lines[key] = line
     }
+
+    /// Changes the value under an existing `key` in place. The value is moved out first and a
+    /// placeholder left behind, so `body` holds the only reference to the tables and arrays
+    /// inside it: changing them copies nothing. (Changing a copy made 100k keys under one
+    /// header cost 100k² copies, minutes for a 1 MiB file.)
+    mutating func modify<R>(_ key: String, _ body: (inout TOMLValue) throws(TOMLParseError) -> R) throws(TOMLParseError) -> R {
+        guard var value = values.removeValue(forKey: key) else { preconditionFailure("modify(\(key)): no such key") }
+        defer { values[key] = value }
+        return try body(&value)
+    }
+}
+
+extension TOMLValue {
+    /// Left in a table while its value is being changed elsewhere (see `TOMLTable.modify`).
+    static let placeholder = TOMLValue.bool(false)
+
+    /// Moves the table out of `self`, leaving a placeholder, so the caller owns it uniquely.
+    mutating func takeTable() -> TOMLTable? {
+        guard case .table(let t) = self else { return nil }
+        self = .placeholder
+        return t
+    }
+
+    /// Moves the array out of `self`, leaving a placeholder, so the caller owns it uniquely.
+    mutating func takeArray() -> [TOMLValue]? {
+        guard case .array(let a) = self else { return nil }
+        self = .placeholder
+        return a
+    }
 }
 
 /// Why a TOML text was refused.
@@ -51,6 +80,11 @@ public struct TOMLParseError: Error, Equatable, CustomStringConvertible {
 
 /// A small strict TOML parser (the subset above; no dates, no multi-line strings).
 public struct TOMLParser {
+    /// How deep a value may sit: every key of a header or dotted key, every array and every
+    /// inline table on the way counts one level. Drowse's files use 3; the limit is there because
+    /// the parser recurses once per level, and 100k nested `[` would overflow the stack.
+    public static let maxDepth = 64
+
     private var bytes: [UInt8]
     private var i = 0
     private var line = 1
@@ -63,6 +97,7 @@ public struct TOMLParser {
     private init(bytes: [UInt8]) { self.bytes = bytes }
 
     private func fail(_ reason: String) -> TOMLParseError { TOMLParseError(line: line, reason: reason) }
+    private func tooDeep() -> TOMLParseError { fail("nested deeper than \(Self.maxDepth) levels") }
     private var atEnd: Bool { i >= bytes.count }
     private var peek: UInt8 { bytes[i] }
 
@@ -97,13 +132,13 @@ public struct TOMLParser {
     private mutating func document() throws(TOMLParseError) -> TOMLTable {
         var root = TOMLTable()
         var current: [String] = []
-        var definedTables: Set<[String]> = []
+        var definedTables = TOMLPathIndex<Int>()
         // Paths made by `[[...]]` headers: keys and headers below them go into the last element.
-        var arrayTables: Set<[String]> = []
+        var arrayTables = TOMLPathIndex<Int>()
         // Tables made by dotted keys and by inline tables, with the line that made them. TOML
         // closes both to a later `[header]`, and an inline table to dotted keys as well.
-        var dottedTables: [[String]: Int] = [:]
-        var inlineTables: [[String]: Int] = [:]
+        var dottedTables = TOMLPathIndex<Int>()
+        var inlineTables = TOMLPathIndex<Int>()
         while true {
             skipAll()
             if atEnd { break }
@@ -112,7 +147,7 @@ public struct TOMLParser {
                 let isArray = !atEnd && peek == UInt8(ascii: "[")
                 if isArray { i += 1 }
                 skipSpaces()
-                let path = try keyPath()
+                let path = try keyPath(depth: 0)
                 skipSpaces()
                 guard !atEnd, peek == UInt8(ascii: "]") else { throw fail(isArray ? "expected ']]'" : "expected ']'") }
                 i += 1
@@ -126,18 +161,17 @@ public struct TOMLParser {
                     guard !definedTables.contains(path) else { throw fail("[[\(name)]] names the table [\(name)] defined before") }
                     try Self.appendTable(&root, path, arrays: arrayTables, line: line)
                     // A new element starts empty: its sub-tables may be defined again.
-                    let below = { (p: [String]) in p.count > path.count && Array(p.prefix(path.count)) == path }
-                    definedTables = definedTables.filter { !below($0) }
-                    arrayTables = arrayTables.filter { !below($0) }
-                    dottedTables = dottedTables.filter { !below($0.key) }
-                    inlineTables = inlineTables.filter { !below($0.key) }
-                    arrayTables.insert(path)
+                    definedTables.removeAll(below: path)
+                    arrayTables.removeAll(below: path)
+                    dottedTables.removeAll(below: path)
+                    inlineTables.removeAll(below: path)
+                    arrayTables.insert(path, line)
                 } else {
                     guard !arrayTables.contains(path) else { throw fail("[\(name)] is an array of tables; add an element with [[\(name)]]") }
                     if let dotted = dottedTables[path] {
                         throw fail("table [\(name)] was already made by the dotted key on line \(dotted); it cannot also have a header")
                     }
-                    guard definedTables.insert(path).inserted else { throw fail("table [\(name)] defined twice") }
+                    guard definedTables.insert(path, line) else { throw fail("table [\(name)] defined twice") }
                     try Self.withTable(&root, path[...], above: [], arrays: arrayTables, line: line) { (_: inout TOMLTable) throws(TOMLParseError) in }
                 }
                 current = path
@@ -145,7 +179,7 @@ public struct TOMLParser {
                 continue
             }
             let keyLine = line
-            let path = try keyPath()
+            let path = try keyPath(depth: current.count)
             skipSpaces()
             guard !atEnd, peek == UInt8(ascii: "=") else { throw fail("expected '=' after key") }
             i += 1
@@ -165,10 +199,10 @@ public struct TOMLParser {
             if let closed = Self.firstClosed(current + path, in: inlineTables, includingLast: false) {
                 throw inlineClosed(closed.path, line: closed.line)
             }
-            let value = try value()
+            let value = try value(depth: current.count + path.count)
             try Self.insert(&root, current + path, value, arrays: arrayTables, line: keyLine)
-            for table in prefixes where dottedTables[table] == nil { dottedTables[table] = keyLine }
-            if case .table = value { inlineTables[current + path] = keyLine }
+            for table in prefixes { dottedTables.insert(table, keyLine) }
+            if case .table = value { inlineTables.insert(current + path, keyLine) }
             try endOfLine()
         }
         return root
@@ -176,7 +210,7 @@ public struct TOMLParser {
 
     /// The first table on the way to `path` (and `path` itself when `includingLast`) that
     /// `closed` holds, with the line that made it.
-    private static func firstClosed(_ path: [String], in closed: [[String]: Int], includingLast: Bool) -> (path: [String], line: Int)? {
+    private static func firstClosed(_ path: [String], in closed: TOMLPathIndex<Int>, includingLast: Bool) -> (path: [String], line: Int)? {
         guard !closed.isEmpty else { return nil }
         for n in 1...path.count where n < path.count || includingLast {
             if let line = closed[Array(path.prefix(n))] { return (Array(path.prefix(n)), line) }
@@ -191,31 +225,38 @@ public struct TOMLParser {
     /// Runs `body` on the table at `path` below `t`, creating tables on the way; an array of
     /// tables on the way (one in `arrays`) stands for its last element.
     private static func withTable(
-        _ t: inout TOMLTable, _ path: ArraySlice<String>, above: [String], arrays: Set<[String]>, line: Int,
+        _ t: inout TOMLTable, _ path: ArraySlice<String>, above: [String], arrays: TOMLPathIndex<Int>, line: Int,
         _ body: (inout TOMLTable) throws(TOMLParseError) -> Void
     ) throws(TOMLParseError) {
         guard let first = path.first else { return try body(&t) }
         let here = above + [first]
         let rest = path.dropFirst()
-        switch t[first] {
-        case nil:
+        guard t[first] != nil else {
             var sub = TOMLTable()
             try withTable(&sub, rest, above: here, arrays: arrays, line: line, body)
             t.set(first, .table(sub), line: line)
-        case .table(var sub)?:
-            try withTable(&sub, rest, above: here, arrays: arrays, line: line, body)
-            t.set(first, .table(sub), line: t.line(of: first) ?? line)
-        case .array(var items)? where arrays.contains(here):
-            guard case .table(var last)? = items.last else { throw TOMLParseError(line: line, reason: "'\(first)' is not a table") }
-            try withTable(&last, rest, above: here, arrays: arrays, line: line, body)
-            items[items.count - 1] = .table(last)
-            t.set(first, .array(items), line: t.line(of: first) ?? line)
-        case let other?:
-            throw TOMLParseError(line: line, reason: "'\(first)' is \(other.typeName), not a table")
+            return
+        }
+        // Changed in place (see `modify`); on a throw the whole document is dropped, so what is
+        // left behind does not matter.
+        try t.modify(first) { (value: inout TOMLValue) throws(TOMLParseError) in
+            if var sub = value.takeTable() {
+                try withTable(&sub, rest, above: here, arrays: arrays, line: line, body)
+                value = .table(sub)
+            } else if case .array = value, arrays.contains(here), var items = value.takeArray() {
+                guard !items.isEmpty, var last = items[items.count - 1].takeTable() else {
+                    throw TOMLParseError(line: line, reason: "'\(first)' is not a table")
+                }
+                try withTable(&last, rest, above: here, arrays: arrays, line: line, body)
+                items[items.count - 1] = .table(last)
+                value = .array(items)
+            } else {
+                throw TOMLParseError(line: line, reason: "'\(first)' is \(value.typeName), not a table")
+            }
         }
     }
 
-    private static func insert(_ t: inout TOMLTable, _ path: [String], _ v: TOMLValue, arrays: Set<[String]> = [], line: Int) throws(TOMLParseError) {
+    private static func insert(_ t: inout TOMLTable, _ path: [String], _ v: TOMLValue, arrays: TOMLPathIndex<Int> = TOMLPathIndex(), line: Int) throws(TOMLParseError) {
         let key = path[path.count - 1]
         try withTable(&t, path.dropLast(), above: [], arrays: arrays, line: line) { (table: inout TOMLTable) throws(TOMLParseError) in
             guard table[key] == nil else { throw TOMLParseError(line: line, reason: "key '\(key)' defined twice") }
@@ -224,29 +265,35 @@ public struct TOMLParser {
     }
 
     /// `[[path]]`: appends an empty table to the array at `path`, creating the array if needed.
-    private static func appendTable(_ t: inout TOMLTable, _ path: [String], arrays: Set<[String]>, line: Int) throws(TOMLParseError) {
+    private static func appendTable(_ t: inout TOMLTable, _ path: [String], arrays: TOMLPathIndex<Int>, line: Int) throws(TOMLParseError) {
         let key = path[path.count - 1]
         let isArrayOfTables = arrays.contains(path)
         try withTable(&t, path.dropLast(), above: [], arrays: arrays, line: line) { (table: inout TOMLTable) throws(TOMLParseError) in
             var element = TOMLTable()
             element.headerLine = line
-            switch table[key] {
-            case nil:
+            guard table[key] != nil else {
                 table.set(key, .array([.table(element)]), line: line)
-            case .array(var items)? where isArrayOfTables:
+                return
+            }
+            try table.modify(key) { (value: inout TOMLValue) throws(TOMLParseError) in
+                guard case .array = value else {
+                    throw TOMLParseError(line: line, reason: "'\(key)' is \(value.typeName), not an array of tables")
+                }
+                guard isArrayOfTables, var items = value.takeArray() else {
+                    throw TOMLParseError(line: line, reason: "'\(key)' is an array value, not an array of tables")
+                }
                 items.append(.table(element))
-                table.set(key, .array(items), line: table.line(of: key) ?? line)
-            case .array?:
-                throw TOMLParseError(line: line, reason: "'\(key)' is an array value, not an array of tables")
-            case let other?:
-                throw TOMLParseError(line: line, reason: "'\(key)' is \(other.typeName), not an array of tables")
+                value = .array(items)
             }
         }
     }
 
-    private mutating func keyPath() throws(TOMLParseError) -> [String] {
+    /// A dotted key that starts `depth` levels down. Refused as soon as it reaches too deep: a
+    /// 100k-part key would cost 100k² in the checks that follow.
+    private mutating func keyPath(depth: Int) throws(TOMLParseError) -> [String] {
         var parts = [try simpleKey()]
         while true {
+            guard depth + parts.count <= Self.maxDepth else { throw tooDeep() }
             skipSpaces()
             guard !atEnd, peek == UInt8(ascii: ".") else { return parts }
             i += 1
@@ -270,27 +317,30 @@ public struct TOMLParser {
             || c == UInt8(ascii: "_") || c == UInt8(ascii: "-")
     }
 
-    private mutating func value() throws(TOMLParseError) -> TOMLValue {
+    /// The value at `depth` (1 for `a = ...` at the top): arrays and inline tables recurse, so
+    /// the depth is checked before they do.
+    private mutating func value(depth: Int) throws(TOMLParseError) -> TOMLValue {
         guard !atEnd else { throw fail("expected a value") }
+        guard depth <= Self.maxDepth else { throw tooDeep() }
         switch peek {
         case UInt8(ascii: "\""):
             if i + 2 < bytes.count, bytes[i + 1] == 0x22, bytes[i + 2] == 0x22 { throw fail("multi-line strings are not supported") }
             return .string(try basicString())
         case UInt8(ascii: "'"): return .string(try literalString())
-        case UInt8(ascii: "["): return try array()
-        case UInt8(ascii: "{"): return try inlineTable()
+        case UInt8(ascii: "["): return try array(depth: depth)
+        case UInt8(ascii: "{"): return try inlineTable(depth: depth)
         default: return try scalar()
         }
     }
 
-    private mutating func array() throws(TOMLParseError) -> TOMLValue {
+    private mutating func array(depth: Int) throws(TOMLParseError) -> TOMLValue {
         i += 1
         var items: [TOMLValue] = []
         while true {
             skipAll()
             guard !atEnd else { throw fail("unterminated array") }
             if peek == UInt8(ascii: "]") { i += 1; return .array(items) }
-            items.append(try value())
+            items.append(try value(depth: depth + 1))
             skipAll()
             guard !atEnd else { throw fail("unterminated array") }
             if peek == UInt8(ascii: ",") { i += 1; continue }
@@ -299,16 +349,16 @@ public struct TOMLParser {
         }
     }
 
-    private mutating func inlineTable() throws(TOMLParseError) -> TOMLValue {
+    private mutating func inlineTable(depth: Int) throws(TOMLParseError) -> TOMLValue {
         i += 1
         var t = TOMLTable()
         // Inline tables nested in this one: they are complete too.
-        var inlineTables: [[String]: Int] = [:]
+        var inlineTables = TOMLPathIndex<Int>()
         skipSpaces()
         if !atEnd, peek == UInt8(ascii: "}") { i += 1; return .table(t) }
         while true {
             skipSpaces()
-            let path = try keyPath()
+            let path = try keyPath(depth: depth)
             skipSpaces()
             guard !atEnd, peek == UInt8(ascii: "=") else { throw fail("expected '=' in inline table") }
             i += 1
@@ -317,9 +367,9 @@ public struct TOMLParser {
                 throw inlineClosed(closed.path, line: closed.line)
             }
             let keyLine = line
-            let value = try value()
+            let value = try value(depth: depth + path.count)
             try Self.insert(&t, path, value, line: keyLine)
-            if case .table = value { inlineTables[path] = keyLine }
+            if case .table = value { inlineTables.insert(path, keyLine) }
             skipSpaces()
             guard !atEnd else { throw fail("unterminated inline table") }
             if peek == UInt8(ascii: ",") { i += 1; continue }

@@ -78,15 +78,16 @@ struct Drowsed: AsyncParsableCommand {
 
         let mainConfig: MainConfig
         do {
-            let text = try FileSystem.readText(path)
-            mainConfig = try MainConfig.parse(text, file: path, machineID: FileSystem.machineID())
+            // Refused, not cut, when too big; never blocks on a FIFO.
+            let bytes = try FileSystem.readRegularFile(path, limit: ConfigFile.maxSize)
+            mainConfig = try MainConfig.parse(String(decoding: bytes, as: UTF8.self), file: path, machineID: FileSystem.machineID())
         } catch let e as ConfigError {
             Self.fail(e.description)
-        } catch let e as SystemError {
-            Self.fail("\(path): cannot read the config: \(String(cString: strerror(e.errno)))")
+        } catch let e as RefusedFile {
+            Self.fail("\(path): \(e.reason)")
         }
         if checkConfig {
-            print("\(path): ok (device \(mainConfig.deviceID))")
+            Self.checkApps(mainConfig)
             return
         }
 
@@ -105,6 +106,17 @@ struct Drowsed: AsyncParsableCommand {
                 logger: logger))
         logger.info("drowsed \(Agent.version) starting", metadata: ["config": "\(path)", "device_id": "\(mainConfig.deviceID)"])
         try await group.run()
+    }
+
+    /// `--check-config` after drowse.toml passed: every app file too, one `file:line: reason`
+    /// line on stderr per bad one and exit 78, so a deploy script or a postinst can trust it.
+    static func checkApps(_ config: MainConfig) {
+        let catalog = AppCatalog.load(directory: config.appsDir)
+        for bad in catalog.invalid { StandardStream.error("\(bad.error.description)\n") }
+        guard catalog.invalid.isEmpty else { Glibc.exit(78) }
+        let apps = catalog.apps.count == 1 ? "1 app" : "\(catalog.apps.count) apps"
+        let missing = FileSystem.isDirectory(config.appsDir) ? "" : "; apps_dir \(config.appsDir) does not exist"
+        StandardStream.output("\(config.file): ok (device \(config.deviceID), \(apps)\(missing))\n")
     }
 
     /// One clear line, then exit 78 (EX_CONFIG) so systemd does not restart in a loop.

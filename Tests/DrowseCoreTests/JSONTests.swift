@@ -265,9 +265,17 @@ struct JSONTests {
         #expect(throws: JSONParseError.self) { try JSON.parse(Self.nestedArrays(65, inner: "1")) }
         // Far deeper than any stack could recurse: refused early and quickly.
         let hostile = String(repeating: "[", count: 1_000_000)
-        #expect(throws: JSONParseError.self) { try JSON.parse(hostile) }
+        #expect(throws: JSONParseError(offset: 65, reason: "nested deeper than 64 levels")) { try JSON.parse(hostile) }
         let hostileObjects = String(repeating: #"{"a":"#, count: 100_000)
-        #expect(throws: JSONParseError(offset: 65 * 5, reason: "nested too deeply")) { try JSON.parse(hostileObjects) }
+        #expect(throws: JSONParseError(offset: 65 * 5, reason: "nested deeper than 64 levels")) { try JSON.parse(hostileObjects) }
+        let mixed = String(repeating: #"[{"a":"#, count: 100_000)
+        #expect(throws: JSONParseError(offset: 32 * 6 + 1, reason: "nested deeper than 64 levels")) { try JSON.parse(mixed) }
+    }
+
+    @Test("the message names the limit the caller chose")
+    func depthMessage() {
+        #expect(throws: JSONParseError(offset: 3, reason: "nested deeper than 2 levels")) { try JSON.parse("[[[1]]]", maxDepth: 2) }
+        #expect(JSONParseError(offset: 3, reason: "nested deeper than 2 levels").description == "invalid JSON at byte 3: nested deeper than 2 levels")
     }
 
     // MARK: - Serialization

@@ -1,0 +1,21 @@
+import DrowseCore
+import DrowseSystem
+
+extension AppCatalog {
+    /// Reads every `*.toml` in `directory` (none when it does not exist). Only regular files
+    /// (or symlinks to them) are read, each up to `ConfigFile.maxSize`: a FIFO or a device
+    /// would block start-up, and a cut file could pass as a whole one. Anything else becomes
+    /// an invalid app with the reason, so one bad entry never stops the others.
+    public static func load(directory: String) -> AppCatalog {
+        let names = FileSystem.listDirectory(directory).filter { $0.hasSuffix(".toml") }
+        return AppCatalog(names.map { name in
+            let path = directory + "/" + name
+            do throws(RefusedFile) {
+                let bytes = try FileSystem.readRegularFile(path, limit: ConfigFile.maxSize)
+                return (path, .success(String(decoding: bytes, as: UTF8.self)))
+            } catch {
+                return (path, .failure(ConfigError(file: path, problem: error.reason)))
+            }
+        })
+    }
+}

@@ -1,0 +1,71 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// Why `FileSystem.readRegularFile` would not read a file; `reason` reads well after the file's name.
+public struct RefusedFile: Error, Equatable, CustomStringConvertible, Sendable {
+    public var reason: String
+    public init(_ reason: String) { self.reason = reason }
+    public var description: String { reason }
+}
+
+extension FileSystem {
+    /// The whole of a regular file of at most `limit` bytes, or why not. Made for config files:
+    /// a FIFO or a device (even through a symlink) is refused without being opened for long,
+    /// since reading one could block forever, and a bigger file is refused rather than cut
+    /// (`readFile` truncates at its limit, which would let half a file pass as a whole one).
+    /// A symlink to a regular file is read: packages often link their app files into apps.d.
+    public static func readRegularFile(_ path: String, limit: Int) throws(RefusedFile) -> [UInt8] {
+        // stat first, so that a device is never even opened (opening one can have effects).
+        var st = stat()
+        guard stat(path, &st) == 0 else { throw RefusedFile("cannot read: \(String(cString: strerror(errno)))") }
+        try checkRegular(st, limit: limit)
+        // O_NONBLOCK: should it have been swapped for a FIFO since the stat, open returns at once.
+        let fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)
+        guard fd >= 0 else { throw RefusedFile("cannot read: \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        guard fstat(fd, &st) == 0 else { throw RefusedFile("cannot read: \(String(cString: strerror(errno)))") }
+        try checkRegular(st, limit: limit)
+        // One byte more than the limit tells a file that grew since the fstat.
+        var out: [UInt8] = []
+        var buf = [UInt8](repeating: 0, count: 16384)
+        while out.count <= limit {
+            let n = buf.withUnsafeMutableBytes { read(fd, $0.baseAddress, min($0.count, limit + 1 - out.count)) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw RefusedFile("cannot read: \(String(cString: strerror(errno)))")
+            }
+            if n == 0 { break }
+            out.append(contentsOf: buf[0..<n])
+        }
+        guard out.count <= limit else { throw RefusedFile("larger than \(byteCount(limit)); refused rather than read in part") }
+        return out
+    }
+
+    private static func checkRegular(_ st: stat, limit: Int) throws(RefusedFile) {
+        let kind: String
+        switch st.st_mode & S_IFMT {
+        case S_IFREG:
+            guard st.st_size <= limit else {
+                throw RefusedFile("larger than \(byteCount(limit)) (\(st.st_size) bytes); refused rather than read in part")
+            }
+            return
+        case S_IFIFO: kind = "a FIFO"
+        case S_IFCHR: kind = "a character device"
+        case S_IFBLK: kind = "a block device"
+        case S_IFSOCK: kind = "a socket"
+        case S_IFDIR: kind = "a directory"
+        default: kind = "of an unknown kind"
+        }
+        throw RefusedFile("not a regular file (\(kind)); only regular files are read")
+    }
+
+    /// "1 MiB", "64 KiB" or "100 bytes".
+    static func byteCount(_ n: Int) -> String {
+        if n >= 1 << 20, n % (1 << 20) == 0 { return "\(n >> 20) MiB" }
+        if n >= 1 << 10, n % (1 << 10) == 0 { return "\(n >> 10) KiB" }
+        return "\(n) bytes"
+    }
+}
