@@ -120,16 +120,18 @@ final class APIHandler: ChannelInboundHandler, RemovableChannelHandler {
         }
     }
 
+    /// Path and query of a request target. Any text is accepted: `?=`, `?&&=`, `?=x` give an
+    /// empty key (which no route reads) instead of indexing past an empty split.
     static func split(_ uri: String) -> (String, [String: String]) {
-        let parts = uri.split(separator: "?", maxSplits: 1)
+        let parts = uri.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
         var query: [String: String] = [:]
         if parts.count == 2 {
             for pair in parts[1].split(separator: "&") {
-                let kv = pair.split(separator: "=", maxSplits: 1)
+                let kv = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
                 query[String(kv[0])] = kv.count == 2 ? String(kv[1]) : ""
             }
         }
-        return (String(parts.first ?? ""), query)
+        return (String(parts[0]), query)
     }
 
     func respond(context: ChannelHandlerContext, status: Int, json: JSON, keepAlive: Bool) {
