@@ -25,15 +25,41 @@ public struct APIRouter: Sendable {
 
     private func body(_ req: APIRequest) throws(APIError) -> JSON {
         if req.body.isEmpty { return .object([]) }
-        do {
-            let j = try JSON.parse(bytes: req.body)
-            guard case .object = j else { throw APIError.badRequest("the body must be a JSON object") }
-            return j
-        } catch let e as JSONParseError {
-            throw .badRequest(e.description)
-        } catch {
-            throw error as! APIError
+        let j: JSON
+        do { j = try JSON.parse(bytes: req.body) } catch { throw .badRequest(error.description) }
+        guard case .object = j else { throw APIError.badRequest("the body must be a JSON object") }
+        return j
+    }
+
+    /// A string member, absent or null for nil; any other type is the caller's mistake, said
+    /// so rather than read as absent (`"to": 5` must not download to the inbox instead).
+    private func string(_ b: JSON, _ key: String) throws(APIError) -> String? {
+        guard let v = b[key], !v.isNull else { return nil }
+        guard let s = v.stringValue else { throw .badRequest("'\(key)' must be a string") }
+        return s
+    }
+
+    private func flag(_ b: JSON, _ key: String) throws(APIError) -> Bool {
+        guard let v = b[key], !v.isNull else { return false }
+        guard let f = v.boolValue else { throw .badRequest("'\(key)' must be true or false") }
+        return f
+    }
+
+    /// `timeout_resource`: seconds as a number, or a duration such as "7d". Checked here, at the
+    /// edge, to be finite, above zero and at most `TimeLimits.maxDuration` (3650 days): 1e300
+    /// or 1e999 (which parses as infinity) once became a deadline that trapped in a timer.
+    private func duration(_ b: JSON, _ key: String) throws(APIError) -> Double? {
+        guard let v = b[key], !v.isNull else { return nil }
+        let seconds: Double?
+        switch v {
+        case .number(let n): seconds = n
+        case .string(let s): seconds = DurationText.parse(s)?.seconds
+        default: seconds = nil
         }
+        guard let seconds, TimeLimits.isValidDuration(seconds) else {
+            throw .badRequest("'\(key)' is a number of seconds or a duration like \"7d\", above 0 and at most 3650 days")
+        }
+        return seconds
     }
 
     private func route(_ req: APIRequest, caller: Caller) async throws(APIError) -> JSON {
@@ -67,27 +93,22 @@ public struct APIRouter: Sendable {
             return .array(try await agent.transfers(app: req.query["app"], caller: caller).map(\.json))
         case ("POST", 1) where p[0] == "transfers":
             let b = try body(req)
-            guard let url = b["url"]?.stringValue, let app = b["app"]?.stringValue else {
+            guard let url = try string(b, "url"), let app = try string(b, "app") else {
                 throw .badRequest("'url' and 'app' are required")
             }
-            let kind = Transfer.Kind(rawValue: b["kind"]?.stringValue ?? "download")
+            let kind = Transfer.Kind(rawValue: try string(b, "kind") ?? "download")
             guard let kind else { throw .badRequest("'kind' is download or upload") }
             var r = TransferRequest(
-                kind: kind, url: url, app: app, session: b["session"]?.stringValue ?? "default",
-                destination: b["to"]?.stringValue, sha256: b["sha256"]?.stringValue, source: b["file"]?.stringValue)
-            if let p = b["protocol"]?.stringValue {
+                kind: kind, url: url, app: app, session: try string(b, "session") ?? "default",
+                destination: try string(b, "to"), sha256: try string(b, "sha256"), source: try string(b, "file"))
+            if let p = try string(b, "protocol") {
                 guard let proto = UploadProtocol(rawValue: p) else { throw .badRequest("'protocol' is one of auto, ietf, ietf-3, tus, put") }
                 r.uploadProtocol = proto
             }
             r.requirements = TransferRequirements(
-                discretionary: b["discretionary"]?.boolValue ?? false, noCellular: b["no_cellular"]?.boolValue ?? false,
-                requiresPower: b["requires_power"]?.boolValue ?? false)
-            if let t = b["timeout_resource"], !t.isNull {
-                guard let seconds = t.doubleValue ?? t.stringValue.flatMap(DurationText.parse).map(\.seconds), seconds > 0 else {
-                    throw .badRequest("'timeout_resource' is a number of seconds or a duration like \"7d\"")
-                }
-                r.timeoutResource = seconds
-            }
+                discretionary: try flag(b, "discretionary"), noCellular: try flag(b, "no_cellular"),
+                requiresPower: try flag(b, "requires_power"))
+            if let seconds = try duration(b, "timeout_resource") { r.timeoutResource = seconds }
             return try await agent.createTransfer(r, caller: caller).json
         case ("GET", 2) where p[0] == "transfers":
             return try await agent.transfer(p[1], caller: caller).json

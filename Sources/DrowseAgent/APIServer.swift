@@ -13,6 +13,25 @@ import ServiceLifecycle
 /// SO_PEERCRED. It shares NIO's singleton event loops with Swift concurrency; they sleep
 /// in epoll when nobody calls.
 public struct APIServer: Service {
+    /// Connections open at once; more wait in the listen backlog (also 64) until one closes.
+    /// A board's apps and scripts need a handful; the cap keeps any one local user from
+    /// spending the daemon's file descriptors, which MQTT, SQLite and transfers need too.
+    public static let maxConnections = 64
+    /// A connection is closed when no whole request arrives within this long of its opening or
+    /// of its last response: idle keep-alive connections do not hold one of the 64 places, and
+    /// a client that sends a request a byte at a time does not either. The timer exists only
+    /// while a client holds a connection open, so an idle daemon still sleeps.
+    public static let idleTimeout = TimeAmount.seconds(10)
+    /// Request line and headers: far more than any client of this API sends, far less than
+    /// NIO's defaults (80 KiB per field, 80 KiB in all, 65 534 fields).
+    static let decoderLimits: NIOHTTPDecoderLimitConfiguration = {
+        var l = NIOHTTPDecoderLimitConfiguration()
+        l.maxHeaderFieldSize = 16 * 1024
+        l.maxHeaderListSize = 32 * 1024
+        l.maxHeaderFieldCount = 100
+        return l
+    }()
+
     let path: String
     let router: APIRouter
     let logger: Logger
@@ -32,11 +51,21 @@ public struct APIServer: Service {
         let router = self.router
         let logger = self.logger
         let channel = try await ServerBootstrap(group: group)
-            .serverChannelOption(ChannelOptions.backlog, value: 64)
-            .childChannelInitializer { channel in
-                channel.pipeline.configureHTTPServerPipeline(withErrorHandling: true).flatMapThrowing {
-                    try channel.pipeline.syncOperations.addHandler(APIHandler(router: router, logger: logger))
+            .serverChannelOption(ChannelOptions.backlog, value: Int32(Self.maxConnections))
+            // One accept per read, so that the limiter can stop exactly at the cap.
+            .serverChannelOption(ChannelOptions.maxMessagesPerRead, value: 1)
+            .serverChannelInitializer { channel in
+                // The connection cap, and the pause after a failed accept (EMFILE) that keeps the
+                // event loop from retrying at 100 % CPU (see APIConnectionLimiter for why not NIO's).
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(APIConnectionLimiter(limit: Self.maxConnections, logger: logger))
                 }
+            }
+            .childChannelInitializer { channel in
+                channel.pipeline.configureHTTPServerPipeline(withErrorHandling: true, withDecoderLimitConfiguration: Self.decoderLimits)
+                    .flatMapThrowing {
+                        try channel.pipeline.syncOperations.addHandler(APIHandler(router: router, logger: logger))
+                    }
             }
             .bind(unixDomainSocketPath: path, cleanupExistingSocketFile: true)
             .get()
@@ -70,13 +99,39 @@ final class APIHandler: ChannelInboundHandler, RemovableChannelHandler {
     var body: [UInt8] = []
     var tooLarge = false
     var caller: Caller?
+    /// Armed while the connection waits for a whole request (see `APIServer.idleTimeout`).
+    var idleTimer: Scheduled<Void>?
 
     init(router: APIRouter, logger: Logger) {
         self.router = router
         self.logger = logger
     }
 
+    private func armIdleTimer(context: ChannelHandlerContext) {
+        idleTimer?.cancel()
+        let channel = context.channel
+        idleTimer = context.eventLoop.scheduleTask(in: APIServer.idleTimeout) { channel.close(promise: nil) }
+    }
+
+    private func disarmIdleTimer() {
+        idleTimer?.cancel()
+        idleTimer = nil
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) { disarmIdleTimer() }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        disarmIdleTimer()
+        context.fireChannelInactive()
+    }
+
+    /// A reset or a broken connection: nothing to answer on it.
+    func errorCaught(context: ChannelHandlerContext, error: Error) {
+        context.close(promise: nil)
+    }
+
     func channelActive(context: ChannelHandlerContext) {
+        armIdleTimer(context: context)
         if let provider = context.channel as? SocketOptionProvider {
             let f: EventLoopFuture<PeerCredentials> = provider.unsafeGetSocketOption(level: SocketOptionLevel(SOL_SOCKET), name: SO_PEERCRED)
             let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
@@ -98,6 +153,7 @@ final class APIHandler: ChannelInboundHandler, RemovableChannelHandler {
         case .end:
             guard let head else { return }
             self.head = nil
+            disarmIdleTimer()  // the request is whole: its answer may take as long as a fetch does
             let keepAlive = head.isKeepAlive
             let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
             if tooLarge {
@@ -120,16 +176,18 @@ final class APIHandler: ChannelInboundHandler, RemovableChannelHandler {
         }
     }
 
+    /// Path and query of a request target. Any text is accepted: `?=`, `?&&=`, `?=x` give an
+    /// empty key (which no route reads) instead of indexing past an empty split.
     static func split(_ uri: String) -> (String, [String: String]) {
-        let parts = uri.split(separator: "?", maxSplits: 1)
+        let parts = uri.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
         var query: [String: String] = [:]
         if parts.count == 2 {
             for pair in parts[1].split(separator: "&") {
-                let kv = pair.split(separator: "=", maxSplits: 1)
+                let kv = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
                 query[String(kv[0])] = kv.count == 2 ? String(kv[1]) : ""
             }
         }
-        return (String(parts.first ?? ""), query)
+        return (String(parts[0]), query)
     }
 
     func respond(context: ChannelHandlerContext, status: Int, json: JSON, keepAlive: Bool) {
@@ -147,6 +205,8 @@ final class APIHandler: ChannelInboundHandler, RemovableChannelHandler {
         if !keepAlive {
             let ch = context.channel
             done.whenComplete { _ in ch.close(promise: nil) }
+        } else if context.channel.isActive {
+            armIdleTimer(context: context)
         }
     }
 }

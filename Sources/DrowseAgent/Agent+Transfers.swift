@@ -31,7 +31,7 @@ extension Agent {
         var opts = TransferEngine.Options(
             maxConnectionsPerHost: config.transfers.maxConnectionsPerHost,
             commitInterval: config.transfers.commitInterval.seconds, commitBytes: Int64(config.transfers.commitBytes))
-        opts.lowSpeedTime = max(1, Int(config.transfers.stallTimeout.seconds.rounded()))
+        opts.lowSpeedTime = max(1, Int(saturating: config.transfers.stallTimeout.seconds, rounding: .toNearestOrAwayFromZero))
         opts.maxUnknownSize = config.transfers.maxUnknownSize
         engine = TransferEngine(options: opts, logger: logger) { continuation.yield($0) }
         background.append(Task {
@@ -379,7 +379,7 @@ extension Agent {
                 t.retries = retry.retries
                 t.nextRetryAt = retry.nextRetryAt
                 t.state = error.noSpace ? .paused : .waiting
-                t.reason = (error.noSpace ? "paused: disk full (" : "retrying in \(Int(delay.rounded(.up)))s after: ") + error.reason + (error.noSpace ? ")" : "")
+                t.reason = (error.noSpace ? "paused: disk full (" : "retrying in \(Int(saturating: delay, rounding: .up))s after: ") + error.reason + (error.noSpace ? ")" : "")
                 persist(t)
                 logger.warning("transfer attempt failed: \(error.reason); retry in \(delay)s", metadata: ["transfer.id": "\(id)"])
                 retryTimers[id] = WakeTimer.after(delay) { Task { await self.retry(id) } }

@@ -1,3 +1,4 @@
+import DrowseCore
 import NIOCore
 import NIOPosix
 
@@ -10,11 +11,17 @@ import NIOPosix
 public struct WakeTimer: Sendable {
     private let scheduled: Scheduled<Void>
 
-    /// Runs `body` once, `seconds` from now.
+    /// Runs `body` once, `seconds` from now. Any Double is accepted: negatives fire at once,
+    /// NaN and delays beyond `TimeLimits.maxTimerDelay` (ten years) wait that long, so a
+    /// deadline computed from a bad stored value cannot trap or spin.
     public static func after(_ seconds: Double, _ body: @escaping @Sendable () -> Void) -> WakeTimer {
         let loop = MultiThreadedEventLoopGroup.singleton.any()
-        let ms = Int64((max(0, seconds) * 1000).rounded(.up))
-        return WakeTimer(scheduled: loop.scheduleTask(in: .milliseconds(ms)) { body() })
+        return WakeTimer(scheduled: loop.scheduleTask(in: amount(seconds)) { body() })
+    }
+
+    /// The delay as NIO takes it, rounded up to whole milliseconds.
+    static func amount(_ seconds: Double) -> TimeAmount {
+        .milliseconds(Int64(saturating: TimeLimits.timerDelay(seconds) * 1000, rounding: .up))
     }
 
     public func cancel() { scheduled.cancel() }

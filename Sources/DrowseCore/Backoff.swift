@@ -11,10 +11,15 @@ public struct Backoff: Sendable {
     }
 
     /// The delay before the next attempt; `unit` is a uniform random number in [0, 1).
+    /// Always finite and within [0, `TimeLimits.maxTimerDelay`], whatever `base` and `cap`
+    /// hold: callers turn it into timers and whole seconds, where NaN or infinity would trap.
     public mutating func next(unit: Double) -> Double {
-        let ceiling = min(cap, base * Double(1 << min(attempt, 30)))
-        attempt += 1
-        return ceiling / 2 + ceiling / 2 * unit
+        let limit = TimeLimits.maxTimerDelay
+        let raw = min(cap, base * Double(1 << min(attempt, 30)))
+        let ceiling = raw.clamped(to: 0...limit, nanValue: limit)
+        if attempt < Int.max { attempt += 1 }
+        let u = unit.clamped(to: 0...1, nanValue: 1)
+        return ceiling / 2 + ceiling / 2 * u
     }
 
     public mutating func reset() { attempt = 0 }

@@ -32,13 +32,14 @@ public enum DurationText {
 
     /// Short human form, e.g. `90s` → `1m30s`.
     public static func format(_ d: Duration) -> String {
-        var ms = d.milliseconds
-        if ms == 0 { return "0s" }
-        var out = ms < 0 ? "-" : ""
-        ms = abs(ms)
+        let signed = d.milliseconds
+        if signed == 0 { return "0s" }
+        var out = signed < 0 ? "-" : ""
+        // The magnitude, not abs(): abs(Int64.min) traps.
+        let ms = signed.magnitude
         if ms < 1000 { return out + "\(ms)ms" }
         var s = ms / 1000
-        for (unit, size) in [("d", Int64(86400)), ("h", 3600), ("m", 60)] where s >= size {
+        for (unit, size) in [("d", UInt64(86400)), ("h", 3600), ("m", 60)] where s >= size {
             out += "\(s / size)\(unit)"
             s %= size
         }
@@ -48,9 +49,15 @@ public enum DurationText {
 }
 
 extension Duration {
+    /// Whole milliseconds, saturating at `Int64.min`/`.max`: a Duration holds about ±1.7e20 s,
+    /// far more milliseconds than an Int64 (and `seconds * 1000` would trap).
     public var milliseconds: Int64 {
         let c = components
-        return c.seconds * 1000 + c.attoseconds / 1_000_000_000_000_000
+        let (ms, overflow) = c.seconds.multipliedReportingOverflow(by: 1000)
+        if overflow { return c.seconds < 0 ? .min : .max }
+        let (sum, overflow2) = ms.addingReportingOverflow(c.attoseconds / 1_000_000_000_000_000)
+        if overflow2 { return ms < 0 ? .min : .max }
+        return sum
     }
 
     public var seconds: Double {

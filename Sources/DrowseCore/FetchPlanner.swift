@@ -85,7 +85,7 @@ public struct FetchPlanner: Sendable {
 
     public func effectiveInterval(_ app: AppInput) -> Double? {
         guard let interval = app.interval else { return nil }
-        let doublings = min(app.consecutiveFailures + (app.lastTimedOut ? 1 : 0), maxBackoffDoublings)
+        let doublings = min(min(app.consecutiveFailures, maxBackoffDoublings) + (app.lastTimedOut ? 1 : 0), maxBackoffDoublings)
         let stretch = min(1 + 0.5 * Double(app.consecutiveNoData), maxNoDataStretch)
         return interval.seconds * Double(1 << doublings) * (app.consecutiveFailures > 0 ? 1 : stretch)
     }

@@ -71,6 +71,39 @@ public struct Transfer: Sendable, Equatable {
         self.timeoutAt = createdAt + 7 * 86400
     }
 
+    /// No real size reaches 2⁵³ bytes (8 PiB); above it sizes lose precision as JSON numbers
+    /// and offset arithmetic (`done + chunk`) comes near Int64 overflow.
+    public static let maxBytes: Int64 = 1 << 53
+
+    /// Why this transfer cannot be one drowsed wrote, or nil when it can. Checked when a stored
+    /// row is loaded: `state.db` can be edited (or damaged), and a value such as a timeout
+    /// of 1e300 would otherwise be turned into a timer on every start.
+    public var problem: String? {
+        if id.isEmpty || app.isEmpty { return "id or app is empty" }
+        if !URLParts.isTransferURL(url) { return "url '\(url)' is not http or https" }
+        if !TimeLimits.isValidUnixTime(createdAt) { return "created_at \(createdAt) is not a Unix time" }
+        if let f = finishedAt, !TimeLimits.isValidUnixTime(f) { return "finished_at \(f) is not a Unix time" }
+        if let t = timeoutAt, !TimeLimits.isValidUnixTime(t) { return "timeout_at \(t) is not a Unix time" }
+        if !(0...Self.maxBytes).contains(bytesDone) { return "bytes_done \(bytesDone) is not a byte count" }
+        if let n = bytesTotal, !(0...Self.maxBytes).contains(n) { return "bytes_total \(n) is not a byte count" }
+        return nil
+    }
+
+    /// This transfer made safe to keep and show: failed with `reason`, every bad value dropped.
+    /// What was wrong stays readable in `reason`; nothing in it can trap or arm a timer.
+    public func refused(_ why: String) -> Transfer {
+        var t = self
+        t.state = .failed
+        t.reason = "refused: the stored transfer is invalid (\(why))"
+        if !TimeLimits.isValidUnixTime(t.createdAt) { t.createdAt = 0 }
+        if let f = t.finishedAt, !TimeLimits.isValidUnixTime(f) { t.finishedAt = nil }
+        t.timeoutAt = nil
+        t.nextRetryAt = nil
+        if !(0...Self.maxBytes).contains(t.bytesDone) { t.bytesDone = 0 }
+        if let n = t.bytesTotal, !(0...Self.maxBytes).contains(n) { t.bytesTotal = nil }
+        return t
+    }
+
     /// The SPEC's `--json` shape.
     public var json: JSON {
         [

@@ -36,7 +36,7 @@ public struct UsageModel: Sendable, Equatable {
                     let d = abs(phases[j] - p)
                     return min(d, period - d) <= window / 2
                 }
-                let periods = Set(similar.map { Int(((uses[$0] + utcOffset) / period).rounded(.down)) })
+                let periods = Set(similar.map { Int(saturating: (uses[$0] + utcOffset) / period, rounding: .down) })
                 guard periods.count >= 2, similar.first == i else { continue }
                 // The cluster's typical phase: the median of its members.
                 let members = similar.map { phases[$0] }.sorted()

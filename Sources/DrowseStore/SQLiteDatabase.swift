@@ -83,7 +83,17 @@ public final class SQLiteDatabase {
                 case SQLITE_INTEGER: row.append(.int(sqlite3_column_int64(stmt, c)))
                 case SQLITE_FLOAT: row.append(.double(sqlite3_column_double(stmt, c)))
                 case SQLITE_NULL: row.append(.null)
-                default: row.append(.text(String(cString: sqlite3_column_text(stmt, c))))
+                default:
+                    // TEXT, or a BLOB someone stored: read by length (a BLOB may hold NUL bytes and need
+                    // not be UTF-8; invalid sequences become U+FFFD), never through a NULL pointer.
+                    // column_text first: it converts a BLOB, and column_bytes then gives that text's length.
+                    let text: UnsafePointer<UInt8>? = sqlite3_column_text(stmt, c)
+                    let count = Int(sqlite3_column_bytes(stmt, c))
+                    if let p = text, count > 0 {
+                        row.append(.text(String(decoding: UnsafeBufferPointer(start: p, count: count), as: UTF8.self)))
+                    } else {
+                        row.append(.text(""))
+                    }
                 }
             }
             rows.append(row)
@@ -145,7 +155,9 @@ extension SQLValue {
     public var int64: Int64? {
         switch self {
         case .int(let v): return v
-        case .double(let d): return Int64(d)
+        // A REAL where an integer belongs (SQLite keeps 1e300 or 1.5 in an INTEGER column as
+        // REAL): only an exact integer counts, and Int64(1e300) would trap.
+        case .double(let d): return Int64(exactly: d)
         default: return nil
         }
     }

@@ -44,11 +44,26 @@ extension Store {
         let row = try db.query(
             "SELECT registered_at, last_fetch, last_result, consecutive_failures, last_used, consecutive_no_data, last_timed_out FROM apps WHERE id = ?",
             [.text(id)])[0]
+        // Values drowsed cannot have written (an edited or damaged state.db) are dropped here, at
+        // the edge: the planner does arithmetic on them (1e300 as a last fetch, or a failure
+        // count of Int64.max plus one, would trap).
         return AppRecord(
-            id: id, registeredAt: row[0].double ?? now, lastFetch: row[1].double,
+            id: id, registeredAt: Self.unixTime(row[0]) ?? now, lastFetch: Self.unixTime(row[1]),
             lastResult: row[2].string.flatMap(FetchResult.init(rawValue:)),
-            consecutiveFailures: Int(row[3].int64 ?? 0), lastUsed: row[4].double,
-            consecutiveNoData: Int(row[5].int64 ?? 0), lastTimedOut: (row[6].int64 ?? 0) != 0)
+            consecutiveFailures: Self.count(row[3]), lastUsed: Self.unixTime(row[4]),
+            consecutiveNoData: Self.count(row[5]), lastTimedOut: (row[6].int64 ?? 0) != 0)
+    }
+
+    /// A stored time, or nil when it is not a Unix time drowsed could have written.
+    static func unixTime(_ v: SQLValue) -> Double? {
+        guard let t = v.double, TimeLimits.isValidUnixTime(t) else { return nil }
+        return t
+    }
+
+    /// A stored counter of consecutive results, within 0...1_000_000 (a million fetches in a row
+    /// is decades of them; the planner stops doubling long before).
+    static func count(_ v: SQLValue) -> Int {
+        Int(min(max(v.int64 ?? 0, 0), 1_000_000))
     }
 
     /// Records a finished run; fetch runs also move the app's fetch bookkeeping, and a
@@ -88,18 +103,24 @@ extension Store {
             RunRecord(
                 app: app, event: HandlerEvent(rawValue: r[0].string ?? "") ?? .fetch, trigger: r[1].string,
                 result: FetchResult(rawValue: r[2].string ?? "") ?? .failed, ending: r[3].string ?? "",
-                startedAt: r[4].double ?? 0, endedAt: r[5].double ?? 0)
+                startedAt: Self.unixTime(r[4]) ?? 0, endedAt: Self.unixTime(r[5]) ?? 0)
         }
     }
 
     /// Handler seconds of an app's runs since `since` (its share of the daily budget).
     public func runtime(app: String, since: Double) throws(StoreError) -> Double {
-        try db.query("SELECT COALESCE(SUM(ended_at - started_at), 0) FROM runs WHERE app = ? AND started_at >= ?", [.text(app), .double(since)])[0][0].double ?? 0
+        // Each run counts between 0 and a day: a stored run with an absurd end cannot use up the budget for ever.
+        let sum = try db.query(
+            "SELECT COALESCE(SUM(MIN(MAX(ended_at - started_at, 0), 86400)), 0) FROM runs WHERE app = ? AND started_at >= ?",
+            [.text(app), .double(since)])[0][0].double ?? 0
+        return sum.isFinite ? sum : 0
     }
 
     /// The newest uses of an app's data, oldest first.
     public func uses(app: String, limit: Int = 60) throws(StoreError) -> [Double] {
-        try db.query("SELECT at FROM usage WHERE app = ? ORDER BY seq DESC LIMIT ?", [.text(app), .int(Int64(limit))]).compactMap { $0[0].double }.reversed()
+        // Usage learning divides these into periods and makes integers of them: skip what is not a Unix time.
+        try db.query("SELECT at FROM usage WHERE app = ? ORDER BY seq DESC LIMIT ?", [.text(app), .int(Int64(limit))])
+            .compactMap { Self.unixTime($0[0]) }.reversed()
     }
 
     public func recordUse(app: String, at: Double) throws(StoreError) {

@@ -41,7 +41,7 @@ extension Store {
             "SELECT seq, app, payload, received_at, state, signed FROM notifications WHERE state IN ('pending', 'deferred') ORDER BY seq"
         ).map {
             NotificationRecord(
-                seq: $0[0].int64 ?? 0, app: $0[1].string ?? "", payload: $0[2].string ?? "", receivedAt: $0[3].double ?? 0,
+                seq: $0[0].int64 ?? 0, app: $0[1].string ?? "", payload: $0[2].string ?? "", receivedAt: Self.unixTime($0[3]) ?? 0,
                 state: $0[4].string ?? "pending", signed: ($0[5].int64 ?? 0) != 0)
         }
     }

@@ -14,32 +14,71 @@ extension Store {
          .int(Int64(t.attempts)), .int(Int64(t.retries)), SQLValue(t.nextRetryAt)]
     }
 
-    private func transfer(_ r: [SQLValue]) -> Transfer {
+    /// Decodes a row. A row drowsed cannot have written (wrong types, an unknown kind or state,
+    /// a time or size out of range) is not trusted: it comes back failed, with what was wrong
+    /// as its reason and the bad values dropped (`Transfer.refused`), so the daemon starts and
+    /// the app hears of it, instead of crashing on the value at every start.
+    func transfer(_ r: [SQLValue]) -> Transfer {
+        var problems: [String] = []
+        func text(_ i: Int, _ name: String) -> String {
+            if let s = r[i].string { return s }
+            problems.append("\(name) is not text")
+            return ""
+        }
+        func optionalText(_ i: Int, _ name: String) -> String? {
+            if case .null = r[i] { return nil }
+            return text(i, name)
+        }
+        func integer(_ i: Int, _ name: String) -> Int64? {
+            switch r[i] {
+            case .null: return nil
+            case .int(let v): return v
+            default: problems.append("\(name) is not an integer"); return nil
+            }
+        }
+        func number(_ i: Int, _ name: String) -> Double? {
+            switch r[i] {
+            case .null: return nil
+            case .int(let v): return Double(v)
+            case .double(let d): return d
+            case .text: problems.append("\(name) is not a number"); return nil
+            }
+        }
+        func uid(_ i: Int, _ name: String) -> UInt32? {
+            guard let v = integer(i, name) else { return nil }
+            guard let id = UInt32(exactly: v) else { problems.append("\(name) \(v) is not a user or group id"); return nil }
+            return id
+        }
+        let kindText = text(3, "kind")
+        let kind = Transfer.Kind(rawValue: kindText)
+        if kind == nil { problems.append("unknown kind '\(kindText)'") }
         var t = Transfer(
-            id: r[0].string ?? "", app: r[1].string ?? "", session: r[2].string ?? "",
-            kind: Transfer.Kind(rawValue: r[3].string ?? "") ?? .download, url: r[5].string ?? "",
-            destination: r[6].string, sha256: r[7].string, createdAt: r[14].double ?? 0)
-        t.state = Transfer.State(rawValue: r[4].string ?? "") ?? .failed
-        t.bytesDone = r[8].int64 ?? 0
-        t.bytesTotal = r[9].int64
-        t.reason = r[10].string
-        t.location = r[11].string
-        t.etag = r[12].string
-        t.lastModified = r[13].string
-        t.finishedAt = r[15].double
-        t.delivered = (r[16].int64 ?? 0) != 0
-        t.source = r[17].string
-        t.uploadProtocol = r[18].string
-        t.uploadURL = r[19].string
-        t.timeoutAt = r[20].double
-        t.ownerUID = r[21].int64.map { UInt32(truncatingIfNeeded: $0) }
-        t.ownerGID = r[22].int64.map { UInt32(truncatingIfNeeded: $0) }
+            id: text(0, "id"), app: text(1, "app"), session: text(2, "session"), kind: kind ?? .download, url: text(5, "url"),
+            destination: optionalText(6, "destination"), sha256: optionalText(7, "sha256"), createdAt: number(14, "created_at") ?? 0)
+        let stateText = text(4, "state")
+        if let state = Transfer.State(rawValue: stateText) { t.state = state } else { problems.append("unknown state '\(stateText)'") }
+        t.bytesDone = integer(8, "bytes_done") ?? 0
+        t.bytesTotal = integer(9, "bytes_total")
+        t.reason = optionalText(10, "reason")
+        t.location = optionalText(11, "location")
+        t.etag = optionalText(12, "etag")
+        t.lastModified = optionalText(13, "last_modified")
+        t.finishedAt = number(15, "finished_at")
+        t.delivered = (integer(16, "delivered") ?? 0) != 0
+        t.source = optionalText(17, "source")
+        t.uploadProtocol = optionalText(18, "protocol")
+        t.uploadURL = optionalText(19, "upload_url")
+        t.timeoutAt = number(20, "timeout_at")
+        t.ownerUID = uid(21, "owner_uid")
+        t.ownerGID = uid(22, "owner_gid")
         t.requirements = TransferRequirements(
-            discretionary: (r[23].int64 ?? 0) != 0, noCellular: (r[24].int64 ?? 0) != 0, requiresPower: (r[25].int64 ?? 0) != 0)
-        t.attempts = Int(clamping: r[26].int64 ?? 0)
-        t.retries = Int(clamping: r[27].int64 ?? 0)
-        t.nextRetryAt = r[28].double
-        return t
+            discretionary: (integer(23, "discretionary") ?? 0) != 0, noCellular: (integer(24, "no_cellular") ?? 0) != 0,
+            requiresPower: (integer(25, "requires_power") ?? 0) != 0)
+        t.attempts = Int(clamping: max(0, integer(26, "attempts") ?? 0))
+        t.retries = Int(clamping: max(0, integer(27, "retries") ?? 0))
+        t.nextRetryAt = number(28, "next_retry_at")
+        if let p = t.problem { problems.append(p) }
+        return problems.isEmpty ? t : t.refused(problems.joined(separator: "; "))
     }
 
     /// Inserts or replaces the whole row.

@@ -71,4 +71,15 @@ struct BackoffTests {
         #expect(b.next(unit: 0) == 2)
         #expect(b.next(unit: 1) == 4)
     }
+
+    @Test("delays stay finite and bounded whatever base, cap and unit hold")
+    func nonFiniteInputs() {
+        for (base, cap) in [(Double.infinity, Double.infinity), (.nan, 10), (1, .nan), (1e300, 1e300), (-5, 10)] {
+            var b = Backoff(base: base, cap: cap)
+            for unit in [0, 0.5, .nan, 7, -1] {
+                let d = b.next(unit: unit)
+                #expect(d.isFinite && d >= 0 && d <= TimeLimits.maxTimerDelay, "base \(base) cap \(cap) unit \(unit): \(d)")
+            }
+        }
+    }
 }

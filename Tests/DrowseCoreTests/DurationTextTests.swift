@@ -86,4 +86,13 @@ struct DurationTextTests {
         #expect(Duration.seconds(86_400 * 365).seconds == 31_536_000)
         #expect(Duration.zero.seconds == 0)
     }
+
+    @Test("milliseconds saturate for durations beyond Int64 milliseconds, and format does not trap")
+    func hugeDurations() {
+        #expect(Duration.seconds(Int64.max).milliseconds == .max)
+        #expect(Duration.seconds(Int64.min).milliseconds == .min)
+        #expect(Duration.seconds(9_223_372_036_854_775).milliseconds == 9_223_372_036_854_775_000)
+        #expect(DurationText.format(.seconds(Int64.max)).hasSuffix("s"))
+        #expect(DurationText.format(.seconds(Int64.min)).hasPrefix("-"))
+    }
 }

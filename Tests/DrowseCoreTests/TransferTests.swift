@@ -41,4 +41,51 @@ struct TransferTests {
         #expect(try JSON.parse(j.serialized) == j)
         #expect(j.serialized.hasPrefix(#"{"id":"t1","app":"weather","session":"s","kind":"upload","state":"running""#))
     }
+
+    @Test("a transfer drowsed could have written has no problem")
+    func validHasNoProblem() {
+        var t = Transfer(id: "t1", app: "a", session: "s", kind: .download, url: "https://h/f", destination: nil, sha256: nil,
+            createdAt: 1_700_000_000)
+        t.bytesDone = 10
+        t.bytesTotal = 20
+        #expect(t.problem == nil)
+    }
+
+    @Test("values no drowsed writes are problems", arguments: [
+        "timeout_at=1e300", "timeout_at=inf", "created_at", "finished_at", "bytes_done=-1", "bytes_done=max", "bytes_total",
+        "url", "id",
+    ])
+    func problems(spoil: String) {
+        var t = Transfer(id: "t1", app: "a", session: "s", kind: .download, url: "https://h/f", destination: nil, sha256: nil,
+            createdAt: 1_700_000_000)
+        switch spoil {
+        case "timeout_at=1e300": t.timeoutAt = 1e300
+        case "timeout_at=inf": t.timeoutAt = .infinity
+        case "created_at": t.createdAt = -1
+        case "finished_at": t.finishedAt = .nan
+        case "bytes_done=-1": t.bytesDone = -1
+        case "bytes_done=max": t.bytesDone = .max
+        case "bytes_total": t.bytesTotal = -5
+        case "url": t.url = "file:///etc/shadow"
+        default: t.id = ""
+        }
+        let field = String(spoil.prefix { $0 != "=" })
+        #expect(t.problem?.contains(field) == true, "\(t.problem ?? "no problem")")
+    }
+
+    @Test("a refused transfer is failed, says why, and keeps no value that could arm a timer")
+    func refused() {
+        var t = Transfer(id: "t1", app: "a", session: "s", kind: .download, url: "https://h/f", destination: nil, sha256: nil,
+            createdAt: .infinity)
+        t.timeoutAt = 1e300
+        t.bytesDone = -3
+        t.bytesTotal = .max
+        t.finishedAt = 1e300
+        let r = t.refused(t.problem ?? "")
+        #expect(r.state == .failed)
+        #expect(r.reason?.hasPrefix("refused: the stored transfer is invalid (") == true)
+        #expect(r.timeoutAt == nil && r.finishedAt == nil && r.bytesTotal == nil)
+        #expect(r.bytesDone == 0 && r.createdAt == 0)
+        #expect(r.refused("again").problem == nil)
+    }
 }
