@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# Downloads over a link that resets every TCP connection after RESET_BYTES (default 8000000):
+# drowse against `curl --retry 20 --retry-all-errors -C -`, and each against the same download on
+# a clean link, in the same run.
+#
+#   deploy/bench-flaky-link.sh [ROUNDS] [SIZE_MIB]    interleaved rounds (default 3) of one
+#                                                     SIZE_MIB file (default 64)
+#
+# Everything runs inside a network namespace this script makes (only its loopback is up): nginx
+# listens there on two ports, and an iptables rule in that namespace answers the client's packets
+# of a connection on the "flaky" port with a TCP reset once the server has sent RESET_BYTES on it
+# (`-m connbytes --connbytes RESET_BYTES: --connbytes-dir reply -j REJECT --reject-with tcp-reset`).
+# The other port is the clean link. drowsed runs in the namespace with default [transfers]
+# settings; its time is from `drowse transfer download --to FILE` until FILE is in place (polled
+# every 10 ms); curl's is its wall time. Every result's sha256 is checked. The goal (issue "Real
+# servers, flaky links", item 2): drowse on the flaky link ≤ 1.5× drowse on the clean link, and no
+# slower than curl on the flaky link.
+#
+# Needs root (ip netns, iptables), iproute2, iptables, nginx, curl, python3.
+# Env: DROWSE_BIN_DIR  binaries to use instead of the release build
+#      BENCH_CACHE     where the test file is kept (default /tmp/drowse-bench-cache)
+#      RESET_BYTES     bytes per connection before the reset (default 8000000)
+#      KEEP=1          keep the temp dir (logs) and print where it is
+set -euo pipefail
+# shellcheck source=deploy/common.sh
+. "$(dirname "$0")/common.sh"
+cd "$DROWSE_ROOT"
+
+ROUNDS=${1:-3}
+SIZE_MIB=${2:-64}
+RESET_BYTES=${RESET_BYTES:-8000000}
+case "$ROUNDS" in ''|*[!0-9]*|0) die "ROUNDS must be a positive whole number, not '$ROUNDS'" ;; esac
+case "$SIZE_MIB" in ''|*[!0-9]*|0) die "SIZE_MIB must be a positive whole number, not '$SIZE_MIB'" ;; esac
+[ "$(id -u)" -eq 0 ] || die "needs root (network namespace and iptables)"
+for c in ip iptables nginx curl python3; do command -v "$c" >/dev/null 2>&1 || die "$c is not installed"; done
+SIZE=$(( SIZE_MIB * 1024 * 1024 ))
+BENCH_CACHE=${BENCH_CACHE:-/tmp/drowse-bench-cache}
+
+release_binaries   # sets BIN
+
+NAME=bench-${SIZE_MIB}MiB.bin
+DATA=$BENCH_CACHE/$NAME
+mkdir -p "$BENCH_CACHE"
+chmod 755 "$BENCH_CACHE"
+if [ ! -f "$DATA" ] || [ ! -f "$DATA.sha256" ] || [ "$(stat -c %s "$DATA")" -ne "$SIZE" ]; then
+    say "generating $DATA ($SIZE_MIB MiB of random bytes, once)"
+    head -c "$SIZE" /dev/urandom >"$DATA.tmp"
+    sha256sum "$DATA.tmp" | awk '{ print $1 }' >"$DATA.sha256"
+    mv "$DATA.tmp" "$DATA"
+fi
+SHA=$(cat "$DATA.sha256")
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/drowse-flaky.XXXXXX")
+chmod 755 "$TMP"
+NS=drowse-flaky-$$
+NGINX_PID=
+DAEMON_PID=
+# shellcheck disable=SC2329  # run by the EXIT trap
+cleanup() {
+    trap - EXIT INT TERM
+    stop_pid "$DAEMON_PID" 15
+    stop_pid "$NGINX_PID"
+    ip netns del "$NS" 2>/dev/null || true
+    if [ -n "${KEEP:-}" ]; then say "kept $TMP"; else rm -rf "$TMP"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+ip netns add "$NS"
+inns() { ip netns exec "$NS" "$@"; }
+inns ip link set lo up
+CLEAN_PORT=8080
+FLAKY_PORT=8081
+inns iptables -A OUTPUT -p tcp --dport "$FLAKY_PORT" -m connbytes --connbytes "$RESET_BYTES": \
+    --connbytes-dir reply --connbytes-mode bytes -j REJECT --reject-with tcp-reset
+
+mkdir -p "$TMP/nginx/tmp" "$TMP/out" "$TMP/apps.d"
+cat >"$TMP/nginx/nginx.conf" <<EOF
+user root;
+daemon off;
+worker_processes 1;
+pid $TMP/nginx/nginx.pid;
+error_log $TMP/nginx/error.log;
+events { worker_connections 64; }
+http {
+    log_format bench '\$server_port \$request_uri \$status \$body_bytes_sent "\$http_range"';
+    access_log $TMP/nginx/access.log bench;
+    sendfile on;
+    client_body_temp_path $TMP/nginx/tmp/body;
+    proxy_temp_path $TMP/nginx/tmp/proxy;
+    fastcgi_temp_path $TMP/nginx/tmp/fastcgi;
+    uwsgi_temp_path $TMP/nginx/tmp/uwsgi;
+    scgi_temp_path $TMP/nginx/tmp/scgi;
+    default_type application/octet-stream;
+    types { }
+    server {
+        listen 127.0.0.1:$CLEAN_PORT;
+        listen 127.0.0.1:$FLAKY_PORT;
+        location /files/ { alias $BENCH_CACHE/; }
+    }
+}
+EOF
+inns nginx -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" -e "$TMP/nginx/error.log" 2>>"$TMP/nginx/stderr" &
+NGINX_PID=$!
+wait_until 10 inns curl -sf -o /dev/null "http://127.0.0.1:$CLEAN_PORT/files/$NAME.sha256" ||
+    { cat "$TMP/nginx/stderr" "$TMP/nginx/error.log" >&2; die "nginx did not start"; }
+
+cat >"$TMP/drowse.toml" <<EOF
+device_id = "bench"
+state_dir = "state"
+apps_dir  = "apps.d"
+socket    = "drowse.sock"
+EOF
+echo 'id = "bench"' >"$TMP/apps.d/bench.toml"
+DROWSE=("$BIN/drowse" --socket "$TMP/drowse.sock")
+inns "$BIN/drowsed" --config "$TMP/drowse.toml" 2>>"$TMP/drowsed.log" &
+DAEMON_PID=$!
+wait_until 20 "${DROWSE[@]}" status >/dev/null 2>&1 || { tail -n 20 "$TMP/drowsed.log" >&2; die "drowsed did not answer"; }
+
+now() { date +%s.%N; }
+check_sha() {
+    local got
+    got=$(sha256sum "$1" | awk '{ print $1 }')
+    [ "$got" = "$SHA" ] || die "$2: $1 has sha256 $got, expected $SHA"
+}
+requests() { awk -v p="$1" '$1 == p { n++ } END { printf "%d\n", n }' "$TMP/nginx/access.log"; }
+
+RESULTS=$TMP/results
+: >"$RESULTS"
+run_curl() {   # run_curl LABEL PORT
+    local out="$TMP/out/curl-$1" t0 t1 before
+    rm -f "$out"
+    before=$(requests "$2")
+    t0=$(now)
+    inns curl -s --retry 20 --retry-all-errors -C - -o "$out" "http://127.0.0.1:$2/files/$NAME" ||
+        die "curl $1 failed"
+    t1=$(now)
+    check_sha "$out" "curl $1"
+    rm -f "$out"
+    echo "curl-$1 $(awk -v a="$t0" -v b="$t1" "BEGIN { printf \"%.3f\", b - a }") $(( $(requests "$2") - before ))" >>"$RESULTS"
+}
+run_drowse() {   # run_drowse LABEL PORT
+    local out="$TMP/out/drowse-$1" t0 t1 id info
+    rm -f "$out"
+    t0=$(now)
+    id=$("${DROWSE[@]}" transfer download "http://127.0.0.1:$2/files/$NAME" --app bench --to "$out")
+    while [ ! -e "$out" ]; do
+        state=$("${DROWSE[@]}" transfer show "$id" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')
+        case "$state" in failed|cancelled) die "drowse $1: transfer $state" ;; esac
+        sleep 0.01
+    done
+    t1=$(now)
+    check_sha "$out" "drowse $1"
+    rm -f "$out"
+    info=$("${DROWSE[@]}" transfer show "$id" --json | python3 -c 'import json,sys; t=json.load(sys.stdin); print(t["attempts"])')
+    echo "drowse-$1 $(awk -v a="$t0" -v b="$t1" "BEGIN { printf \"%.3f\", b - a }") $info" >>"$RESULTS"
+}
+
+say "$ROUNDS rounds of $SIZE_MIB MiB; the flaky link resets each connection after $RESET_BYTES bytes"
+for r in $(seq 1 "$ROUNDS"); do
+    say "round $r"
+    run_curl clean "$CLEAN_PORT"
+    run_drowse clean "$CLEAN_PORT"
+    run_curl flaky "$FLAKY_PORT"
+    run_drowse flaky "$FLAKY_PORT"
+done
+
+python3 - "$RESULTS" <<'EOF'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1])]
+by = {}
+for name, secs, conns in rows:
+    by.setdefault(name, []).append((float(secs), int(conns)))
+med = {k: statistics.median(s for s, _ in v) for k, v in by.items()}
+print(f"{'':14}{'median s':>10}{'all runs (s)':>30}{'connections':>14}")
+for k in ("curl-clean", "drowse-clean", "curl-flaky", "drowse-flaky"):
+    v = by[k]
+    print(f"{k:14}{med[k]:10.2f}{' '.join(f'{s:.2f}' for s, _ in v):>30}{' '.join(str(c) for _, c in v):>14}")
+a = med["drowse-flaky"] / med["drowse-clean"]
+b = med["drowse-flaky"] / med["curl-flaky"]
+print(f"drowse flaky / drowse clean = {a:.2f}  (goal <= 1.5)  {'met' if a <= 1.5 else 'NOT met'}")
+print(f"drowse flaky / curl flaky   = {b:.2f}  (goal <= 1.0)  {'met' if b <= 1.0 else 'NOT met'}")
+EOF
