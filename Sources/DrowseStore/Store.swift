@@ -5,7 +5,7 @@ import DrowseCore
 /// returned survives a power cut. Versioned schema with forward migrations.
 public final class Store {
     public let db: SQLiteDatabase
-    public static let schemaVersion: Int64 = 5
+    public static let schemaVersion: Int64 = 6
 
     public init(path: String) throws(StoreError) {
         db = try SQLiteDatabase(path: path)
@@ -123,6 +123,16 @@ public final class Store {
                     ALTER TABLE notifications ADD COLUMN collapse_id TEXT;
                     CREATE INDEX notifications_state ON notifications(state, app);
                     UPDATE schema_version SET version = 5;
+                    """)
+            }
+            if current < 6 {
+                // When a notification used its app's hourly budget (max_per_hour counted from
+                // here, so a restart hands out no fresh hour).
+                try db.exec(
+                    """
+                    ALTER TABLE notifications ADD COLUMN budget_at REAL;
+                    CREATE INDEX notifications_budget ON notifications(app, budget_at);
+                    UPDATE schema_version SET version = 6;
                     """)
             }
         }
