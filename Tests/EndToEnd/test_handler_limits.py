@@ -70,6 +70,7 @@ def test_a_flood_of_300_runs_each_once_with_bounded_handlers_and_threads(broker,
     with ThreadSampler(d.proc.pid) as threads:
         broker.publish_many(notify_topic("news"), payloads("f", 300))
         wait_ids(log, {f"f{i}" for i in range(300)}, 90)
+    print(f"[flood] drowsed threads: idle {idle_threads}, peak {threads.peak}; handlers at once: {peak_concurrency(log)}")
     done = ids(log)
     assert done == Counter({f"f{i}": 1 for i in range(300)}), f"not each exactly once: {[k for k, v in done.items() if v != 1]}"
     assert peak_concurrency(log) <= 8, f"{peak_concurrency(log)} handlers ran at once"
