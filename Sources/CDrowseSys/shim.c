@@ -138,7 +138,8 @@ static int highest_fd_bound(void) {
 
    Every child of drowsed that is not in this registry is an orphan left by a handler that has
    ended (handlers adopt their own orphans while they run), and drowse_kill_adopted kills it.
-   Entries hold the start time too, so a reused pid is never mistaken for a registered child.
+   Entries hold the start time too, so a reused pid is never mistaken for a registered child
+   (0 when it could not be read, e.g. out of descriptors: then the pid alone identifies it).
    The lock is held across clone and registration, and across every scan, kill and reap of
    adopted children: a new child can never be seen unregistered, and an adopted child's pid
    cannot be reused between the scan that finds it and the kill. */
@@ -157,13 +158,14 @@ static int proc_stat(pid_t pid, char *state, pid_t *ppid, unsigned long long *st
     char path[40], buf[1024];
     snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
+    if (fd < 0) return -1; /* errno: ENOENT when the process is gone, EMFILE... */
     ssize_t n = read(fd, buf, sizeof buf - 1);
+    int e = errno;
     close(fd);
-    if (n <= 0) return -1;
+    if (n <= 0) { errno = n == 0 ? ESRCH : e; return -1; }
     buf[n] = 0;
     char *p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
-    if (!p || p[1] != ' ') return -1;
+    if (!p || p[1] != ' ') { errno = EIO; return -1; }
     p += 2;
     /* Field 3 is the state, 4 the parent, 22 the start time. */
     char st = *p;
@@ -179,12 +181,6 @@ static int proc_stat(pid_t pid, char *state, pid_t *ppid, unsigned long long *st
     if (state) *state = st;
     if (ppid) *ppid = (pid_t)parent;
     if (start) *start = started;
-    return 0;
-}
-
-static int registered_locked(pid_t pid, unsigned long long start) {
-    for (size_t i = 0; i < children_count; i++)
-        if (children[i].pid == pid && children[i].start == start) return 1;
     return 0;
 }
 
@@ -213,20 +209,23 @@ int drowse_set_child_subreaper(void) {
     return prctl(PR_SET_CHILD_SUBREAPER, 1UL, 0UL, 0UL, 0UL) == 0 ? 0 : errno;
 }
 
-/* Calls visit(pid) for every process in /proc; stops early when it returns non-zero. */
-static void for_each_process(int (*visit)(pid_t, void *), void *ctx) {
+/* Calls visit(pid) for every process in /proc; stops early when it returns non-zero.
+   Returns 0 when /proc could not be read. */
+static int for_each_process(int (*visit)(pid_t, void *), void *ctx) {
     DIR *d = opendir("/proc");
-    if (!d) return;
+    if (!d) return 0;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
         if (visit((pid_t)atoi(e->d_name), ctx)) break;
     }
     closedir(d);
+    return 1;
 }
 
 struct adopted_scan {
     pid_t self;
+    int incomplete;   /* some /proc entry could not be read (not because it ended) */
     int sig;          /* 0: reap zombies only */
     int *pidfds;
     int max, found;
@@ -238,9 +237,13 @@ static int visit_adopted(pid_t pid, void *p) {
     char state;
     pid_t ppid;
     unsigned long long start;
-    if (proc_stat(pid, &state, &ppid, &start) != 0 || ppid != s->self) return 0;
+    if (proc_stat(pid, &state, &ppid, &start) != 0) {
+        if (errno != ENOENT && errno != ESRCH) s->incomplete = 1;
+        return 0;
+    }
+    if (ppid != s->self) return 0;
     for (size_t i = 0; i < children_count; i++) {
-        if (children[i].pid == pid && children[i].start == start) { s->seen[i] = 1; return 0; }
+        if (children[i].pid == pid && (children[i].start == 0 || children[i].start == start)) { s->seen[i] = 1; return 0; }
     }
     if (s->sig == 0) {
         if (state == 'Z') {
@@ -264,14 +267,16 @@ static int visit_adopted(pid_t pid, void *p) {
 static int scan_adopted(int sig, int *pidfds, int max) {
     pthread_mutex_lock(&children_lock);
     unsigned char *seen = children_count ? calloc(children_count, 1) : NULL;
-    struct adopted_scan s = { getpid(), sig, pidfds, max, 0, seen };
+    struct adopted_scan s = { getpid(), 0, sig, pidfds, max, 0, seen };
     if (children_count && !seen) { pthread_mutex_unlock(&children_lock); return -1; }
-    for_each_process(visit_adopted, &s);
+    if (!for_each_process(visit_adopted, &s)) s.incomplete = 1;
     /* Registered children already reaped by their owner (or whose pid now names another
-       process) leave the registry. */
-    size_t kept = 0;
-    for (size_t i = 0; i < children_count; i++) if (seen[i]) children[kept++] = children[i];
-    children_count = kept;
+       process) leave the registry; not after a partial scan, which may have missed live ones. */
+    if (!s.incomplete) {
+        size_t kept = 0;
+        for (size_t i = 0; i < children_count; i++) if (seen[i]) children[kept++] = children[i];
+        children_count = kept;
+    }
     free(seen);
     pthread_mutex_unlock(&children_lock);
     return s.found;
