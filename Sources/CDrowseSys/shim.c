@@ -22,12 +22,16 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <dirent.h>
+#include <stdio.h>
 
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
 #endif
 #ifndef SYS_close_range
 #define SYS_close_range 436
+#endif
+#ifndef PR_SET_CHILD_SUBREAPER
+#define PR_SET_CHILD_SUBREAPER 36
 #endif
 
 /* What the child of drowse_spawn needs; it lives on the parent's (suspended) stack. */
@@ -82,6 +86,16 @@ static int spawn_child(void *p) {
         for (int fd = 3; fd <= a->close_to; fd++) close(fd);
     }
     umask(022); /* drowsed itself runs with 077; handlers get the usual default */
+    /* The handler adopts its own orphans (the bit survives execve): what it starts stays in its
+       tree even when a middle process exits, so drowsed can tell whose leftovers are whose. */
+    syscall(SYS_prctl, PR_SET_CHILD_SUBREAPER, 1UL, 0UL, 0UL, 0UL);
+    /* drowsed may run with a high descriptor limit (LimitNOFILE); handlers get the usual soft
+       limit, which select()-based code expects. The hard limit stays, so a handler may raise it. */
+    struct rlimit nofile;
+    if (syscall(SYS_prlimit64, 0, RLIMIT_NOFILE, NULL, &nofile) == 0 && nofile.rlim_cur > 1024) {
+        nofile.rlim_cur = 1024;
+        syscall(SYS_prlimit64, 0, RLIMIT_NOFILE, &nofile, NULL);
+    }
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
@@ -120,9 +134,207 @@ static int highest_fd_bound(void) {
     return 65535;
 }
 
+/* ---- Children drowse_spawn started, told apart from orphans drowsed adopts as a subreaper.
+
+   Every child of drowsed that is not in this registry is an orphan left by a handler that has
+   ended (handlers adopt their own orphans while they run), and drowse_kill_adopted kills it.
+   Entries hold the start time too, so a reused pid is never mistaken for a registered child
+   (0 when it could not be read, e.g. out of descriptors: then the pid alone identifies it).
+   The lock is held across clone and registration, and across every scan, kill and reap of
+   adopted children: a new child can never be seen unregistered, and an adopted child's pid
+   cannot be reused between the scan that finds it and the kill. */
+
+static int spawn_locked(const char *path, char *const argv[], char *const envp[], const char *cwd,
+                        int set_ids, uid_t uid, gid_t gid, const gid_t *groups, int ngroups,
+                        int stdin_fd, int stdout_fd, int stderr_fd, pid_t *out_pid);
+
+struct child_entry { pid_t pid; unsigned long long start; };
+static pthread_mutex_t children_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct child_entry *children;
+static size_t children_count, children_cap;
+
+/* Reads /proc/PID/stat: state, parent and start time (clock ticks since boot). 0 or -1. */
+static int proc_stat_ids(pid_t pid, char *state, pid_t *ppid, pid_t *pgrp, pid_t *session, unsigned long long *start);
+static int proc_stat(pid_t pid, char *state, pid_t *ppid, unsigned long long *start) {
+    return proc_stat_ids(pid, state, ppid, NULL, NULL, start);
+}
+
+/* Reads /proc/PID/stat: state, parent, process group, session and start time. 0 or -1. */
+static int proc_stat_ids(pid_t pid, char *state, pid_t *ppid, pid_t *pgrp, pid_t *session, unsigned long long *start) {
+    char path[40], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1; /* errno: ENOENT when the process is gone, EMFILE... */
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    int e = errno;
+    close(fd);
+    if (n <= 0) { errno = n == 0 ? ESRCH : e; return -1; }
+    buf[n] = 0;
+    char *p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
+    if (!p || p[1] != ' ') { errno = EIO; return -1; }
+    p += 2;
+    /* Field 3 is the state, 4 the parent, 22 the start time. */
+    char st = *p;
+    long long parent = 0, group = 0, sess = 0;
+    unsigned long long started = 0;
+    for (int field = 3; field <= 22 && *p; field++) {
+        if (field == 4) parent = strtoll(p, NULL, 10);
+        if (field == 5) group = strtoll(p, NULL, 10);
+        if (field == 6) sess = strtoll(p, NULL, 10);
+        if (field == 22) started = strtoull(p, NULL, 10);
+        char *sp = strchr(p, ' ');
+        if (!sp) break;
+        p = sp + 1;
+    }
+    if (state) *state = st;
+    if (ppid) *ppid = (pid_t)parent;
+    if (pgrp) *pgrp = (pid_t)group;
+    if (session) *session = (pid_t)sess;
+    if (start) *start = started;
+    return 0;
+}
+
+static void register_locked(pid_t pid) {
+    unsigned long long start = 0;
+    proc_stat(pid, NULL, NULL, &start);
+    if (children_count == children_cap) {
+        size_t cap = children_cap ? children_cap * 2 : 64;
+        struct child_entry *grown = realloc(children, cap * sizeof *grown);
+        if (!grown) return; /* unregistered: a sweep would take it for an orphan; only under OOM */
+        children = grown;
+        children_cap = cap;
+    }
+    children[children_count++] = (struct child_entry){ pid, start };
+}
+
+void drowse_forget_child(pid_t pid) {
+    pthread_mutex_lock(&children_lock);
+    for (size_t i = 0; i < children_count; i++) {
+        if (children[i].pid == pid) { children[i] = children[--children_count]; break; }
+    }
+    pthread_mutex_unlock(&children_lock);
+}
+
+int drowse_set_child_subreaper(void) {
+    return prctl(PR_SET_CHILD_SUBREAPER, 1UL, 0UL, 0UL, 0UL) == 0 ? 0 : errno;
+}
+
+/* Calls visit(pid) for every process in /proc; stops early when it returns non-zero.
+   Returns 0 when /proc could not be read. */
+static int for_each_process(int (*visit)(pid_t, void *), void *ctx) {
+    DIR *d = opendir("/proc");
+    if (!d) return 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+        if (visit((pid_t)atoi(e->d_name), ctx)) break;
+    }
+    closedir(d);
+    return 1;
+}
+
+struct adopted_scan {
+    pid_t self;
+    pid_t pgrp, sid;  /* drowsed's own process group and session */
+    int incomplete;   /* some /proc entry could not be read (not because it ended) */
+    int sig;          /* 0: reap zombies only */
+    int *pidfds;
+    int max, found;
+    unsigned char *seen; /* registry entries still alive as our children */
+};
+
+static int visit_adopted(pid_t pid, void *p) {
+    struct adopted_scan *s = p;
+    char state;
+    pid_t ppid;
+    unsigned long long start;
+    pid_t pgrp, sid;
+    if (proc_stat_ids(pid, &state, &ppid, &pgrp, &sid, &start) != 0) {
+        if (errno != ENOENT && errno != ESRCH) s->incomplete = 1;
+        return 0;
+    }
+    if (ppid != s->self) return 0;
+    /* Handlers run in process groups of their own, so whatever a handler leaves behind is in
+       another group (or, after setsid, another session). A child in drowsed's own group and
+       session was started by drowsed's process itself by other means (in the unit tests:
+       swift-testing's exit-test children), is not a leftover, and is not ours to kill or reap. */
+    if (pgrp == s->pgrp && sid == s->sid) return 0;
+    for (size_t i = 0; i < children_count; i++) {
+        if (children[i].pid == pid && (children[i].start == 0 || children[i].start == start)) { s->seen[i] = 1; return 0; }
+    }
+    if (s->sig == 0) {
+        if (state == 'Z') {
+            int status;
+            waitpid(pid, &status, WNOHANG);
+            s->found++;
+        }
+        return 0;
+    }
+    if (s->found < s->max) {
+        int fd = (int)syscall(SYS_pidfd_open, pid, 0);
+        kill(pid, s->sig);
+        s->pidfds[s->found] = fd;
+    } else {
+        kill(pid, s->sig);
+    }
+    s->found++;
+    return 0;
+}
+
+static int scan_adopted(int sig, int *pidfds, int max) {
+    pthread_mutex_lock(&children_lock);
+    unsigned char *seen = children_count ? calloc(children_count, 1) : NULL;
+    struct adopted_scan s = { getpid(), getpgrp(), getsid(0), 0, sig, pidfds, max, 0, seen };
+    if (children_count && !seen) { pthread_mutex_unlock(&children_lock); return -1; }
+    if (!for_each_process(visit_adopted, &s)) s.incomplete = 1;
+    /* Registered children already reaped by their owner (or whose pid now names another
+       process) leave the registry; not after a partial scan, which may have missed live ones. */
+    if (!s.incomplete) {
+        size_t kept = 0;
+        for (size_t i = 0; i < children_count; i++) if (seen[i]) children[kept++] = children[i];
+        children_count = kept;
+    }
+    free(seen);
+    pthread_mutex_unlock(&children_lock);
+    return s.found;
+}
+
+int drowse_kill_adopted(int sig, int *pidfds, int max) { return scan_adopted(sig, pidfds, max); }
+
+int drowse_reap_adopted(void) { return scan_adopted(0, NULL, 0); }
+
+struct table_scan { pid_t *pids, *ppids; int max, count; };
+
+static int visit_table(pid_t pid, void *p) {
+    struct table_scan *t = p;
+    pid_t ppid;
+    if (proc_stat(pid, NULL, &ppid, NULL) != 0) return 0;
+    if (t->count >= t->max) return 1;
+    t->pids[t->count] = pid;
+    t->ppids[t->count] = ppid;
+    t->count++;
+    return 0;
+}
+
+int drowse_process_table(pid_t *pids, pid_t *ppids, int max) {
+    struct table_scan t = { pids, ppids, max, 0 };
+    for_each_process(visit_table, &t);
+    return t.count;
+}
+
 int drowse_spawn(const char *path, char *const argv[], char *const envp[], const char *cwd,
                  int set_ids, uid_t uid, gid_t gid, const gid_t *groups, int ngroups,
                  int stdin_fd, int stdout_fd, int stderr_fd, pid_t *out_pid) {
+    pthread_mutex_lock(&children_lock);
+    int rc = spawn_locked(path, argv, envp, cwd, set_ids, uid, gid, groups, ngroups, stdin_fd, stdout_fd, stderr_fd, out_pid);
+    if (rc == 0) register_locked(*out_pid);
+    pthread_mutex_unlock(&children_lock);
+    return rc;
+}
+
+static int spawn_locked(const char *path, char *const argv[], char *const envp[], const char *cwd,
+                        int set_ids, uid_t uid, gid_t gid, const gid_t *groups, int ngroups,
+                        int stdin_fd, int stdout_fd, int stderr_fd, pid_t *out_pid) {
     /* clone(CLONE_VM | CLONE_VFORK) instead of fork(): the daemon's page tables are not copied
        (fork of a multi-threaded process with tens of MiB mapped took ~1 ms), and this thread
        resumes once the child has called execve or failed. The child runs on its own stack. */

@@ -59,7 +59,7 @@ extension Agent {
         planner.lowBattery = policy.batteryLow(conditions)
         logger.info("fetch window opens", metadata: ["apps": "\(due.map(\.id))"])
         // Notifications held back by their rate budget ride this window, and so does the keepalive.
-        flushDeferred(window: true)
+        flushDeferred()
         mqtt?.rideWindow()
         for input in due {
             guard let app = apps[input.id] else { continue }
@@ -68,18 +68,16 @@ extension Agent {
         replan()
     }
 
-    /// Starts a fetch unless one is already running for this app.
+    /// Starts a fetch (or queues it for a handler slot) unless one is already running or queued
+    /// for this app.
     @discardableResult
     func startFetch(_ app: AppDefinition, trigger: String) -> Task<HandlerOutcome, Never>? {
         guard !runningFetches.contains(app.id), !stopping else { return nil }
+        // Counted as fetching from now: a queued fetch is not planned a second time.
         runningFetches.insert(app.id)
-        let stdin = Array(JSON.object([("event", "fetch"), ("app", .string(app.id)), ("reason", .string(trigger))]).serialized.utf8)
-        radioBusy(until: now())
-        return Task {
-            let outcome = await self.runHandler(app, event: .fetch, stdin: stdin, trigger: trigger)
-            self.fetchEnded(app.id)
-            return outcome
-        }
+        let done = HandlerRun()
+        enqueueHandler(.fetch(app: app.id, trigger: trigger, done: done))
+        return Task { await done.outcome() }
     }
 
     func fetchEnded(_ id: String) {

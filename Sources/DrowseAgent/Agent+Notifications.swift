@@ -54,11 +54,11 @@ extension Agent {
         guard let m = config.mqtt,
             let appID = Topics.app(inNotifyTopic: topic, prefix: m.topicPrefix, device: config.deviceID)
         else {
-            refuse("unexpected topic \(topic)", app: nil)
+            unexpected(topic: topic)
             return true
         }
         guard let app = apps[appID] else {
-            refuse("no valid app '\(appID)'", app: nil)
+            refuse("no valid app '\(LogText.escape(appID))'", app: nil)
             return true
         }
         guard payload.count <= Notification.maxBytes else {
@@ -107,7 +107,7 @@ extension Agent {
                 app: appID, dedupeKey: key, payload: String(decoding: body, as: UTF8.self), at: now(), signed: signed,
                 collapseID: note.collapseID, durable: false)
             else {
-                logger.info("notification ignored: duplicate", metadata: ["app.id": "\(appID)", "key": "\(key)"])
+                logger.info("notification ignored: duplicate", metadata: ["app.id": "\(appID)", "key": "\(LogText.escape(key))"])
                 // The first copy's record may not be on disk yet (written, then the daemon was
                 // killed before its sync): acknowledge this copy only once it is.
                 return syncRecords(app: appID)
@@ -136,7 +136,24 @@ extension Agent {
 
     func refuse(_ why: String, app: String?) {
         refusedNotifications += 1
-        logger.warning("notification refused: \(why)", metadata: app.map { ["app.id": "\($0)"] } ?? [:])
+        logger.warning("notification refused: \(LogText.escape(why))", metadata: app.map { ["app.id": "\($0)"] } ?? [:])
+    }
+
+    /// A message on a topic drowsed did not subscribe to for a notification: a broker may send
+    /// retained messages of other topics (or a persistent session may hold an old subscription).
+    /// They are not notifications: acknowledged, counted, and logged once per topic, not per
+    /// message. The device's own status topic (our retained status coming back) is ignored silently.
+    func unexpected(topic: String) {
+        if let m = config.mqtt, topic == Topics.status(prefix: m.topicPrefix, device: config.deviceID) { return }
+        unexpectedMessages += 1
+        // Bounded: a broker sending endless distinct topics must not grow memory or the log.
+        guard unexpectedTopicsLogged.count <= 100, !unexpectedTopicsLogged.contains(topic) else { return }
+        unexpectedTopicsLogged.insert(topic)
+        if unexpectedTopicsLogged.count > 100 {
+            logger.warning("mqtt: messages on more than 100 unexpected topics; no more are logged (see drowse status: mqtt.unexpected_messages)")
+        } else {
+            logger.warning("mqtt: ignoring messages on unexpected topic \(LogText.escape(topic)) (logged once per topic)")
+        }
     }
 
     /// Decides what a recorded notification does now: run, wait, collapse, or fetch first.
@@ -148,7 +165,7 @@ extension Agent {
             return
         }
         if let collapse = note.collapseID, let n = try? store.collapseNotifications(app: app.id, collapseID: collapse, keeping: seq, at: t), n > 0 {
-            logger.info("collapsed \(n) older notification(s) with collapse-id \(collapse)", metadata: ["app.id": "\(app.id)"])
+            logger.info("collapsed \(n) older notification(s) with collapse-id \(LogText.escape(collapse))", metadata: ["app.id": "\(app.id)"])
         }
         if let d = note.download {
             if app.allowDownload && signed {
@@ -159,22 +176,36 @@ extension Agent {
                            metadata: ["app.id": "\(app.id)"])
         }
         // Priority 10 runs now. Priority 5 runs now too while within the app's rate budget:
-        // the message's arrival has woken the radio already. Beyond it, it waits for a window.
-        var recent = (launchTimes[app.id] ?? []).filter { $0 > t - 3600 }
-        if note.priority == 10 || recent.count < config.notifications.maxPerHour {
-            recent.append(t)
-            launchTimes[app.id] = recent
-            deliver(app, seq: seq, payload: Array(note.raw))
+        // the message's arrival has woken the radio already. Beyond it, it waits. The budget is
+        // counted from the store, so a restart hands out no fresh hour.
+        let used = budgetUses(app.id, now: t)
+        if budget.admits(priority: note.priority, used: used, now: t) {
+            admit(app.id, seq: seq, payload: Array(note.raw), at: t)
             return
         }
         try? store.markNotification(seq, state: "deferred", at: t)
-        logger.info("notification deferred: \(recent.count) in the last hour (max_per_hour \(config.notifications.maxPerHour))",
+        logger.info("notification deferred: \(budget.counting(used, now: t).count) in the last hour (max_per_hour \(budget.maxPerHour))",
                     metadata: ["app.id": "\(app.id)"])
         scheduleDeferredFlush()
     }
 
-    /// Deferred notifications run at the next fetch window, or when their app's hourly
-    /// budget has room again, whichever comes first.
+    var budget: NotificationBudget { NotificationBudget(maxPerHour: config.notifications.maxPerHour) }
+
+    func budgetUses(_ app: String, now t: Double) -> [Double] {
+        (try? store.budgetUses(app: app, since: t - NotificationBudget.period)) ?? []
+    }
+
+    /// The notification uses its app's budget and queues for a handler slot.
+    func admit(_ appID: String, seq: Int64, payload: [UInt8], at t: Double) {
+        do { try store.chargeBudget(seq, at: t) } catch {
+            logger.error("store: budget use not recorded: \(error)", metadata: ["app.id": "\(appID)"])
+        }
+        deliver(appID, seq: seq, payload: payload)
+    }
+
+    /// Deferred notifications run when their app's hourly budget has room again: at the next
+    /// fetch window (the radio is awake) or when a use leaves the hour, whichever comes first.
+    /// Either way no more than `max_per_hour` run in any hour.
     func scheduleDeferredFlush() {
         deferredTimer?.cancel()
         deferredTimer = nil
@@ -183,16 +214,15 @@ extension Agent {
         let t = now()
         var next = Double.infinity
         for app in Set(deferred.map(\.app)) {
-            let recent = (launchTimes[app] ?? []).filter { $0 > t - 3600 }.sorted()
-            let free = recent.count < config.notifications.maxPerHour ? t : recent[recent.count - config.notifications.maxPerHour] + 3600
-            next = min(next, free)
+            next = min(next, budget.nextRoom(used: budgetUses(app, now: t), now: t))
         }
         if let w = plannedWindow?.at { next = min(next, w) }
-        deferredTimer = WakeTimer.after(max(0, next - t)) { Task { await self.flushDeferred() } }
+        // A little later than the room opens, so the use that leaves the hour has left it.
+        deferredTimer = WakeTimer.after(max(0, next - t) + 0.01) { Task { await self.flushDeferred() } }
     }
 
-    /// Runs deferred notifications whose app has budget again (all of them when `window`).
-    func flushDeferred(window: Bool = false) {
+    /// Runs deferred notifications, oldest first, as far as their app's budget has room.
+    func flushDeferred() {
         deferredTimer = nil
         let t = now()
         for rec in ((try? store.pendingNotifications()) ?? []) where rec.state == "deferred" {
@@ -205,11 +235,8 @@ extension Agent {
                 logger.info("deferred notification dropped: expired", metadata: ["app.id": "\(rec.app)"])
                 continue
             }
-            var recent = (launchTimes[rec.app] ?? []).filter { $0 > t - 3600 }
-            guard window || recent.count < config.notifications.maxPerHour else { continue }
-            recent.append(t)
-            launchTimes[rec.app] = recent
-            deliver(app, seq: rec.seq, payload: Array(rec.payload.utf8))
+            guard budget.room(used: budgetUses(rec.app, now: t), now: t) > 0 else { continue }
+            admit(app.id, seq: rec.seq, payload: Array(rec.payload.utf8), at: t)
         }
         scheduleDeferredFlush()
     }
@@ -229,22 +256,11 @@ extension Agent {
         }
     }
 
-    func deliver(_ app: AppDefinition, seq: Int64, payload: [UInt8]) {
+    /// Queues an admitted notification's handler (it starts at once when a slot is free).
+    func deliver(_ appID: String, seq: Int64, payload: [UInt8]) {
         // Stopping: it stays recorded as pending and runs after the restart.
         guard !stopping else { return }
-        guard app.command(for: .notification) != nil else {
-            logger.warning("notification for '\(app.id)' dropped: the app has no notification or fetch command")
-            try? store.markNotification(seq, state: "dropped", at: now())
-            return
-        }
-        // The handler starts first; then the bookkeeping: a notification woke the radio, so due
-        // fetches may ride along.
-        let started = startHandler(app, event: .notification, stdin: payload, trigger: "notification", notification: seq)
-        radioBusy(until: now())
-        Task {
-            _ = await self.finishHandler(started)
-            self.radioBusy(until: self.now())
-        }
+        enqueueHandler(.notification(app: appID, seq: seq, payload: payload))
     }
 
     /// Recorded but unhandled notifications from before a crash or restart.
@@ -255,8 +271,13 @@ extension Agent {
                 try? store.markNotification(n.seq, state: "dropped", at: now())
                 continue
             }
-            if n.state == "pending" {
-                logger.info("handling a notification received before a restart", metadata: ["app.id": "\(n.app)"])
+            guard n.state == "pending" else { continue }
+            logger.info("handling a notification received before a restart", metadata: ["app.id": "\(n.app)"])
+            if n.budgetAt != nil {
+                // Admitted before the restart (it may have been waiting for a slot): it has used
+                // its budget already and runs without a second decision.
+                deliver(app.id, seq: n.seq, payload: Array(n.payload.utf8))
+            } else {
                 dispatch(app, seq: n.seq, note: note, signed: n.signed)
             }
         }

@@ -9,12 +9,14 @@ extension Agent {
             ("mqtt", .object([
                 ("configured", .bool(config.mqtt != nil)), ("connected", .bool(mqtt?.connected ?? false)),
                 ("url", JSON(config.mqtt?.url)), ("refused_notifications", JSON(refusedNotifications)),
+                ("unexpected_messages", JSON(unexpectedMessages)),
             ])),
             ("conditions", conditions.json),
             ("next_window", JSON(plannedWindow?.at)),
             ("next_window_apps", .array((plannedWindow?.apps ?? []).map { .string($0) })),
             ("apps", JSON(apps.count)), ("invalid_apps", JSON(invalidApps.count)),
             ("running_handlers", JSON(runningFetches.count)),
+            ("queued_handlers", JSON(handlerQueue.waitingCount)),
         ])
     }
 

@@ -445,10 +445,8 @@ extension Agent {
             ("event", "transfers"), ("app", .string(appID)), ("session", .string(session)),
             ("transfers", .array(batch.map(\.json))),
         ])
-        Task {
-            _ = await self.runHandler(app, event: .transfers, stdin: Array(doc.serialized.utf8), trigger: "transfers")
-            self.sessionDelivered(key: key, batch: batch)
-        }
+        // Through the handler queue, like every handler: at most max_concurrent_handlers run at once.
+        enqueueHandler(.transfers(app: appID, key: key, stdin: Array(doc.serialized.utf8), batch: batch))
     }
 
     func sessionDelivered(key: String, batch: [Transfer]) {

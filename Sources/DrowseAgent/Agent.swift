@@ -50,8 +50,12 @@ public actor Agent {
     var deliveringSessions: Set<String> = []
     var background: [Task<Void, Never>] = []
     var refusedNotifications = 0
-    /// Immediate notification launches per app in the last hour (the rate budget).
-    var launchTimes: [String: [Double]] = [:]
+    /// Notification and fetch runs waiting for one of `max_concurrent_handlers` slots.
+    lazy var handlerQueue = HandlerQueue<QueuedRun>(limit: config.scheduler.maxConcurrentHandlers)
+    var handlerRetryTimer: WakeTimer?
+    /// Messages on topics drowsed did not subscribe to; the topics already logged (once each).
+    var unexpectedMessages = 0
+    var unexpectedTopicsLogged: Set<String> = []
     var deferredTimer: WakeTimer?
     var timeoutTimer: WakeTimer?
     /// Set once shutdown begins: nothing new is launched.

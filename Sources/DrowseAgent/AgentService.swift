@@ -20,6 +20,8 @@ public struct AgentService: Service {
         onReady()
         // Sleep until shutdown: no loop, no timer.
         try? await gracefulShutdown()
+        // Queued runs do not start now; running ones finish in agent.shutdown().
+        await agent.stopQueuedHandlers()
         await agent.shutdown()
     }
 }

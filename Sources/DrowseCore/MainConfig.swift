@@ -46,6 +46,8 @@ public struct MainConfig: Sendable, Equatable {
         public var minimumInterval: Duration = .seconds(600)
         /// Handler run time per app per day before its fetches only join others' windows.
         public var dailyBudget: Duration = .seconds(600)
+        /// Handlers (notification and fetch) running at once; more wait their turn, none is dropped.
+        public var maxConcurrentHandlers: Int = 8
     }
 
     public struct TransfersConfig: Sendable, Equatable {
@@ -130,6 +132,7 @@ public struct MainConfig: Sendable, Equatable {
             scheduler.handlerDeadline = try s.duration("handler_deadline", minimum: .seconds(1)) ?? .seconds(30)
             scheduler.minimumInterval = try s.duration("minimum_interval", minimum: .seconds(1)) ?? .seconds(600)
             scheduler.dailyBudget = try s.duration("daily_budget", minimum: .seconds(1)) ?? .seconds(600)
+            scheduler.maxConcurrentHandlers = try s.integer("max_concurrent_handlers", in: 1...256) ?? 8
             try s.rejectUnknown()
         }
 

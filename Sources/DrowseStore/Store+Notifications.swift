@@ -9,6 +9,9 @@ public struct NotificationRecord: Sendable, Equatable {
     /// `pending` (recorded, not yet run) or `deferred` (waiting for a window or the rate budget).
     public var state: String = "pending"
     public var signed: Bool = false
+    /// When it used its app's hourly budget: it was admitted to run (and may still wait for a
+    /// handler slot). nil while it has not.
+    public var budgetAt: Double? = nil
 }
 
 extension Store {
@@ -38,12 +41,32 @@ extension Store {
     /// Notifications recorded but not yet handled (after a crash, they are handled on start).
     public func pendingNotifications() throws(StoreError) -> [NotificationRecord] {
         try db.query(
-            "SELECT seq, app, payload, received_at, state, signed FROM notifications WHERE state IN ('pending', 'deferred') ORDER BY seq"
+            "SELECT seq, app, payload, received_at, state, signed, budget_at FROM notifications WHERE state IN ('pending', 'deferred') ORDER BY seq"
         ).map {
             NotificationRecord(
                 seq: $0[0].int64 ?? 0, app: $0[1].string ?? "", payload: $0[2].string ?? "", receivedAt: Self.unixTime($0[3]) ?? 0,
-                state: $0[4].string ?? "pending", signed: ($0[5].int64 ?? 0) != 0)
+                state: $0[4].string ?? "pending", signed: ($0[5].int64 ?? 0) != 0, budgetAt: Self.unixTime($0[6]))
         }
+    }
+
+    /// The notification's state now (nil when it is not recorded, e.g. pruned).
+    public func notificationState(_ seq: Int64) throws(StoreError) -> String? {
+        try db.query("SELECT state FROM notifications WHERE seq = ?", [.int(seq)]).first?.first?.string
+    }
+
+    /// Records that the notification used its app's hourly budget at `at`, and is `pending` (to
+    /// run). Written like the record itself (to the WAL, synced with it before the PUBACK), so
+    /// that it costs no fsync on the way to the handler's start.
+    public func chargeBudget(_ seq: Int64, at: Double) throws(StoreError) {
+        try db.withoutSync { () throws(StoreError) in
+            _ = try db.query("UPDATE notifications SET budget_at = ?, state = 'pending' WHERE seq = ?", [.double(at), .int(seq)])
+        }
+    }
+
+    /// When the app's notifications used its budget since `since` (what `max_per_hour` counts).
+    public func budgetUses(app: String, since: Double) throws(StoreError) -> [Double] {
+        try db.query("SELECT budget_at FROM notifications WHERE app = ? AND budget_at > ? ORDER BY budget_at", [.text(app), .double(since)])
+            .compactMap { $0[0].double }
     }
 
     /// Drops the older deferred notifications of an app that share a collapse id; returns how many.

@@ -5,7 +5,7 @@ import DrowseCore
 /// returned survives a power cut. Versioned schema with forward migrations.
 public final class Store {
     public let db: SQLiteDatabase
-    public static let schemaVersion: Int64 = 6
+    public static let schemaVersion: Int64 = 7
 
     public init(path: String) throws(StoreError) {
         db = try SQLiteDatabase(path: path)
@@ -126,13 +126,23 @@ public final class Store {
                     """)
             }
             if current < 6 {
+                // When a notification used its app's hourly budget (max_per_hour counted from
+                // here, so a restart hands out no fresh hour).
+                try db.exec(
+                    """
+                    ALTER TABLE notifications ADD COLUMN budget_at REAL;
+                    CREATE INDEX notifications_budget ON notifications(app, budget_at);
+                    UPDATE schema_version SET version = 6;
+                    """)
+            }
+            if current < 7 {
                 // Retries shown per transfer (transfer show: attempts, retries, next_retry_at).
                 try db.exec(
                     """
                     ALTER TABLE transfers ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0;
                     ALTER TABLE transfers ADD COLUMN retries INTEGER NOT NULL DEFAULT 0;
                     ALTER TABLE transfers ADD COLUMN next_retry_at REAL;
-                    UPDATE schema_version SET version = 6;
+                    UPDATE schema_version SET version = 7;
                     """)
             }
         }

@@ -50,8 +50,18 @@ extension HandlerLaunching {
 /// A started handler; its outcome arrives when the handler ends (or could not start).
 public final class HandlerRun: Sendable {
     private let state = Mutex<(outcome: HandlerOutcome?, waiter: CheckedContinuation<HandlerOutcome, Never>?)>((nil, nil))
+    private let shortage = Atomic<Int32>(0)
 
     public init() {}
+
+    /// The errno when the handler could not start for lack of resources (EMFILE, ENFILE, EAGAIN,
+    /// ENOMEM): nothing ran, and trying again later may work. Set before the outcome arrives.
+    public var resourceShortage: Int32? {
+        let e = shortage.load(ordering: .acquiring)
+        return e == 0 ? nil : e
+    }
+
+    func markResourceShortage(_ err: Int32) { shortage.store(err, ordering: .releasing) }
 
     /// Delivers the outcome to whoever waits (once).
     public func finish(_ outcome: HandlerOutcome) {
@@ -82,14 +92,24 @@ public final class HandlerRun: Sendable {
 /// whole group. The process is spawned on the caller's thread (no fork of the daemon's memory,
 /// see `drowse_spawn`), so a notification's handler starts without a thread hop; each running
 /// handler is then supervised by one thread blocked in poll(2) on a pidfd and its pipes, so a
-/// quiet handler costs no wakeups.
+/// quiet handler costs no wakeups (the agent's `max_concurrent_handlers` bounds those threads).
+///
+/// Containment: past the deadline SIGTERM, then SIGKILL, go to the group and to every
+/// descendant (a child that called `setsid` too). When a run ends, by its deadline or by a
+/// normal exit, whatever it left running is killed: the run is over, and a leftover would hold
+/// the app's resources (and its output pipe) outside any deadline. See `ProcessTree`.
+///
+/// Output reaches `output` line by line with control characters escaped (`LogText.escape`) and
+/// rate-limited per run (`OutputRateLimiter`): it is meant for the daemon's log.
 public struct ProcessLauncher: HandlerLaunching {
     public init() {}
 
     public func start(_ request: LaunchRequest, output: @escaping @Sendable (String, Bool) -> Void) -> HandlerRun {
         let run = HandlerRun()
+        _ = ProcessTree.subreaperSet
         switch Self.spawn(request) {
-        case .failed(let outcome):
+        case .failed(let outcome, let shortage):
+            if let shortage { run.markResourceShortage(shortage) }
             run.finish(outcome)
         case .started(let child):
             OSThread.detach(name: "handler-\(request.app)") {
@@ -109,7 +129,12 @@ public struct ProcessLauncher: HandlerLaunching {
 
     enum Spawned {
         case started(Child)
-        case failed(HandlerOutcome)
+        /// With the errno when it was a lack of resources (worth trying again).
+        case failed(HandlerOutcome, shortage: Int32?)
+    }
+
+    static func isShortage(_ err: Int32) -> Bool {
+        err == EMFILE || err == ENFILE || err == EAGAIN || err == ENOMEM
     }
 
     static func resolveProgram(_ name: String, path: String) -> String? {
@@ -123,8 +148,9 @@ public struct ProcessLauncher: HandlerLaunching {
 
     static func spawn(_ req: LaunchRequest) -> Spawned {
         let start = WallClock.now()
-        func failed(_ why: String) -> Spawned {
-            .failed(HandlerOutcome(ending: .launchFailed(why), startedAt: start, endedAt: WallClock.now()))
+        func failed(_ why: String, errno err: Int32 = 0) -> Spawned {
+            .failed(HandlerOutcome(ending: .launchFailed(why), startedAt: start, endedAt: WallClock.now()),
+                    shortage: isShortage(err) ? err : nil)
         }
         guard let name = req.argv.first else { return failed("empty command") }
         var env = req.environment
@@ -148,11 +174,17 @@ public struct ProcessLauncher: HandlerLaunching {
         guard let program = resolveProgram(name, path: searchPath) else { return failed("'\(name)' not found in PATH") }
 
         var inPipe: [Int32] = [0, 0], outPipe: [Int32] = [0, 0], errPipe: [Int32] = [0, 0]
-        guard drowse_pipe(&inPipe) == 0 else { return failed("pipe: \(errno)") }
-        guard drowse_pipe(&outPipe) == 0 else { close(inPipe[0]); close(inPipe[1]); return failed("pipe: \(errno)") }
-        guard drowse_pipe(&errPipe) == 0 else {
+        var rcPipe = drowse_pipe(&inPipe)
+        guard rcPipe == 0 else { return failed("pipe: \(String(cString: strerror(rcPipe)))", errno: rcPipe) }
+        rcPipe = drowse_pipe(&outPipe)
+        guard rcPipe == 0 else {
+            close(inPipe[0]); close(inPipe[1])
+            return failed("pipe: \(String(cString: strerror(rcPipe)))", errno: rcPipe)
+        }
+        rcPipe = drowse_pipe(&errPipe)
+        guard rcPipe == 0 else {
             for fd in inPipe + outPipe { close(fd) }
-            return failed("pipe: \(errno)")
+            return failed("pipe: \(String(cString: strerror(rcPipe)))", errno: rcPipe)
         }
 
         let envStrings = env.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
@@ -168,7 +200,7 @@ public struct ProcessLauncher: HandlerLaunching {
         close(inPipe[0]); close(outPipe[1]); close(errPipe[1])
         guard rc == 0 else {
             close(inPipe[1]); close(outPipe[0]); close(errPipe[0])
-            return failed("\(program): \(String(cString: strerror(rc)))")
+            return failed("\(program): \(String(cString: strerror(rc)))", errno: rc)
         }
         return .started(Child(pid: pid, stdinFD: inPipe[1], stdoutFD: outPipe[0], stderrFD: errPipe[0], startedAt: start))
     }
@@ -181,6 +213,17 @@ public struct ProcessLauncher: HandlerLaunching {
         var written = 0
         var outFD = stdoutFD, errFD = stderrFD
         var lines: [Int32: [UInt8]] = [stdoutFD: [], stderrFD: []]
+        var limiter = OutputRateLimiter()
+        func note(_ d: OutputRateLimiter.Dropped) {
+            output("drowse: \(d.lines) line(s), \(d.bytes) bytes of this handler's output not logged (rate limit)", true)
+        }
+        func emit<S: Collection<UInt8>>(_ bytes: S, stderr: Bool) {
+            switch limiter.offer(bytes: bytes.count, at: WallClock.monotonic()) {
+            case .drop: return
+            case .log(let dropped): if let dropped { note(dropped) }
+            }
+            output(LogText.escape(String(decoding: bytes, as: UTF8.self)), stderr)
+        }
         var status: Int32 = 0
         var exited = false
         var termSentAt: Double?
@@ -192,14 +235,18 @@ public struct ProcessLauncher: HandlerLaunching {
 
         func flush(_ fd: Int32, final: Bool) {
             guard var buf = lines[fd] else { return }
-            while let nl = buf.firstIndex(of: 0x0A) {
-                output(String(decoding: buf[..<nl], as: UTF8.self), fd == stderrFD)
-                buf.removeSubrange(...nl)
+            // Lines are cut out by index and the rest moved once: a flood of short lines must not
+            // cost a copy of the buffer per line.
+            var from = buf.startIndex
+            while let nl = buf[from...].firstIndex(of: 0x0A) {
+                emit(buf[from..<nl], stderr: fd == stderrFD)
+                from = nl + 1
             }
-            if final, !buf.isEmpty { output(String(decoding: buf, as: UTF8.self), fd == stderrFD); buf.removeAll() }
+            buf.removeSubrange(..<from)
+            if final, !buf.isEmpty { emit(buf, stderr: fd == stderrFD); buf.removeAll() }
             // A handler that prints a huge line without newlines is cut into 4 KiB pieces.
             while buf.count > 4096 {
-                output(String(decoding: buf.prefix(4096), as: UTF8.self), fd == stderrFD)
+                emit(buf.prefix(4096), stderr: fd == stderrFD)
                 buf.removeFirst(4096)
             }
             lines[fd] = buf
@@ -244,7 +291,7 @@ public struct ProcessLauncher: HandlerLaunching {
             if n < 0 && errno != EINTR {
                 // Cannot supervise any more: end the handler rather than report a result it did not give.
                 pollFailed = true
-                killpg(pid, SIGKILL)
+                ProcessTree.signalTree(pid, SIGKILL)
                 while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
                 break
             }
@@ -263,19 +310,22 @@ public struct ProcessLauncher: HandlerLaunching {
             if n == 0 || WallClock.monotonic() >= (termSentAt.map { $0 + req.killGrace } ?? deadline) {
                 let now2 = WallClock.monotonic()
                 if termSentAt == nil, now2 >= deadline {
-                    killpg(pid, SIGTERM)
+                    ProcessTree.signalTree(pid, SIGTERM)
                     termSentAt = now2
                 } else if let t = termSentAt, now2 >= t + req.killGrace, !killed {
-                    killpg(pid, SIGKILL)
+                    ProcessTree.signalTree(pid, SIGKILL)
                     killed = true
                 }
             }
         }
         if pidfd >= 0 { close(pidfd) }
-        // The handler's run is over: whatever it left behind in its group goes too.
+        drowse_forget_child(pid)
+        // The handler's run is over: whatever it left behind goes too, in its group or not (a
+        // child that called setsid is now drowsed's, adopted as subreaper).
         killpg(pid, SIGKILL)
+        ProcessTree.killLeftovers()
         if inFD >= 0 { close(inFD) }
-        // Collect the last output; the group is gone, so the pipes reach EOF promptly.
+        // Collect the last output; the leftovers are gone, so the pipes reach EOF promptly.
         let drainUntil = WallClock.now() + 0.5
         while (outFD >= 0 || errFD >= 0) && WallClock.now() < drainUntil {
             var fds: [pollfd] = []
@@ -287,6 +337,7 @@ public struct ProcessLauncher: HandlerLaunching {
         }
         if outFD >= 0 { flush(outFD, final: true); close(outFD) }
         if errFD >= 0 { flush(errFD, final: true); close(errFD) }
+        if let dropped = limiter.finish() { note(dropped) }
         if termSentAt != nil { return .timedOut }
         if pollFailed { return .launchFailed("lost supervision of the handler (poll failed); it was killed") }
         if status & 0x7f == 0 { return .exited((status >> 8) & 0xff) }

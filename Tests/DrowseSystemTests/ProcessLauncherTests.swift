@@ -209,6 +209,27 @@ struct ProcessLauncherTests {
         #expect(out.stdout == (1...5000).map(String.init))
     }
 
+    @Test("control characters in output are escaped before they reach the log")
+    func outputEscaped() async {
+        let out = OutputLines()
+        let outcome = await run(shell(#"printf 'a\033[2Jb\rc\tok\n'; printf 'forged\342\200\250line' >&2"#), out)
+        #expect(outcome.ending == .exited(0))
+        #expect(out.stdout == [#"a\u{1B}[2Jb\rc\tok"#])
+        #expect(out.stderr == [#"forged\u{2028}line"#])
+    }
+
+    @Test("a flood of output is rate-limited in the log, and says so")
+    func outputRateLimited() async {
+        let out = OutputLines()
+        // 20 MB in 100-byte lines, as fast as the pipe takes it.
+        let outcome = await run(shell("head -c 20000000 /dev/zero | tr '\\0' x | fold -w 100"), out)
+        #expect(outcome.ending == .exited(0))
+        let logged = out.stdout.reduce(0) { $0 + $1.utf8.count }
+        #expect(logged > 10_000)
+        #expect(logged < 1_000_000, "\(logged) bytes of output reached the log")
+        #expect(out.stderr.contains { $0.contains("not logged (rate limit)") })
+    }
+
     @Test("a long line without newline is cut into pieces of at most 4 KiB")
     func longLine() async {
         let out = OutputLines()
@@ -245,6 +266,73 @@ struct ProcessLauncherTests {
             let child = try readPID("\(dir)/child.pid")
             #expect(await waitUntilGone(child), "background child \(child) outlived its handler")
         }
+    }
+
+    /// Whether `pid` is gone for good: not running and reaped (no zombie left either).
+    private func waitUntilReaped(_ pid: pid_t, within seconds: Double = 3) async -> Bool {
+        let end = WallClock.monotonic() + seconds
+        while WallClock.monotonic() < end {
+            if kill(pid, 0) != 0 && errno == ESRCH { return true }
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+        return kill(pid, 0) != 0 && errno == ESRCH
+    }
+
+    /// Starts a process in its own session that writes its pid to `file` and sleeps.
+    private func setsidChild(_ file: String) -> String {
+        "setsid sh -c 'echo $$ > \(file); exec sleep 100' & while [ ! -s \(file) ]; do sleep 0.01; done"
+    }
+
+    @Test("past its deadline a child that called setsid is killed and reaped too")
+    func deadlineKillsSetsidChild() async throws {
+        try await withTempDir { dir in
+            let outcome = await run(shell("\(setsidChild("\(dir)/gc.pid")); sleep 30", deadlineIn: 1, killGrace: 1))
+            #expect(outcome.ending == .timedOut)
+            let gc = try readPID("\(dir)/gc.pid")
+            #expect(await waitUntilReaped(gc), "setsid'd child \(gc) survived the deadline (or is an unreaped zombie)")
+        }
+    }
+
+    @Test("a handler that exits normally leaves no setsid'd child behind, not even a zombie")
+    func exitKillsSetsidChild() async throws {
+        try await withTempDir { dir in
+            let outcome = await run(shell("\(setsidChild("\(dir)/gc.pid")); exit 0"))
+            #expect(outcome.ending == .exited(0))
+            let gc = try readPID("\(dir)/gc.pid")
+            #expect(await waitUntilReaped(gc), "setsid'd child \(gc) outlived its handler")
+        }
+    }
+
+    @Test("a handler's orphan stays its own while it runs: another handler's end does not kill it")
+    func leftoversAreAttributedToTheirRun() async throws {
+        try await withTempDir { dir in
+            // The middle shell exits at once: its setsid'd child is orphaned inside handler B's tree.
+            let b = ProcessLauncher().start(shell(
+                "sh -c \"setsid sh -c 'echo \\$\\$ > \(dir)/b.pid; exec sleep 100' &\"; "
+                // B runs until the test releases it (at most 20 s): no race with a slow handler A.
+                + "while [ ! -s \(dir)/b.pid ]; do sleep 0.01; done; touch \(dir)/ready; "
+                + "i=0; while [ ! -e \(dir)/release ] && [ $i -lt 2000 ]; do sleep 0.01; i=$((i+1)); done; exit 7"), output: { _, _ in })
+            let end = WallClock.monotonic() + 5
+            while !FileManager.default.fileExists(atPath: "\(dir)/ready"), WallClock.monotonic() < end {
+                try? await Task.sleep(for: .milliseconds(20))
+            }
+            let orphan = try readPID("\(dir)/b.pid")
+            // Handler A ends meanwhile; its leftovers sweep must spare B's running orphan.
+            #expect(await run(shell("exit 0")).ending == .exited(0))
+            #expect(kill(orphan, 0) == 0, "handler B's orphan was killed when handler A ended")
+            FileManager.default.createFile(atPath: "\(dir)/release", contents: nil)
+            #expect(await b.outcome().ending == .exited(7))
+            #expect(await waitUntilReaped(orphan), "handler B's orphan outlived B")
+        }
+    }
+
+    @Test("ending leftovers never touches other running handlers")
+    func leftoversSweepSparesRunningHandlers() async {
+        let long = ProcessLauncher().start(shell("sleep 2; exit 7"), output: { _, _ in })
+        await withTaskGroup(of: Void.self) { group in
+            for _ in 0..<10 { group.addTask { _ = await run(shell("setsid sleep 100 & exit 0")) } }
+        }
+        #expect(await long.outcome().ending == .exited(7))
     }
 
     @Test("a handler that traps SIGTERM gets it, then SIGKILL after the grace")

@@ -13,6 +13,7 @@ import json
 import random
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -106,9 +107,11 @@ BIG_BUDGET = "[notifications]\nmax_per_hour = 1000"
 
 
 def start_app(broker, make_drowse, app="news", pause: float = 0, handler_deadline="10s", extra_config=BIG_BUDGET,
-              minimum_interval: str | None = None, raw_notification: str = ""):
-    """A started daemon with one app whose notification handler is note-log.sh."""
+              minimum_interval: str | None = None, raw_notification: str = "", prefix: list[str] | None = None):
+    """A started daemon with one app whose notification handler is note-log.sh (drowsed run
+    under `prefix`, e.g. prlimit, when given)."""
     d = make_drowse(broker=broker, handler_deadline=handler_deadline, extra_config=extra_config)
+    d.prefix = prefix or []
     argv, log = note_log(d, app, pause)
     lines = [f'id = "{app}"']
     if minimum_interval:
@@ -125,6 +128,24 @@ def start_app(broker, make_drowse, app="news", pause: float = 0, handler_deadlin
 
 def fetch_starts(d, app: str) -> list[float]:
     return [r.start for r in d.runs(app + "-fetch")]
+
+
+def notification_states(d) -> Counter:
+    """How many recorded notifications are in each state (state.db, read beside the daemon)."""
+    db = sqlite3.connect(str(d.state_dir / "state.db"), timeout=10)
+    try:
+        return Counter(dict(db.execute("SELECT state, count(*) FROM notifications GROUP BY state").fetchall()))
+    finally:
+        db.close()
+
+
+def age_budget(d, seconds: float) -> None:
+    """Moves every recorded use of an app's hourly budget `seconds` into the past: for
+    max_per_hour, that much time has passed (the budget is counted from the store)."""
+    db = sqlite3.connect(str(d.state_dir / "state.db"), timeout=10)
+    with db:
+        db.execute("UPDATE notifications SET budget_at = budget_at - ? WHERE budget_at IS NOT NULL", (seconds,))
+    db.close()
 
 
 # ----------------------------------------------------------------------------- (a) daemon down
@@ -390,6 +411,10 @@ def test_deferred_notifications_with_one_collapse_id_keep_only_the_newest(broker
     between = [t for t in fetch_starts(d, "col") if t_push <= t <= pushed + 0.1]
     assert not between, f"a fetch window opened while the notifications were being published ({between}, " \
                         f"published {t_push:.3f}..{pushed:.3f}): timing is off"
+    wait_until(lambda: notification_states(d)["collapsed"] == 2 and notification_states(d)["deferred"] == 1, 5,
+               what="c1 and c2 collapsed into the deferred c3")
+    # An hour passes for the budget: the next window has room for one (and releases no more).
+    age_budget(d, 3600)
 
     wait_ids(log, {"c3"}, 15)
     time.sleep(1.5)
@@ -421,6 +446,8 @@ def test_expired_notifications_never_run_on_receipt_or_after_deferral(broker, ma
         json.dumps({"aps": {"content-available": 1}, "id": "keeper"}).encode(),
     ])
     assert time.time() < window1 + 3, "publishing took too long for this test's timing"
+    wait_until(lambda: notification_states(d)["deferred"] == 2, 5, what="both deferred")
+    age_budget(d, 3600)  # an hour passes for the budget: the next window has room again
 
     wait_ids(log, {"keeper"}, 20)
     # The window's fetch runs alongside the flushed notification: its record may land a moment later.

@@ -109,3 +109,34 @@ def test_duplicate_id_runs_once_and_expired_is_dropped(broker, make_drowse):
     d.wait_runs("news", 2, timeout=15)
     time.sleep(1.0)
     assert sorted(r.json()["content-id"] for r in d.runs("news")) == [1, 3], d.runs("news")
+
+
+def test_messages_on_unexpected_topics_are_counted_and_logged_once_per_topic(broker, make_drowse):
+    """A broker may deliver topics drowsed never asked for (a second broker's retained messages, an
+    old subscription kept in the persistent session). Reproduced with a stock mosquitto: a client
+    with drowsed's own client id subscribes to the whole device tree with a persistent session
+    first; drowsed then resumes that session, subscription included."""
+    import subprocess
+    from drowse_e2e import DEVICE_ID, MOSQUITTO_PUB
+    mosquitto_sub = MOSQUITTO_PUB.replace("mosquitto_pub", "mosquitto_sub")
+    subprocess.run([mosquitto_sub, "-h", "127.0.0.1", "-p", str(broker.port), "-i", f"drowse-{DEVICE_ID}", "-c",
+                    "-q", "1", "-t", f"drowse/{DEVICE_ID}/#", "-E"], check=True, timeout=15, capture_output=True)
+    d = start_with_notify_app(broker, make_drowse)
+    d.wait_mqtt_connected(True)
+    status_topic = f"drowse/{DEVICE_ID}/status"
+    # drowsed's own retained status comes back on the old subscription; so does any other status.
+    for _ in range(5):
+        broker.publish(status_topic, b'{"online": true}', qos=1)
+    for name in ("a", "b"):
+        broker.publish_many(f"drowse/{DEVICE_ID}/foreign/{name}", [b'{"aps": {"content-available": 1}, "n": %d}' % i
+                                                                   for i in range(20)])
+    d.push("news", "-d", "content-id=7")  # a real one still runs after them
+    d.wait_runs("news", 1, timeout=15)
+    from drowse_e2e import wait_until
+    mqtt = wait_until(lambda: (lambda m: m if m.get("unexpected_messages") == 40 else None)(d.status()["mqtt"]), 10,
+                      what="mqtt.unexpected_messages == 40")
+    assert mqtt["refused_notifications"] == 0, mqtt
+    assert len(d.runs("news")) == 1
+    log = d.stderr_text()
+    assert log.count("unexpected topic") == 2, "logged once per topic, not once per message"
+    assert "status" not in "".join(l for l in log.splitlines() if "unexpected topic" in l)

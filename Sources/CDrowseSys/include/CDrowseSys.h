@@ -12,6 +12,25 @@ int drowse_spawn(const char *path, char *const argv[], char *const envp[], const
                  int set_ids, uid_t uid, gid_t gid, const gid_t *groups, int ngroups,
                  int stdin_fd, int stdout_fd, int stderr_fd, pid_t *out_pid);
 
+/// Makes this process the subreaper of its descendants (PR_SET_CHILD_SUBREAPER): a handler's
+/// orphans (e.g. a child that called setsid and outlived the handler) become its children, so it
+/// can kill and reap them. Returns 0 or errno.
+int drowse_set_child_subreaper(void);
+
+/// Forgets a child drowse_spawn started, once its owner has reaped it.
+void drowse_forget_child(pid_t pid);
+
+/// Sends `sig` to every child of this process that drowse_spawn did not start (orphans adopted
+/// as subreaper) and stores a pidfd for each of the first `max` (-1 where pidfd_open failed), so
+/// the caller can wait for their end. Returns how many were signalled, or -1.
+int drowse_kill_adopted(int sig, int *pidfds, int max);
+
+/// Reaps adopted children that have ended (zombies). Returns how many, or -1.
+int drowse_reap_adopted(void);
+
+/// Every process's pid and parent pid, from /proc (at most `max`). Returns the count.
+int drowse_process_table(pid_t *pids, pid_t *ppids, int max);
+
 /// Peer credentials of a connected Unix socket (SO_PEERCRED). Returns 0 or errno.
 int drowse_peercred(int fd, pid_t *pid, uid_t *uid, gid_t *gid);
 
