@@ -217,7 +217,7 @@ final class Upload {
         }
         var code = 0
         if let easy { _ = ccurl_getinfo_long(easy, CURLINFO_RESPONSE_CODE, &code) }
-        let body = responseBody.isEmpty ? nil : String(String(decoding: responseBody, as: UTF8.self).map { $0.isASCII && ($0.asciiValue! < 0x20 || $0.asciiValue! == 0x7f) ? " " : $0 })
+        let body = responseBody.isEmpty ? nil : LogText.escape(String(decoding: responseBody, as: UTF8.self).split(whereSeparator: \.isNewline).first.map(String.init) ?? "")
         let response = UploadResponse(status: code, headers: responseHeaders, informationalLocation: informationalLocation, body: body)
         return perform(machine.handle(response))
     }

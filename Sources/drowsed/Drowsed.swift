@@ -70,7 +70,7 @@ struct Drowsed: AsyncParsableCommand {
         }
         let level = Logger.Level(rawValue: logLevel ?? env("DROWSE_LOG_LEVEL") ?? "info") ?? .info
         LoggingSystem.bootstrap { label in
-            var h = StreamLogHandler.standardError(label: label)
+            var h = EscapingLogHandler(inner: StreamLogHandler.standardError(label: label))
             h.logLevel = level
             return h
         }

@@ -55,3 +55,28 @@ def test_unfinished_transfers_per_app_are_capped(make_drowse, hostile_server):
     d.download(url, "dl")
     listed = [t for t in json.loads(d.cli_ok("transfers", "--app", "dl", "--json").stdout) if t["state"] not in FINISHED]
     assert len(listed) == 3
+
+
+def test_control_characters_from_a_server_never_reach_the_log_raw(make_drowse, hostile_server):
+    """A server's refusal text is part of a transfer's failure reason, which drowsed logs: a newline
+    or an ESC in it must not forge a log line or drive the operator's terminal."""
+    evil = b"nope\x1b[31m red\rFAKE drowsed: all good\n"
+
+    def refuse(ex):
+        ex.head(403, [("Content-Length", len(evil)), ("Content-Type", "text/plain")])
+        ex.body(evil)
+        ex.close()
+
+    url = hostile_server.route("/up.bin", refuse)
+    d = make_drowse()
+    d.add_app("up")
+    d.start()
+    src = d.base / "small.bin"
+    src.write_bytes(b"0123456789")
+    tid = d.cli_ok("transfer", "upload", str(src), url, "--app", "up", "--protocol", "put").stdout.strip()
+    t = wait_until(lambda: (x := d.transfer(tid))["state"] in FINISHED and x, 20, what="the refused upload")
+    assert t["state"] == "failed" and "nope" in t["reason"], t
+    log = d.stderr_text()
+    assert "nope" in log, "the failure was not logged at all"
+    assert "\x1b" not in log and "\r" not in log
+    assert not any(line.startswith("FAKE") for line in log.splitlines())
