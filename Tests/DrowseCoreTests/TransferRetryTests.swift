@@ -3,7 +3,7 @@ import Testing
 
 @Suite("TransferRetry")
 struct TransferRetryTests {
-    @Test("attempts that move bytes forward retry after about a second every time")
+    @Test("attempts that move a megabyte or more forward retry at once, every time")
     func progressResets() {
         var r = TransferRetry()
         var bytes: Int64 = 0
@@ -13,8 +13,19 @@ struct TransferRetryTests {
             bytes += 8_000_000  // each attempt gets 8 MB through before the link resets
             delays.append(r.attemptFailed(bytes: bytes, noSpace: false, now: 1000, unit: 1))
         }
-        #expect(delays == Array(repeating: 1, count: 8))
-        #expect(r.attempts == 8 && r.retries == 8 && r.nextRetryAt == 1001)
+        #expect(delays == Array(repeating: 0, count: 8))
+        #expect(r.attempts == 8 && r.retries == 8 && r.nextRetryAt == 1000)
+    }
+
+    @Test("attempts that move less than a megabyte go back to the first step of the backoff (0.5–1 s)")
+    func smallProgress() {
+        var r = TransferRetry()
+        var delays: [Double] = []
+        for i in 0..<4 {
+            r.attemptStarted(bytes: Int64(i) * 1000)
+            delays.append(r.attemptFailed(bytes: Int64(i + 1) * 1000, noSpace: false, now: 0, unit: 1))
+        }
+        #expect(delays == [1, 1, 1, 1])
     }
 
     @Test("attempts that move nothing back off exponentially up to the cap")
