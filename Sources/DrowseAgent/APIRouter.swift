@@ -105,6 +105,13 @@ public struct APIRouter: Sendable {
                 guard let proto = UploadProtocol(rawValue: p) else { throw .badRequest("'protocol' is one of auto, ietf, ietf-3, tus, put") }
                 r.uploadProtocol = proto
             }
+            if let ct = try string(b, "content_type") {
+                // It goes into a request header: one line of visible ASCII, type/subtype.
+                guard (3...255).contains(ct.utf8.count), ct.contains("/"),
+                    ct.utf8.allSatisfy({ (0x21...0x7e).contains($0) || $0 == 0x20 })
+                else { throw .badRequest("'content_type' is a media type such as \"image/jpeg\"") }
+                r.contentType = ct
+            }
             r.requirements = TransferRequirements(
                 discretionary: try flag(b, "discretionary"), noCellular: try flag(b, "no_cellular"),
                 requiresPower: try flag(b, "requires_power"))

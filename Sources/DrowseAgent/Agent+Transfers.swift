@@ -17,6 +17,8 @@ public struct TransferRequest: Sendable {
     /// Uploads: the file to send.
     public var source: String?
     public var uploadProtocol: UploadProtocol = .auto
+    /// Uploads: the file's media type (tus `filetype`, a PUT's Content-Type).
+    public var contentType: String?
     /// `--timeout-resource`: give up if not finished in this long (default 7 days, as on iOS).
     public var timeoutResource: Double = 7 * 86400
     public var requirements = TransferRequirements()
@@ -132,7 +134,7 @@ extension Agent {
         UploadJob(
             id: t.id, url: t.url, sourcePath: t.source ?? "", total: t.bytesTotal ?? 0,
             protocolName: UploadProtocol(rawValue: t.uploadProtocol ?? "auto") ?? .auto, resource: t.uploadURL,
-            identity: identity(t))
+            identity: identity(t), contentType: t.contentType)
     }
 
     /// The app's own inbox folder, owned by the app's user so its events handler can read there.
@@ -241,6 +243,7 @@ extension Agent {
             t.source = req.source
             t.bytesTotal = total
             t.uploadProtocol = req.uploadProtocol.rawValue
+            t.contentType = req.contentType
         }
         do { try store.save(t) } catch { throw .internal("\(error)") }
         logger.info("transfer queued", metadata: ["transfer.id": "\(id)", "app.id": "\(app.id)", "url": "\(req.url)"])

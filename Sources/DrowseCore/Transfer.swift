@@ -45,6 +45,8 @@ public struct Transfer: Sendable, Equatable {
     public var ownerUID: UInt32?
     public var ownerGID: UInt32?
     /// Attempts started, retries scheduled after transient failures, and when the next runs.
+    /// Uploads: the media type given with `--content-type` (tus `filetype`, a PUT's Content-Type).
+    public var contentType: String?
     public var attempts = 0
     public var retries = 0
     public var nextRetryAt: Double?
@@ -115,7 +117,7 @@ public struct Transfer: Sendable, Equatable {
             "timeout_at": JSON(timeoutAt), "discretionary": .bool(requirements.discretionary),
             "no_cellular": .bool(requirements.noCellular), "requires_power": .bool(requirements.requiresPower),
             "bytes_sent": JSON(bytesSent), "bytes_confirmed": JSON(bytesConfirmed), "upload_url": JSON(uploadURL),
-            "attempts": JSON(attempts), "retries": JSON(retries), "next_retry_at": JSON(nextRetryAt),
+            "content_type": JSON(contentType), "attempts": JSON(attempts), "retries": JSON(retries), "next_retry_at": JSON(nextRetryAt),
         ]
     }
 }

@@ -106,7 +106,7 @@ public struct UploadMachine: Sendable {
             return [.request(UploadRequest(method: "OPTIONS", url: target, headers: [("Tus-Resumable", "1.0.0")], body: nil, checksum: false))]
         case .put:
             phase = .put
-            return [.request(UploadRequest(method: "PUT", url: target, headers: [("Content-Type", "application/octet-stream")], body: 0..<total, checksum: false))]
+            return [.request(UploadRequest(method: "PUT", url: target, headers: [("Content-Type", contentType)], body: 0..<total, checksum: false))]
         case .tus where resource == nil:
             // Learn whether the server takes checksums before creating.
             phase = .discover

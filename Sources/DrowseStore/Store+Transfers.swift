@@ -2,7 +2,7 @@ import DrowseCore
 
 extension Store {
     private static let columns =
-        "id, app, session, kind, state, url, destination, sha256, bytes_done, bytes_total, reason, location, etag, last_modified, created_at, finished_at, delivered, source, protocol, upload_url, timeout_at, owner_uid, owner_gid, discretionary, no_cellular, requires_power, attempts, retries, next_retry_at"
+        "id, app, session, kind, state, url, destination, sha256, bytes_done, bytes_total, reason, location, etag, last_modified, created_at, finished_at, delivered, source, protocol, upload_url, timeout_at, owner_uid, owner_gid, discretionary, no_cellular, requires_power, attempts, retries, next_retry_at, content_type"
 
     private func values(_ t: Transfer) -> [SQLValue] {
         [.text(t.id), .text(t.app), .text(t.session), .text(t.kind.rawValue), .text(t.state.rawValue), .text(t.url),
@@ -11,7 +11,7 @@ extension Store {
          .int(t.delivered ? 1 : 0), SQLValue(t.source), SQLValue(t.uploadProtocol), SQLValue(t.uploadURL), SQLValue(t.timeoutAt),
          SQLValue(t.ownerUID.map(Int64.init)), SQLValue(t.ownerGID.map(Int64.init)),
          .int(t.requirements.discretionary ? 1 : 0), .int(t.requirements.noCellular ? 1 : 0), .int(t.requirements.requiresPower ? 1 : 0),
-         .int(Int64(t.attempts)), .int(Int64(t.retries)), SQLValue(t.nextRetryAt)]
+         .int(Int64(t.attempts)), .int(Int64(t.retries)), SQLValue(t.nextRetryAt), SQLValue(t.contentType)]
     }
 
     /// Decodes a row. A row drowsed cannot have written (wrong types, an unknown kind or state,
@@ -77,13 +77,14 @@ extension Store {
         t.attempts = Int(clamping: max(0, integer(26, "attempts") ?? 0))
         t.retries = Int(clamping: max(0, integer(27, "retries") ?? 0))
         t.nextRetryAt = number(28, "next_retry_at")
+        t.contentType = optionalText(29, "content_type")
         if let p = t.problem { problems.append(p) }
         return problems.isEmpty ? t : t.refused(problems.joined(separator: "; "))
     }
 
     /// Inserts or replaces the whole row.
     public func save(_ t: Transfer) throws(StoreError) {
-        try db.query("INSERT OR REPLACE INTO transfers(\(Self.columns)) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", values(t))
+        try db.query("INSERT OR REPLACE INTO transfers(\(Self.columns)) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", values(t))
     }
 
     /// Commits download progress: only called after the bytes are on disk (fdatasync).

@@ -5,7 +5,7 @@ import DrowseCore
 /// returned survives a power cut. Versioned schema with forward migrations.
 public final class Store {
     public let db: SQLiteDatabase
-    public static let schemaVersion: Int64 = 7
+    public static let schemaVersion: Int64 = 8
 
     public init(path: String) throws(StoreError) {
         db = try SQLiteDatabase(path: path)
@@ -143,6 +143,14 @@ public final class Store {
                     ALTER TABLE transfers ADD COLUMN retries INTEGER NOT NULL DEFAULT 0;
                     ALTER TABLE transfers ADD COLUMN next_retry_at REAL;
                     UPDATE schema_version SET version = 7;
+                    """)
+            }
+            if current < 8 {
+                // An upload's media type (--content-type).
+                try db.exec(
+                    """
+                    ALTER TABLE transfers ADD COLUMN content_type TEXT;
+                    UPDATE schema_version SET version = 8;
                     """)
             }
         }

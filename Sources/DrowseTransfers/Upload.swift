@@ -37,6 +37,7 @@ final class Upload {
         machine = UploadMachine(
             target: job.url, total: job.total, fileName: String(job.sourcePath.split(separator: "/").last ?? ""),
             protocol: job.protocolName, resource: job.resource)
+        if let ct = job.contentType { machine.contentType = ct }
         let size: Int64
         do { (fd, size) = try FileIdentity.openRegularForReading(job.sourcePath, as: job.identity) } catch {
             throw TransferError("cannot read \(job.sourcePath): \(error)", transient: false)

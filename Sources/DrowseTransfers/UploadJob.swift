@@ -13,9 +13,11 @@ public struct UploadJob: Sendable {
     /// The API caller who asked: the source is opened as that user on every attempt, so a
     /// file swapped for a symlink to something only root can read is refused by the kernel.
     public var identity: FileIdentity?
+    /// The file's media type; nil: application/octet-stream.
+    public var contentType: String?
 
     public init(id: String, url: String, sourcePath: String, total: Int64, protocolName: UploadProtocol, resource: String?,
-                identity: FileIdentity? = nil) {
+                identity: FileIdentity? = nil, contentType: String? = nil) {
         self.id = id
         self.url = url
         self.sourcePath = sourcePath
@@ -23,5 +25,6 @@ public struct UploadJob: Sendable {
         self.protocolName = protocolName
         self.resource = resource
         self.identity = identity
+        self.contentType = contentType
     }
 }

@@ -42,6 +42,8 @@ struct TransferCommand: ParsableCommand {
         @Option(help: "The app that owns it.") var app: String
         @Option(help: "Session name (events are delivered per session).") var session = "default"
         @Option(help: "auto | ietf | ietf-3 (iOS 17's draft) | tus | put") var `protocol` = "auto"
+        @Option(help: "The file's media type (tus filetype metadata, a PUT's Content-Type); default application/octet-stream.")
+        var contentType: String?
         @Option(help: "Fail if not finished within this long (default 7d).") var timeoutResource: String?
         @OptionGroup var conditions: ConditionFlags
         @Flag(help: "Print JSON.") var json = false
@@ -49,7 +51,9 @@ struct TransferCommand: ParsableCommand {
         func run() throws {
             guard URLParts.isTransferURL(url) else { throw CLIError("only http and https URLs can be transferred: '\(url)'") }
             guard UploadProtocol(rawValue: `protocol`) != nil else { throw CLIError("--protocol is one of auto, ietf, ietf-3, tus, put") }
-            let body = JSON.object([
+            var fields: [(String, JSON)] = []
+            if let contentType { fields.append(("content_type", .string(contentType))) }
+            let body = JSON.object(fields + [
                 ("kind", "upload"), ("url", .string(url)), ("app", .string(app)), ("session", .string(session)),
                 ("file", .string(absolute(file))), ("protocol", .string(`protocol`)),
                 ("timeout_resource", JSON(try timeoutSeconds(timeoutResource))),

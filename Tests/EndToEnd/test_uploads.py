@@ -516,3 +516,25 @@ def test_tus_offset_refused_after_restart_starts_a_new_upload(make_drowse, make_
     created = next(r["seq"] for r in log if r["method"] == "POST" and r.get("upload") == new.id)
     deleted = next(r["seq"] for r in log if r["method"] == "DELETE" and r.get("upload") == old.id)
     assert deleted > created, f"the old upload was deleted before its replacement existed:\n{describe(s)}"
+
+
+def test_content_type_reaches_tus_metadata_and_put(make_drowse, make_server):
+    import base64
+    tus = make_server("tus", tus_checksum=False, tus_require_metadata=("filename", "filetype"))
+    put = make_server("put")
+    d = make_drowse()
+    d.add_app("up")
+    d.start()
+    path, digest = make_file(d, "photo.png", 64 * 1024)
+    tid = d.cli_ok("transfer", "upload", str(path), tus.url("/files/"), "--app", "up", "--protocol", "tus",
+                   "--content-type", "image/png").stdout.strip()
+    assert_completed(d, tid, 64 * 1024, tus)
+    u = one_completed(tus, "tus", digest, 64 * 1024)
+    assert "filetype " + base64.b64encode(b"image/png").decode() in u.metadata, u.metadata
+    assert d.transfer(tid)["content_type"] == "image/png"
+    tid = d.cli_ok("transfer", "upload", str(path), put.url("/p/photo.png"), "--app", "up", "--protocol", "put",
+                   "--content-type", "image/png").stdout.strip()
+    assert_completed(d, tid, 64 * 1024, put)
+    assert [r["headers"].get("content-type") for r in put.log("PUT")] == ["image/png"]
+    r = d.cli("transfer", "upload", str(path), put.url("/p/x"), "--app", "up", "--content-type", "bad\ttype")
+    assert r.returncode != 0 and "content_type" in r.stderr, r.stderr
