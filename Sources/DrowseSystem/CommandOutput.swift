@@ -36,6 +36,7 @@ public func commandOutput(_ argv: [String], timeout: Double = 2) -> String? {
     if timedOut { killpg(pid, SIGKILL) }
     var status: Int32 = 0
     while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+    drowse_forget_child(pid)  // reaped: out of the registry of children drowse_spawn started
     guard !timedOut, status == 0 else { return nil }
     return String(decoding: data, as: UTF8.self)
 }
