@@ -126,3 +126,26 @@ struct TOMLSuiteTests {
         #expect(failed.isEmpty, "\(failed.count) of \(Self.cases.count) cases failed")
     }
 }
+
+extension TOMLSuiteTests {
+    /// The comparison above must not pass everything: a wrong type, value or key is a mismatch.
+    @Test func theComparisonCatchesMismatches() throws {
+        func tagged(_ type: String, _ value: String) -> JSON { .object([("type", .string(type)), ("value", .string(value))]) }
+        #expect(Self.mismatch(.integer(1), tagged("integer", "1"), at: "") == nil)
+        #expect(Self.mismatch(.integer(1), tagged("integer", "2"), at: "") != nil)
+        #expect(Self.mismatch(.integer(1), tagged("float", "1"), at: "") != nil)
+        #expect(Self.mismatch(.string("a"), tagged("string", "b"), at: "") != nil)
+        #expect(Self.mismatch(.float(.nan), tagged("float", "nan"), at: "") == nil)
+        let t = try TOMLParser.parse("a = 1\nb = 'x'")
+        #expect(Self.mismatch(t, .object([("a", tagged("integer", "1"))]), at: "") != nil)
+        #expect(Self.mismatch(t, .object([("a", tagged("integer", "1")), ("b", tagged("string", "x"))]), at: "") == nil)
+        #expect(Self.hasDate(.object([("d", tagged("date-local", "1979-05-27"))])))
+        // A BOM, and a date refused with the message the suite accepts.
+        #expect(try TOMLParser.parse(bytes: [0xEF, 0xBB, 0xBF] + Array("a = 1".utf8))["a"] == .integer(1))
+        #expect(throws: TOMLParseError(line: 1, reason: "'1979-05-27' is a date or time, and no setting takes a date or time")) {
+            try TOMLParser.parse("d = 1979-05-27")
+        }
+        #expect(throws: TOMLParseError.self) { try TOMLParser.parse("# a\u{7F} comment") }
+        #expect(throws: TOMLParseError.self) { try TOMLParser.parse(bytes: Array("a = '".utf8) + [0xFF, 0x27]) }
+    }
+}
