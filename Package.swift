@@ -59,7 +59,7 @@ let package = Package(
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
 
-        .testTarget(name: "DrowseCoreTests", dependencies: ["DrowseCore"]),
+        .testTarget(name: "DrowseCoreTests", dependencies: ["DrowseCore"], exclude: ["toml-test"]),
         .testTarget(name: "DrowseStoreTests", dependencies: ["DrowseStore", "DrowseCore"]),
         .testTarget(name: "DrowseSystemTests", dependencies: ["DrowseSystem", "DrowseCore"]),
     ],

@@ -78,7 +78,8 @@ public struct TOMLParseError: Error, Equatable, CustomStringConvertible {
     public var description: String { "line \(line): \(reason)" }
 }
 
-/// A small strict TOML parser (the subset above; no dates, no multi-line strings).
+/// A small strict TOML 1.0 parser: all of TOML but dates and times, which are refused with a
+/// message saying no setting takes one.
 public struct TOMLParser {
     /// How deep a value may sit: every key of a header or dotted key, every array and every
     /// inline table on the way counts one level. Drowse's files use 3; the limit is there because
@@ -94,7 +95,31 @@ public struct TOMLParser {
         return try p.document()
     }
 
-    private init(bytes: [UInt8]) { self.bytes = bytes }
+    /// Parses the bytes of a file, which must be UTF-8.
+    public static func parse(bytes: [UInt8]) throws(TOMLParseError) -> TOMLTable {
+        guard String(validating: bytes, as: UTF8.self) != nil else {
+            var line = 1
+            var valid = 0
+            // The line of the first bad byte: the longest valid prefix ends on it.
+            for (n, b) in bytes.enumerated() where b == 0x0A {
+                if String(validating: bytes[valid..<n], as: UTF8.self) == nil { break }
+                valid = n
+                line += 1
+            }
+            throw TOMLParseError(line: line, reason: "the file is not valid UTF-8")
+        }
+        var p = TOMLParser(bytes: bytes)
+        return try p.document()
+    }
+
+    /// Said when a value is a date or time.
+    static let noDates = "no setting takes a date or time"
+
+    private init(bytes: [UInt8]) {
+        self.bytes = bytes
+        // A UTF-8 byte-order mark at the start is no part of the text.
+        if bytes.starts(with: [0xEF, 0xBB, 0xBF]) { i = 3 }
+    }
 
     private func fail(_ reason: String) -> TOMLParseError { TOMLParseError(line: line, reason: reason) }
     private func tooDeep() -> TOMLParseError { fail("nested deeper than \(Self.maxDepth) levels") }
@@ -105,24 +130,39 @@ public struct TOMLParser {
         while !atEnd, peek == 0x20 || peek == 0x09 { i += 1 }
     }
 
-    private mutating func skipComment() {
-        if !atEnd, peek == UInt8(ascii: "#") { while !atEnd, peek != 0x0A { i += 1 } }
+    /// Skips a comment up to its newline. A comment may hold no control character but tab
+    /// (and the CR of a CRLF).
+    private mutating func skipComment() throws(TOMLParseError) {
+        guard !atEnd, peek == UInt8(ascii: "#") else { return }
+        while !atEnd, peek != 0x0A {
+            if Self.isControl(peek), !isCRLF { throw fail("control character U+\(Self.hex(peek)) in a comment") }
+            i += 1
+        }
     }
 
+    /// Control characters no comment or string may hold: all but tab.
+    private static func isControl(_ c: UInt8) -> Bool { (c < 0x20 && c != 0x09) || c == 0x7F }
+    private static func hex(_ c: UInt8) -> String {
+        let h = String(c, radix: 16, uppercase: true)
+        return String(repeating: "0", count: 4 - h.count) + h
+    }
+    /// Whether a CR at `i` starts a CRLF (a CR alone is not a newline in TOML).
+    private var isCRLF: Bool { peek == 0x0D && i + 1 < bytes.count && bytes[i + 1] == 0x0A }
+
     /// Skips blank space, newlines and comments (inside arrays).
-    private mutating func skipAll() {
+    private mutating func skipAll() throws(TOMLParseError) {
         while !atEnd {
-            if peek == 0x20 || peek == 0x09 || peek == 0x0D { i += 1 }
+            if peek == 0x20 || peek == 0x09 || isCRLF { i += 1 }
             else if peek == 0x0A { i += 1; line += 1 }
-            else if peek == UInt8(ascii: "#") { skipComment() }
+            else if peek == UInt8(ascii: "#") { try skipComment() }
             else { break }
         }
     }
 
     private mutating func endOfLine() throws(TOMLParseError) {
         skipSpaces()
-        skipComment()
-        if !atEnd, peek == 0x0D { i += 1 }
+        try skipComment()
+        if !atEnd, isCRLF { i += 1 }
         if atEnd { return }
         guard peek == 0x0A else { throw fail("unexpected text after value") }
         i += 1
@@ -140,7 +180,7 @@ public struct TOMLParser {
         var dottedTables = TOMLPathIndex<Int>()
         var inlineTables = TOMLPathIndex<Int>()
         while true {
-            skipAll()
+            try skipAll()
             if atEnd { break }
             if peek == UInt8(ascii: "[") {
                 i += 1
@@ -324,9 +364,11 @@ public struct TOMLParser {
         guard depth <= Self.maxDepth else { throw tooDeep() }
         switch peek {
         case UInt8(ascii: "\""):
-            if i + 2 < bytes.count, bytes[i + 1] == 0x22, bytes[i + 2] == 0x22 { throw fail("multi-line strings are not supported") }
+            if startsTriple(0x22) { return .string(try multiLineString(basic: true)) }
             return .string(try basicString())
-        case UInt8(ascii: "'"): return .string(try literalString())
+        case UInt8(ascii: "'"):
+            if startsTriple(0x27) { return .string(try multiLineString(basic: false)) }
+            return .string(try literalString())
         case UInt8(ascii: "["): return try array(depth: depth)
         case UInt8(ascii: "{"): return try inlineTable(depth: depth)
         default: return try scalar()
@@ -337,11 +379,11 @@ public struct TOMLParser {
         i += 1
         var items: [TOMLValue] = []
         while true {
-            skipAll()
+            try skipAll()
             guard !atEnd else { throw fail("unterminated array") }
             if peek == UInt8(ascii: "]") { i += 1; return .array(items) }
             items.append(try value(depth: depth + 1))
-            skipAll()
+            try skipAll()
             guard !atEnd else { throw fail("unterminated array") }
             if peek == UInt8(ascii: ",") { i += 1; continue }
             if peek == UInt8(ascii: "]") { i += 1; return .array(items) }
@@ -387,18 +429,24 @@ public struct TOMLParser {
         if text == "true" { return .bool(true) }
         if text == "false" { return .bool(false) }
         if word.isEmpty { throw fail("expected a value") }
+        if Self.looksLikeDateOrTime(word) { throw fail("'\(text)' is a date or time, and \(Self.noDates)") }
         return try number(word, text)
     }
 
     /// A TOML 1.0 number: a decimal integer (optional sign, no leading zeros), a `0x`, `0o` or
-    /// `0b` integer (no sign), or a float, which needs digits on both sides of its '.'. A '_'
-    /// may only stand between two digits. (No inf or nan: no setting wants them.)
+    /// `0b` integer (no sign), or a float, which needs digits on both sides of its '.', or
+    /// `inf` or `nan` with an optional sign. A '_' may only stand between two digits.
     private func number(_ w: [UInt8], _ text: String) throws(TOMLParseError) -> TOMLValue {
         func bad(_ why: String) -> TOMLParseError { fail("'\(text)' is not a valid number: \(why)") }
         let notAValue = fail("'\(text)' is not a valid value (strings need quotes)")
         var j = 0
         let sign = w[0] == UInt8(ascii: "+") || w[0] == UInt8(ascii: "-") ? w[0] : nil
         if sign != nil { j += 1 }
+        switch String(decoding: w[j...], as: UTF8.self) {
+        case "inf": return .float(sign == UInt8(ascii: "-") ? -.infinity : .infinity)
+        case "nan": return .float(sign == UInt8(ascii: "-") ? -.nan : .nan)
+        default: break
+        }
         let radixes: [UInt8: (radix: Int, name: String)] = [
             UInt8(ascii: "x"): (16, "hexadecimal"), UInt8(ascii: "o"): (8, "octal"), UInt8(ascii: "b"): (2, "binary"),
         ]
@@ -476,6 +524,7 @@ public struct TOMLParser {
         let start = i
         while !atEnd, peek != UInt8(ascii: "'") {
             if peek == 0x0A { throw fail("unterminated string") }
+            if Self.isControl(peek) { throw fail("control character U+\(Self.hex(peek)) in a string") }
             i += 1
         }
         guard !atEnd else { throw fail("unterminated string") }
@@ -492,7 +541,64 @@ public struct TOMLParser {
             let c = peek
             i += 1
             if c == 0x22 { break }
+            if Self.isControl(c) { throw fail("control character U+\(Self.hex(c)) in a string") }
             if c != UInt8(ascii: "\\") { out.append(c); continue }
+            try escape(into: &out)
+        }
+        guard let s = String(validating: out, as: UTF8.self) else { throw fail("invalid UTF-8") }
+        return s
+    }
+
+    /// Whether `"""` (or `'''`) starts at `i`.
+    private func startsTriple(_ q: UInt8) -> Bool {
+        i + 2 < bytes.count && bytes[i] == q && bytes[i + 1] == q && bytes[i + 2] == q
+    }
+
+    /// A multi-line basic (`"""`) or literal (`'''`) string. A newline right after the opening
+    /// delimiter is dropped; up to two quotes may stand before the closing one. In a basic one,
+    /// a backslash at the end of a line drops it and the blank space and newlines after it.
+    private mutating func multiLineString(basic: Bool) throws(TOMLParseError) -> String {
+        let q: UInt8 = basic ? 0x22 : 0x27
+        i += 3
+        if !atEnd, isCRLF { i += 1 }
+        if !atEnd, peek == 0x0A { i += 1; line += 1 }
+        var out: [UInt8] = []
+        while true {
+            guard !atEnd else { throw fail("unterminated multi-line string") }
+            let c = peek
+            if c == q, startsTriple(q) {
+                var n = 3
+                while i + n < bytes.count, bytes[i + n] == q { n += 1 }
+                guard n <= 5 else { throw fail("too many quotes at the end of a multi-line string") }
+                out.append(contentsOf: repeatElement(q, count: n - 3))
+                i += n
+                break
+            }
+            if c == 0x0A { out.append(c); i += 1; line += 1; continue }
+            if isCRLF { out.append(0x0A); i += 2; line += 1; continue }
+            if Self.isControl(c) { throw fail("control character U+\(Self.hex(c)) in a string") }
+            i += 1
+            guard basic, c == UInt8(ascii: "\\") else { out.append(c); continue }
+            // A line-ending backslash: blank space, then a newline.
+            var k = i
+            while k < bytes.count, bytes[k] == 0x20 || bytes[k] == 0x09 { k += 1 }
+            if k < bytes.count, bytes[k] == 0x0A || (bytes[k] == 0x0D && k + 1 < bytes.count && bytes[k + 1] == 0x0A) {
+                i = k
+                while !atEnd {
+                    if peek == 0x20 || peek == 0x09 || isCRLF { i += 1 }
+                    else if peek == 0x0A { i += 1; line += 1 }
+                    else { break }
+                }
+                continue
+            }
+            try escape(into: &out)
+        }
+        guard let s = String(validating: out, as: UTF8.self) else { throw fail("invalid UTF-8") }
+        return s
+    }
+
+    /// The escape after a backslash, at `i`.
+    private mutating func escape(into out: inout [UInt8]) throws(TOMLParseError) {
             guard !atEnd else { throw fail("unterminated string") }
             let e = peek
             i += 1
@@ -514,9 +620,15 @@ public struct TOMLParser {
                 out.append(contentsOf: Array(String(Character(u)).utf8))
             default: throw fail("bad escape in string")
             }
-        }
-        guard let s = String(validating: out, as: UTF8.self) else { throw fail("invalid UTF-8") }
-        return s
+    }
+
+    /// `1979-05-27…` or `07:32:00…`: a date or time, which no setting takes. (`07:30` is
+    /// neither, a TOML time has seconds: it is told to be quoted like any bare word.)
+    private static func looksLikeDateOrTime(_ w: [UInt8]) -> Bool {
+        func digits(_ r: Range<Int>) -> Bool { r.upperBound <= w.count && w[r].allSatisfy { (0x30...0x39).contains($0) } }
+        func at(_ k: Int, _ c: Character) -> Bool { k < w.count && w[k] == c.asciiValue! }
+        return (digits(0..<4) && at(4, "-") && digits(5..<7) && at(7, "-") && digits(8..<10))
+            || (digits(0..<2) && at(2, ":") && digits(3..<5) && at(5, ":") && digits(6..<8))
     }
 }
 
