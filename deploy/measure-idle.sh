@@ -147,7 +147,7 @@ DAEMON_PID=$!
 mqtt_connected() {
     kill -0 "$DAEMON_PID" 2>/dev/null || { tail -n 20 "$TMP/drowsed.log" >&2; die "drowsed exited"; }
     "$BIN/drowse" --socket "$TMP/drowse.sock" status --json 2>/dev/null |
-        python3 -c 'import json, sys; sys.exit(0 if json.load(sys.stdin)["mqtt"]["connected"] else 1)'
+        python3 -c 'import json, sys; sys.exit(0 if json.load(sys.stdin)["mqtt"]["connected"] else 1)' 2>/dev/null
 }
 if ! wait_until 30 mqtt_connected; then
     tail -n 20 "$TMP/drowsed.log" >&2
