@@ -49,7 +49,12 @@ def test_every_attempt_that_moves_bytes_retries_after_about_a_second(make_drowse
     gaps = [b.at - a.ended_at for a, b in zip(reqs, reqs[1:])]
     # The first step of the backoff is 0.5–1 s; without the reset the 6th wait would be 16–32 s.
     assert max(gaps) < 1.8, f"waits between attempts: {[round(g, 2) for g in gaps]}"
-    assert seen_next and all(0 < at - now <= 1.2 for now, at in seen_next), seen_next
+    # Judged when each retry time is first seen (polled every 50 ms after the failure is stored):
+    # a later poll may land after that time but before the actor has started the attempt.
+    first_seen = {}
+    for now, at in seen_next:
+        first_seen.setdefault(at, now)
+    assert first_seen and all(0 < at - now <= 1.2 for at, now in first_seen.items()), first_seen
 
 
 def test_attempts_that_move_nothing_still_back_off(make_drowse, hostile_server):
