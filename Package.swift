@@ -26,6 +26,9 @@ let package = Package(
         // No I/O, no C: models, config, planner, state machines.
         .target(name: "DrowseCore"),
         .target(name: "DrowseStore", dependencies: ["DrowseCore", "CSQLite"]),
+        // `drowse simulate`: scenarios, the virtual-clock driver of the fetch scheduler and the
+        // baselines. Linked into `drowse` only, not into `drowsed`.
+        .target(name: "DrowseSimulation", dependencies: ["DrowseCore"]),
         .target(name: "DrowseSystem", dependencies: [
             "DrowseCore", "CDrowseSys", "CCrypto",
             .product(name: "Logging", package: "swift-log"),
@@ -55,11 +58,12 @@ let package = Package(
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
         ]),
         .executableTarget(name: "drowse", dependencies: [
-            "DrowseCore", "DrowseSystem", "DrowseMQTT",
+            "DrowseCore", "DrowseSimulation", "DrowseSystem", "DrowseMQTT",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
 
         .testTarget(name: "DrowseCoreTests", dependencies: ["DrowseCore"], exclude: ["toml-test"]),
+        .testTarget(name: "DrowseSimulationTests", dependencies: ["DrowseSimulation", "DrowseCore", "DrowseSystem"]),
         .testTarget(name: "DrowseStoreTests", dependencies: ["DrowseStore", "DrowseCore"]),
         .testTarget(name: "DrowseSystemTests", dependencies: ["DrowseSystem", "DrowseCore"]),
     ],

@@ -1,7 +1,14 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import DrowseCore
 import DrowseStore
 import DrowseSystem
 
+/// drowsed's side of the fetch scheduler: it feeds `FetchScheduler` what happens (with the time)
+/// and carries out its actions — starts handlers, sets the one wake timer, writes the store,
+/// logs. Every decision about fetch windows is the scheduler's (and `drowse simulate` runs the
+/// same scheduler).
 extension Agent {
     func interval(of app: AppDefinition) -> Duration? {
         switch app.fetchInterval {
@@ -11,93 +18,130 @@ extension Agent {
         }
     }
 
-    /// The planner's view of every app not fetching right now.
-    func plannerInputs() -> [FetchPlanner.AppInput] {
-        let t = now()
-        return apps.values.sorted { $0.id < $1.id }.compactMap { app in
-            guard !runningFetches.contains(app.id), let rec = try? store.app(app.id, now: t) else { return nil }
-            let uses = UsageModel(uses: (try? store.uses(app: app.id)) ?? [], utcOffset: Double(localUTCOffset()))
-            return FetchPlanner.AppInput(
-                id: app.id, interval: interval(of: app), lastFetch: rec.lastFetch,
-                consecutiveFailures: rec.consecutiveFailures, registeredAt: rec.registeredAt,
-                consecutiveNoData: rec.consecutiveNoData, lastTimedOut: rec.lastTimedOut,
-                runtimeToday: (try? store.runtime(app: app.id, since: t - 86400)) ?? 0,
-                predictedUse: uses.nextUse(after: t))
-        }
+    /// What the scheduler needs to know of the board now.
+    var schedulerConditions: FetchScheduler.Conditions {
+        FetchScheduler.Conditions(online: conditions.network != .none, lowBattery: policy.batteryLow(conditions), radioTail: radio.tailSeconds)
     }
 
-    /// Sets the one timer for the next window. Called whenever the plan may have changed.
-    func replan() {
-        windowTimer?.cancel()
+    /// Starts the scheduler with the apps as the store remembers them.
+    func startScheduler() {
+        let t = now()
+        let list = apps.values.sorted { $0.id < $1.id }.compactMap { app -> FetchScheduler.App? in
+            try? store.schedulerApp(app.id, interval: interval(of: app)?.seconds, now: t)
+        }
+        schedule(.started(apps: list, conditions: schedulerConditions, now: t))
+    }
+
+    /// Feeds one event to the scheduler and carries out its actions. Returns the manual fetch
+    /// it started, if any (for `drowse fetch`, which waits for it).
+    @discardableResult
+    func schedule(_ event: FetchScheduler.Event) -> (run: HandlerRun?, refused: String?) {
+        let actions = scheduler.handle(event)
+        trace?.write(event, actions)
+        return perform(actions)
+    }
+
+    @discardableResult
+    func perform(_ actions: [FetchScheduler.Action]) -> (run: HandlerRun?, refused: String?) {
+        var manual: HandlerRun?
+        var refused: String?
+        for action in actions {
+            switch action {
+            case let .startFetch(ids, trigger):
+                if trigger == .scheduled {
+                    logger.info("fetch window opens", metadata: ["apps": "\(ids)"])
+                    // Notifications held back by their rate budget ride this window, and so does the keepalive.
+                    flushDeferred()
+                    mqtt?.rideWindow()
+                }
+                for id in ids {
+                    let done = HandlerRun()
+                    if trigger == .manual { manual = done }
+                    enqueueHandler(.fetch(app: id, trigger: trigger.rawValue, done: done))
+                }
+            case let .refuseFetch(_, reason):
+                refused = reason
+            case let .setTimer(at):
+                windowTimer?.cancel()
+                let delay = max(0, at - now())
+                logger.debug("next fetch window in \(DurationText.format(.milliseconds(Int64(saturating: delay * 1000, rounding: .up))))",
+                             metadata: ["apps": "\(scheduler.planned?.apps ?? [])"])
+                windowTimer = WakeTimer.after(delay) { [weak self] in
+                    Task { await self?.windowTimerFired() }
+                }
+            case .cancelTimer:
+                windowTimer?.cancel()
+                windowTimer = nil
+            case let .save(app, _):
+                // Written with the run, in finishHandler's transaction; nothing left to do here.
+                _ = app
+            case let .explain(app, reason):
+                logger.info("fetch plan: \(reason)", metadata: ["app.id": "\(app)"])
+            }
+        }
+        return (manual, refused)
+    }
+
+    func windowTimerFired() {
         windowTimer = nil
         let t = now()
-        // Offline, nothing is attempted; the link's return (a netlink event) re-plans.
-        guard conditions.network != .none, let window = planner.nextWindow(plannerInputs(), now: t) else {
-            plannedWindow = nil
-            return
-        }
-        plannedWindow = window
-        let delay = max(0, window.at - t)
-        logger.debug("next fetch window in \(DurationText.format(.milliseconds(Int64(delay * 1000))))", metadata: ["apps": "\(window.apps)"])
-        windowTimer = WakeTimer.after(delay) { [weak self] in
-            Task { await self?.openWindow() }
-        }
-    }
-
-    /// Runs every app that is eligible now, together.
-    func openWindow() {
-        let t = now()
-        let inputs = plannerInputs()
-        let due = inputs.filter { app in
-            guard let e = planner.eligibleAt(app) else { return false }
-            return e <= t + 0.001
-        }
-        if due.isEmpty { replan(); return }
-        guard conditions.network != .none else { replan(); return }
         // Fresh conditions at each window boundary (no polling in between).
         conditions = probe.read(now: t)
-        planner.lowBattery = policy.batteryLow(conditions)
-        logger.info("fetch window opens", metadata: ["apps": "\(due.map(\.id))"])
-        // Notifications held back by their rate budget ride this window, and so does the keepalive.
-        flushDeferred()
-        mqtt?.rideWindow()
-        for input in due {
-            guard let app = apps[input.id] else { continue }
-            startFetch(app, trigger: "scheduled")
-        }
-        replan()
+        if schedulerConditions != scheduler.conditions { schedule(.conditionsChanged(schedulerConditions, now: t)) }
+        schedule(.timerFired(now: t))
     }
 
-    /// Starts a fetch (or queues it for a handler slot) unless one is already running or queued
-    /// for this app.
-    @discardableResult
-    func startFetch(_ app: AppDefinition, trigger: String) -> Task<HandlerOutcome, Never>? {
-        guard !runningFetches.contains(app.id), !stopping else { return nil }
-        // Counted as fetching from now: a queued fetch is not planned a second time.
-        runningFetches.insert(app.id)
-        let done = HandlerRun()
-        enqueueHandler(.fetch(app: app.id, trigger: trigger, done: done))
-        return Task { await done.outcome() }
-    }
-
-    func fetchEnded(_ id: String) {
-        runningFetches.remove(id)
-        radioBusy(until: now())
-        replan()
+    /// Something is using the network now (a handler, a transfer): the radio stays awake for its
+    /// tail, and due fetches may ride along.
+    func radioBusy() {
+        schedule(.radioUsed(now: now()))
     }
 
     /// `drowse fetch ID`: run now and wait for the result.
     public func fetchNow(_ id: String, caller: Caller) async throws(APIError) -> HandlerOutcome {
         let app = try app(id, for: caller)
         guard app.fetchCommand != nil else { throw APIError(409, "no_fetch_command", "app '\(id)' has no fetch command") }
-        guard let task = startFetch(app, trigger: "manual") else {
-            throw APIError(409, "busy", "a fetch of '\(id)' is already running")
-        }
-        return await task.value
+        guard !stopping else { throw APIError(409, "busy", "drowsed is stopping") }
+        let (run, refused) = schedule(.fetchRequested(app: id, now: now()))
+        guard let run else { throw APIError(409, "busy", refused ?? "a fetch of '\(id)' is already running") }
+        return await run.outcome()
     }
 
     public func used(_ id: String, caller: Caller) throws(APIError) {
         _ = try app(id, for: caller)
-        do { try store.recordUse(app: id, at: now()) } catch { throw .internal("\(error)") }
+        let t = now()
+        do { try store.recordUse(app: id, at: t) } catch { throw .internal("\(error)") }
+        schedule(.used(app: id, now: t))
+    }
+}
+
+/// `drowsed --scheduler-trace FILE`: every event fed to the fetch scheduler and the actions it
+/// returned, one JSON line each, after a first line with the scheduler's settings.
+/// `drowse simulate --replay FILE` replays it.
+final class SchedulerTrace: @unchecked Sendable {
+    let fd: Int32
+
+    init(path: String, header: JSON) throws(SystemError) {
+        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        guard fd >= 0 else { throw SystemError("scheduler trace \(path)", errno: errno) }
+        self.fd = fd
+        line(header.serialized)
+    }
+
+    deinit { close(fd) }
+
+    func write(_ event: FetchScheduler.Event, _ actions: [FetchScheduler.Action]) {
+        line(JSON.object([("event", event.json), ("actions", .array(actions.map(\.json)))]).serialized)
+    }
+
+    private func line(_ text: String) {
+        let bytes = Array((text + "\n").utf8)
+        var off = 0
+        while off < bytes.count {
+            let n = bytes[off...].withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { return }
+            off += n
+        }
     }
 }

@@ -77,26 +77,25 @@ extension Agent {
             if let err = started.run.resourceShortage { unstarted(started); return .shortage(err) }
             // The handler started first; then the bookkeeping: a notification woke the radio, so
             // due fetches may ride along.
-            radioBusy(until: now())
+            radioBusy()
             Task {
+                // Its end counts against the app's daily budget and keeps the radio awake (the scheduler hears it).
                 _ = await self.finishHandler(started)
-                self.radioBusy(until: self.now())
                 self.handlerEnded()
             }
             return .started
         case .fetch(let appID, let trigger, let done):
             guard let app = apps[appID] else {
-                runningFetches.remove(appID)
+                schedule(.fetchAbandoned(app: appID, now: now()))
                 done.finish(HandlerOutcome(ending: .launchFailed("app '\(appID)' is gone"), startedAt: now(), endedAt: now()))
                 return .nothingToRun
             }
             let stdin = Array(JSON.object([("event", "fetch"), ("app", .string(app.id)), ("reason", .string(trigger))]).serialized.utf8)
             let started = startHandler(app, event: .fetch, stdin: stdin, trigger: trigger)
             if let err = started.run.resourceShortage { unstarted(started); return .shortage(err) }
-            radioBusy(until: now())
+            radioBusy()
             Task {
                 let outcome = await self.finishHandler(started)
-                self.fetchEnded(app.id)
                 done.finish(outcome)
                 self.handlerEnded()
             }
@@ -136,7 +135,7 @@ extension Agent {
         handlerRetryTimer = nil
         for item in handlerQueue.removeAllWaiting() {
             guard case .fetch(let appID, _, let done) = item else { continue }
-            runningFetches.remove(appID)
+            schedule(.fetchAbandoned(app: appID, now: now()))
             done.finish(HandlerOutcome(ending: .launchFailed("drowsed is stopping"), startedAt: now(), endedAt: now()))
         }
     }

@@ -216,7 +216,7 @@ extension Agent {
         for app in Set(deferred.map(\.app)) {
             next = min(next, budget.nextRoom(used: budgetUses(app, now: t), now: t))
         }
-        if let w = plannedWindow?.at { next = min(next, w) }
+        if let w = scheduler.planned?.at { next = min(next, w) }
         // A little later than the room opens, so the use that leaves the hour has left it.
         deferredTimer = WakeTimer.after(max(0, next - t) + 0.01) { Task { await self.flushDeferred() } }
     }

@@ -12,10 +12,10 @@ extension Agent {
                 ("unexpected_messages", JSON(unexpectedMessages)),
             ])),
             ("conditions", conditions.json),
-            ("next_window", JSON(plannedWindow?.at)),
-            ("next_window_apps", .array((plannedWindow?.apps ?? []).map { .string($0) })),
+            ("next_window", JSON(scheduler.planned?.at)),
+            ("next_window_apps", .array((scheduler.planned?.apps ?? []).map { .string($0) })),
             ("apps", JSON(apps.count)), ("invalid_apps", JSON(invalidApps.count)),
-            ("running_handlers", JSON(runningFetches.count)),
+            ("running_handlers", JSON(scheduler.running.count)),
             ("queued_handlers", JSON(handlerQueue.waitingCount)),
         ])
     }
@@ -34,25 +34,28 @@ extension Agent {
     func refreshConditions() {
         let old = conditions
         conditions = probe.read(now: now())
-        planner.lowBattery = policy.batteryLow(conditions)
         if conditions != old.withReadAt(conditions.readAt) {
             logger.info("conditions: \(conditions.powerSource.rawValue) power, network \(conditions.network.rawValue)\(conditions.interface.map { " (\($0))" } ?? "")\(conditions.metered ? ", metered" : "")")
         }
         applyConditions()
-        replan()
+        if schedulerConditions != scheduler.conditions { schedule(.conditionsChanged(schedulerConditions, now: now())) }
     }
 
     func appJSON(_ app: AppDefinition, plan: FetchPlanner.AppPlan?, history: Bool) -> JSON {
         let rec = try? store.app(app.id, now: now())
+        let fetching = scheduler.running.contains(app.id)
         var members: [(String, JSON)] = [
             ("id", .string(app.id)), ("valid", true), ("error", nil), ("file", .string(app.file)),
             ("last_result", JSON(rec?.lastResult?.rawValue)), ("last_fetch", JSON(rec?.lastFetch)),
-            ("next_fetch", JSON(runningFetches.contains(app.id) ? nil : plan?.plannedAt)),
-            ("next_fetch_reason", .string(runningFetches.contains(app.id) ? "fetching now"
-                : plan?.plannedAt != nil && conditions.network == .none ? "waiting for network" : plan?.reason ?? "")),
+            ("next_fetch", JSON(fetching ? nil : plan?.plannedAt)),
+            ("next_fetch_reason", .string(fetching ? "fetching now" : plan?.reason ?? "")),
+            // The stated rule: eligible from, and run by (offline time not counted).
+            ("eligible_at", JSON(fetching ? nil : plan?.eligibleAt)),
+            ("due_by", JSON(fetching ? nil : plan?.dueBy)),
+            ("tolerance_seconds", JSON(plan?.tolerance)),
             ("minimum_interval", .string(app.fetchInterval.description)),
             ("consecutive_failures", JSON(rec?.consecutiveFailures)), ("last_used", JSON(rec?.lastUsed)),
-            ("user", JSON(app.user)), ("running", .bool(runningFetches.contains(app.id))),
+            ("user", JSON(app.user)), ("running", .bool(fetching)),
         ]
         if history {
             let runs = (try? store.runs(app: app.id)) ?? []
@@ -74,7 +77,7 @@ extension Agent {
     }
 
     public func appsList(caller: Caller) -> JSON {
-        let plans = Dictionary(uniqueKeysWithValues: planner.plans(plannerInputs(), now: now()).map { ($0.id, $0) })
+        let plans = Dictionary(uniqueKeysWithValues: scheduler.plans(now: now()).map { ($0.id, $0) })
         var out = apps.values.filter { visible($0, to: caller) }.sorted { $0.id < $1.id }.map {
             appJSON($0, plan: plans[$0.id], history: false)
         }
@@ -85,7 +88,7 @@ extension Agent {
     public func appDetail(_ id: String, caller: Caller) throws(APIError) -> JSON {
         if apps[id] == nil, caller.isAdmin, let bad = invalidApps.first(where: { $0.id == id }) { return invalidJSON(bad) }
         let app = try app(id, for: caller)
-        let plan = planner.plans(plannerInputs(), now: now()).first { $0.id == id }
+        let plan = scheduler.plans(now: now()).first { $0.id == id }
         return appJSON(app, plan: plan, history: true)
     }
 }

@@ -365,7 +365,7 @@ extension Agent {
             t.finishedAt = now()
             persist(t)
             logger.info("transfer completed (\(bytes) bytes)", metadata: ["transfer.id": "\(id)", "app.id": "\(t.app)"])
-            radioBusy(until: now())
+            radioBusy()
             checkSession(app: t.app, session: t.session)
         case let .failed(id, error):
             // What this attempt moved: committed bytes (the engine commits before it reports a

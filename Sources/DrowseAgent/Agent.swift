@@ -18,7 +18,10 @@ public actor Agent {
     let logger: Logger
     let launcher: HandlerLaunching
     let store: Store
-    var planner = FetchPlanner()
+    /// Every decision about fetch windows (the same state machine `drowse simulate` runs).
+    var scheduler: FetchScheduler
+    /// `--scheduler-trace`: what the scheduler was fed and answered.
+    let trace: SchedulerTrace?
     let probe: ConditionsProbe
     var conditions: Conditions
     let policy: ConditionsPolicy
@@ -34,10 +37,7 @@ public actor Agent {
     var mqttEvents: AsyncStream<MQTTSessionEvent>.Continuation?
     var transferEvents: AsyncStream<TransferEvent>.Continuation?
 
-    /// Apps whose fetch handler is running now (no second one starts).
-    var runningFetches: Set<String> = []
     var windowTimer: WakeTimer?
-    var plannedWindow: FetchPlanner.Window?
     /// Live progress of running downloads, for display only.
     var liveProgress: [String: (Int64, Int64?)] = [:]
     /// Upload bytes handed to the network, not yet confirmed (shown as bytes_sent).
@@ -63,7 +63,7 @@ public actor Agent {
     var runningHandlers = 0
     var handlersIdle: [CheckedContinuation<Void, Never>] = []
 
-    public init(config: MainConfig, logger: Logger, launcher: HandlerLaunching = ProcessLauncher()) throws {
+    public init(config: MainConfig, logger: Logger, launcher: HandlerLaunching = ProcessLauncher(), schedulerTrace: String? = nil) throws {
         self.config = config
         self.logger = logger
         self.launcher = launcher
@@ -78,21 +78,16 @@ public actor Agent {
         probe = ConditionsProbe(sysfsRoot: config.conditions.sysfsRoot, meteredInterfaces: config.conditions.meteredInterfaces)
         conditions = probe.read(now: WallClock.now())
         policy = ConditionsPolicy(batteryLowPercent: config.conditions.batteryLowPercent)
-        planner.dailyBudget = config.scheduler.dailyBudget.seconds
+        var fetchPolicy = FetchPlanner()
+        fetchPolicy.dailyBudget = config.scheduler.dailyBudget.seconds
+        fetchPolicy.toleranceFraction = config.scheduler.tolerance
+        let fetchScheduler = FetchScheduler(policy: fetchPolicy, utcOffset: Double(localUTCOffset()))
+        scheduler = fetchScheduler
+        trace = try schedulerTrace.map { path throws(SystemError) in try SchedulerTrace(path: path, header: fetchScheduler.traceHeader) }
     }
 
     /// The radio the planner reckons with: `[radio] model`, or the current network's kind.
     var radio: RadioModel { RadioModel.forConfig(config.radioModel, network: conditions.network) }
-
-    /// Something is using the network now (a handler, a transfer): the radio stays awake
-    /// until the end of that plus its tail, and due fetches may ride along.
-    func radioBusy(until end: Double) {
-        let awake = end + radio.tailSeconds
-        if awake > (planner.radioAwakeUntil ?? 0) {
-            planner.radioAwakeUntil = awake
-            replan()
-        }
-    }
 
     /// Loads apps, resumes unfinished work and connects. Returns once running.
     public func start() {
@@ -106,7 +101,7 @@ public actor Agent {
         startMQTT()
         resumeTransfers()
         handlePendingNotifications()
-        replan()
+        startScheduler()
     }
 
     /// Stops cleanly: transfer progress committed, MQTT offline status published.
@@ -229,7 +224,15 @@ public actor Agent {
         let run = RunRecord(
             app: app.id, event: event, trigger: started.trigger, result: outcome.result, ending: outcome.summary,
             startedAt: outcome.startedAt, endedAt: outcome.endedAt, timedOut: outcome.ending == .timedOut)
-        do { try store.record(run, handlingNotification: started.notification) } catch { logger.error("store: \(error)") }
+        // A fetch's end moves the scheduler's bookkeeping, which is written with the run.
+        let ended = FetchScheduler.Event.handlerEnded(
+            app: app.id, fetch: event == .fetch ? FetchScheduler.FetchEnding(result: outcome.result, timedOut: outcome.ending == .timedOut) : nil,
+            startedAt: outcome.startedAt, endedAt: outcome.endedAt)
+        let actions = scheduler.handle(ended)
+        trace?.write(ended, actions)
+        let record = actions.lazy.compactMap { if case .save(_, let r) = $0 { r } else { nil } }.first
+        do { try store.record(run, fetch: record, handlingNotification: started.notification) } catch { logger.error("store: \(error)") }
+        perform(actions)
         let level: Logger.Level = outcome.result == .failed ? .warning : .info
         logger.log(level: level, "\(event.rawValue) handler finished: \(outcome.result.rawValue) (\(outcome.summary))",
                    metadata: ["app.id": "\(app.id)"])

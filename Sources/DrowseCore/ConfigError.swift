@@ -23,32 +23,32 @@ public struct ConfigError: Error, Equatable, Sendable, CustomStringConvertible {
 
 /// Reads typed values out of a TOML table, reporting the first wrong key as a `ConfigError`
 /// and refusing keys it was not asked about (typos must not pass silently).
-struct TableReader {
-    let table: TOMLTable
-    let file: String
-    let prefix: String
-    private(set) var used: Set<String> = []
+package struct TableReader {
+    package let table: TOMLTable
+    package let file: String
+    package let prefix: String
+    package private(set) var used: Set<String> = []
 
-    init(_ table: TOMLTable, file: String, prefix: String = "") {
+    package init(_ table: TOMLTable, file: String, prefix: String = "") {
         self.table = table
         self.file = file
         self.prefix = prefix
     }
 
-    func name(_ key: String) -> String { prefix.isEmpty ? key : prefix + "." + key }
+    package func name(_ key: String) -> String { prefix.isEmpty ? key : prefix + "." + key }
 
-    func error(_ key: String, _ problem: String) -> ConfigError {
+    package func error(_ key: String, _ problem: String) -> ConfigError {
         ConfigError(file: file, key: name(key), line: table.line(of: key), problem: problem)
     }
 
-    mutating func string(_ key: String) throws(ConfigError) -> String? {
+    package mutating func string(_ key: String) throws(ConfigError) -> String? {
         used.insert(key)
         guard let v = table[key] else { return nil }
         guard case .string(let s) = v else { throw error(key, "expected a string, found \(v.typeName)") }
         return s
     }
 
-    mutating func integer(_ key: String, in range: ClosedRange<Int>? = nil) throws(ConfigError) -> Int? {
+    package mutating func integer(_ key: String, in range: ClosedRange<Int>? = nil) throws(ConfigError) -> Int? {
         used.insert(key)
         guard let v = table[key] else { return nil }
         guard case .integer(let n) = v else { throw error(key, "expected an integer, found \(v.typeName)") }
@@ -56,14 +56,14 @@ struct TableReader {
         return n
     }
 
-    mutating func bool(_ key: String) throws(ConfigError) -> Bool? {
+    package mutating func bool(_ key: String) throws(ConfigError) -> Bool? {
         used.insert(key)
         guard let v = table[key] else { return nil }
         guard case .bool(let b) = v else { throw error(key, "expected true or false, found \(v.typeName)") }
         return b
     }
 
-    mutating func stringArray(_ key: String) throws(ConfigError) -> [String]? {
+    package mutating func stringArray(_ key: String) throws(ConfigError) -> [String]? {
         used.insert(key)
         guard let v = table[key] else { return nil }
         guard case .array(let items) = v else { throw error(key, "expected an array of strings, found \(v.typeName)") }
@@ -75,13 +75,13 @@ struct TableReader {
         return out
     }
 
-    mutating func command(_ key: String) throws(ConfigError) -> [String]? {
+    package mutating func command(_ key: String) throws(ConfigError) -> [String]? {
         guard let argv = try stringArray(key) else { return nil }
         guard let first = argv.first, !first.isEmpty else { throw error(key, "the command must name a program") }
         return argv
     }
 
-    mutating func duration(_ key: String, minimum: Duration = .zero) throws(ConfigError) -> Duration? {
+    package mutating func duration(_ key: String, minimum: Duration = .zero) throws(ConfigError) -> Duration? {
         if let v = table[key], case .integer = v { throw error(key, "durations are strings with a unit, e.g. \"30s\"") }
         guard let s = try string(key) else { return nil }
         guard let d = DurationText.parse(s) else { throw error(key, "'\(s)' is not a duration (use e.g. \"30s\", \"15m\", \"6h\")") }
@@ -89,7 +89,16 @@ struct TableReader {
         return d
     }
 
-    mutating func table(_ key: String) throws(ConfigError) -> TableReader? {
+    /// A share written as a percentage, "50%"; returned as a fraction (0.5).
+    package mutating func percent(_ key: String, in range: ClosedRange<Double>) throws(ConfigError) -> Double? {
+        guard let text = try string(key) else { return nil }
+        guard text.hasSuffix("%"), let n = Double(String(text.dropLast())), n.isFinite, range.contains(n) else {
+            throw error(key, "'\(text)' is not a percentage from \(Int(range.lowerBound))% to \(Int(range.upperBound))% (e.g. \"50%\")")
+        }
+        return n / 100
+    }
+
+    package mutating func table(_ key: String) throws(ConfigError) -> TableReader? {
         used.insert(key)
         guard let v = table[key] else { return nil }
         guard case .table(let t) = v else { throw error(key, "expected a table, found \(v.typeName)") }
@@ -97,7 +106,7 @@ struct TableReader {
     }
 
     /// Fails on the first key nobody asked for.
-    func rejectUnknown() throws(ConfigError) {
+    package func rejectUnknown() throws(ConfigError) {
         for key in table.keys where !used.contains(key) {
             throw error(key, "unknown key")
         }

@@ -1,10 +1,11 @@
 /// Plans background fetches into shared wake windows. Pure: no I/O, time is passed in; the
 /// daemon and `drowse simulate` run this same code.
 ///
-/// Each app becomes *eligible* its effective interval after its last fetch and may wait a
-/// *tolerance* beyond that. The next window opens at the last moment that keeps every
-/// eligible-soon app within its tolerance; every app eligible by then runs in it, so the
-/// radio wakes once for all of them. No app ever runs before it is eligible. On top of that:
+/// Each app becomes *eligible* its effective interval after its last fetch and runs at most a
+/// *tolerance* after that (the stated rule, `drowse apps show` gives both times; offline time
+/// does not count). The next window opens at the last moment that keeps every eligible-soon app
+/// within its tolerance; every app eligible by then runs in it, so the radio wakes once for all
+/// of them. No app ever runs before it is eligible. On top of that:
 /// - results steer the interval: no-data stretches it (bounded), failures back off
 ///   exponentially, a deadline kill costs one more doubling, new data restores it;
 /// - while the radio is awake anyway (a notification, a transfer, another window) apps that
@@ -12,8 +13,8 @@
 /// - an app whose data is used at a habitual time is fetched shortly before that time;
 /// - an app past its daily handler budget opens no window of its own; it joins others';
 /// - on a low battery, tolerances stretch;
-/// - a window waits for apps that become eligible shortly after it, as long as no member runs
-///   later than half its interval past eligibility (so each app runs within 1.5× its interval).
+/// - a window waits for apps that become eligible shortly after it, as long as every member
+///   stays within its tolerance.
 public struct FetchPlanner: Sendable {
     public struct AppInput: Sendable, Equatable {
         public var id: String
@@ -53,6 +54,10 @@ public struct FetchPlanner: Sendable {
         public var eligibleAt: Double?
         public var plannedAt: Double?
         public var reason: String
+        /// Seconds past eligibility the app may wait (nil: never fetches).
+        public var tolerance: Double? = nil
+        /// The latest it runs by the stated rule (nil while it only joins others' windows).
+        public var dueBy: Double? = nil
     }
 
     public struct Window: Sendable, Equatable {
@@ -60,8 +65,10 @@ public struct FetchPlanner: Sendable {
         public var apps: [String]
     }
 
+    /// The tolerance as a share of the interval (`[scheduler] tolerance`).
+    public var toleranceFraction: Double = 0.5
     /// Longest tolerance, so that long intervals do not drift by hours.
-    public var maxTolerance: Double = 900
+    public var maxTolerance: Double = 1800
     /// Failures stretch the interval by 2^n, at most this many times.
     public var maxBackoffDoublings: Int = 5
     /// No-data results stretch the interval by 50 % each, up to this factor.
@@ -75,12 +82,6 @@ public struct FetchPlanner: Sendable {
     public var lowBattery = false
     /// Until when the radio is awake anyway (activity end plus its tail), if it is.
     public var radioAwakeUntil: Double?
-    /// How late past eligibility an app may run, as a fraction of its interval and at most
-    /// `maxLateness` seconds: to share a window with an app that becomes eligible just after,
-    /// and to reach a predicted use. Keeps every app fetched within 1.5× its interval.
-    public var maxLatenessFraction: Double = 0.5
-    public var maxLateness: Double = 1800
-
     public init() {}
 
     public func effectiveInterval(_ app: AppInput) -> Double? {
@@ -98,15 +99,36 @@ public struct FetchPlanner: Sendable {
 
     public func tolerance(_ app: AppInput) -> Double {
         guard let interval = app.interval?.seconds else { return 0 }
-        let base = min(max(interval * 0.2, 1), maxTolerance)
+        let base = min(max(interval * toleranceFraction, 1), maxTolerance)
         return lowBattery ? base * lowBatteryStretch : base
     }
 
     public func overBudget(_ app: AppInput) -> Bool { app.runtimeToday >= dailyBudget }
 
-    public func lateness(_ app: AppInput) -> Double {
-        guard let interval = app.interval?.seconds else { return 0 }
-        return min(interval * maxLatenessFraction, maxLateness)
+    /// How late past eligibility an app may run: to share a window with an app that becomes
+    /// eligible just after, or to reach a predicted use. The tolerance, so the rule holds.
+    public func lateness(_ app: AppInput) -> Double { tolerance(app) }
+
+    /// The latest time the app runs, by the stated rule (online time); nil while it only joins
+    /// windows others open (daily budget spent) or never fetches.
+    public func dueBy(_ app: AppInput) -> Double? {
+        guard !overBudget(app), let e = eligibleAt(app) else { return nil }
+        return e + tolerance(app)
+    }
+
+    /// What stretches or holds an app's schedule now, for people.
+    public func notes(_ app: AppInput) -> [String] {
+        var notes: [String] = []
+        if app.consecutiveFailures > 0, let i = effectiveInterval(app) {
+            notes.append("backing off after \(app.consecutiveFailures) failure\(app.consecutiveFailures == 1 ? "" : "s")"
+                + " (interval stretched to \(DurationText.format(.seconds(i))))")
+        } else if app.consecutiveNoData > 0, let i = effectiveInterval(app) {
+            notes.append("\(app.consecutiveNoData) no-data result\(app.consecutiveNoData == 1 ? "" : "s") in a row stretched the interval to \(DurationText.format(.seconds(i)))")
+        }
+        if app.lastTimedOut { notes.append("penalised: the last run was killed at its deadline") }
+        if overBudget(app) { notes.append("daily budget of \(DurationText.format(.seconds(dailyBudget))) spent: joins windows others open") }
+        if lowBattery { notes.append("battery low: tolerance stretched \(lowBatteryStretch.rounded() == lowBatteryStretch ? String(Int(lowBatteryStretch)) : String(lowBatteryStretch))×") }
+        return notes
     }
 
     /// When the app would like to run: the end of its tolerance, or just before a predicted use.
@@ -165,35 +187,32 @@ public struct FetchPlanner: Sendable {
 
     /// Every app's plan, for `drowse apps` and `apps show`.
     public func plans(_ apps: [AppInput], now: Double) -> [AppPlan] {
-        let window = nextWindow(apps, now: now)
-        return apps.map { app in
+        plans(apps, now: now, window: nextWindow(apps, now: now))
+    }
+
+    /// Every app's plan, given the window already planned.
+    public func plans(_ apps: [AppInput], now: Double, window: Window?) -> [AppPlan] {
+        apps.map { app in
             guard let interval = app.interval else {
                 return AppPlan(id: app.id, eligibleAt: nil, plannedAt: nil, reason: "background fetch is off (minimum_interval = never)")
             }
             let eligible = eligibleAt(app)!
             let (late, forUsage) = latest(app, eligible: eligible)
-            var notes: [String] = []
-            if app.consecutiveFailures > 0 {
-                notes.append("backing off after \(app.consecutiveFailures) failure\(app.consecutiveFailures == 1 ? "" : "s")"
-                    + " (interval stretched to \(DurationText.format(.seconds(effectiveInterval(app)!))))")
-            } else if app.consecutiveNoData > 0 {
-                notes.append("\(app.consecutiveNoData) no-data result\(app.consecutiveNoData == 1 ? "" : "s") in a row stretched the interval to \(DurationText.format(.seconds(effectiveInterval(app)!)))")
-            }
-            if app.lastTimedOut { notes.append("penalised: the last run was killed at its deadline") }
-            if overBudget(app) { notes.append("daily budget of \(DurationText.format(.seconds(dailyBudget))) spent: joins windows others open") }
-            if lowBattery { notes.append("battery low: windows stretched") }
+            let notes = notes(app)
             let tail = notes.isEmpty ? "" : "; " + notes.joined(separator: "; ")
             if let window, window.apps.contains(app.id) {
                 var reason = window.at <= now + 1 ? "due now" : eligible <= now ? "eligible; waiting for the wake window" : "in the next wake window"
                 if forUsage && window.at >= late - 1 { reason = "prefetch for usage: data is usually read around then" }
                 if window.apps.count > 1 { reason += " (shared with \(window.apps.count - 1) other app\(window.apps.count == 2 ? "" : "s"))" }
-                return AppPlan(id: app.id, eligibleAt: eligible, plannedAt: window.at, reason: reason + tail)
+                return AppPlan(id: app.id, eligibleAt: eligible, plannedAt: window.at, reason: reason + tail,
+                               tolerance: tolerance(app), dueBy: dueBy(app))
             }
             var reason = forUsage ? "prefetch for usage: planned shortly before its data is usually read"
                 : "waiting for its \(DurationText.format(interval)) interval"
             if overBudget(app) { reason = "waiting for a window another app opens" }
             let planned = max(late, now)
-            return AppPlan(id: app.id, eligibleAt: eligible, plannedAt: overBudget(app) ? nil : planned, reason: reason + tail)
+            return AppPlan(id: app.id, eligibleAt: eligible, plannedAt: overBudget(app) ? nil : planned, reason: reason + tail,
+                           tolerance: tolerance(app), dueBy: dueBy(app))
         }
     }
 }

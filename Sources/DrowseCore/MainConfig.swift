@@ -48,6 +48,8 @@ public struct MainConfig: Sendable, Equatable {
         public var dailyBudget: Duration = .seconds(600)
         /// Handlers (notification and fetch) running at once; more wait their turn, none is dropped.
         public var maxConcurrentHandlers: Int = 8
+        /// How long past eligibility a fetch may wait, as a share of its interval (capped at 30 min).
+        public var tolerance: Double = FetchPlanner().toleranceFraction
     }
 
     public struct TransfersConfig: Sendable, Equatable {
@@ -133,6 +135,7 @@ public struct MainConfig: Sendable, Equatable {
             scheduler.minimumInterval = try s.duration("minimum_interval", minimum: .seconds(1)) ?? .seconds(600)
             scheduler.dailyBudget = try s.duration("daily_budget", minimum: .seconds(1)) ?? .seconds(600)
             scheduler.maxConcurrentHandlers = try s.integer("max_concurrent_handlers", in: 1...256) ?? 8
+            scheduler.tolerance = try s.percent("tolerance", in: 0...100) ?? scheduler.tolerance
             try s.rejectUnknown()
         }
 

@@ -9,7 +9,7 @@ public indirect enum TOMLValue: Sendable, Equatable {
     case array([TOMLValue])
     case table(TOMLTable)
 
-    var typeName: String {
+    package var typeName: String {
         switch self {
         case .string: "a string"
         case .integer: "an integer"

@@ -66,9 +66,9 @@ extension Store {
         Int(min(max(v.int64 ?? 0, 0), 1_000_000))
     }
 
-    /// Records a finished run; fetch runs also move the app's fetch bookkeeping, and a
-    /// notification's run marks it handled — one transaction, so one fsync.
-    public func record(_ run: RunRecord, handlingNotification seq: Int64? = nil) throws(StoreError) {
+    /// Records a finished run; with `fetch`, the app's fetch bookkeeping as the scheduler now has
+    /// it, and with `seq`, that the notification's run handled it — one transaction, so one fsync.
+    public func record(_ run: RunRecord, fetch: FetchScheduler.Record? = nil, handlingNotification seq: Int64? = nil) throws(StoreError) {
         try db.transaction { () throws(StoreError) in
             if let seq {
                 try db.query("UPDATE notifications SET state = ?, handled_at = ? WHERE seq = ?",
@@ -78,21 +78,39 @@ extension Store {
                 "INSERT INTO runs(app, event, trigger, result, ending, started_at, ended_at) VALUES (?,?,?,?,?,?,?)",
                 [.text(run.app), .text(run.event.rawValue), SQLValue(run.trigger), .text(run.result.rawValue),
                  .text(run.ending), .double(run.startedAt), .double(run.endedAt)])
-            if run.event == .fetch {
-                let failures = run.result == .failed ? "consecutive_failures + 1" : "0"
-                let noData = run.result == .noData ? "consecutive_no_data + 1" : run.result == .newData ? "0" : "consecutive_no_data"
+            if let fetch {
+                // The scheduler keeps the streaks; the store only remembers them across restarts.
                 try db.query(
                     """
-                    UPDATE apps SET last_fetch = ?, last_result = ?, consecutive_failures = \(failures),
-                        consecutive_no_data = \(noData), last_timed_out = ? WHERE id = ?
+                    UPDATE apps SET last_fetch = ?, last_result = ?, consecutive_failures = ?,
+                        consecutive_no_data = ?, last_timed_out = ? WHERE id = ?
                     """,
-                    [.double(run.startedAt), .text(run.result.rawValue), .int(run.timedOut ? 1 : 0), .text(run.app)])
+                    [SQLValue(fetch.lastFetch), SQLValue(fetch.lastResult?.rawValue), .int(Int64(fetch.consecutiveFailures)),
+                     .int(Int64(fetch.consecutiveNoData)), .int(fetch.lastTimedOut ? 1 : 0), .text(run.app)])
             }
             // Bounded history: the newest 200 runs per app.
             try db.query(
                 "DELETE FROM runs WHERE app = ? AND seq <= (SELECT seq FROM runs WHERE app = ? ORDER BY seq DESC LIMIT 1 OFFSET 200)",
                 [.text(run.app), .text(run.app)])
         }
+    }
+
+    /// What the fetch scheduler needs of an app at start-up: its record, its handler runs of the
+    /// last day (the daily budget) and its recent uses.
+    public func schedulerApp(_ id: String, interval: Double?, now: Double) throws(StoreError) -> FetchScheduler.App {
+        let rec = try app(id, now: now)
+        let spans = try db.query(
+            "SELECT started_at, ended_at FROM runs WHERE app = ? AND started_at >= ? ORDER BY seq",
+            [.text(id), .double(now - 86400)]
+        ).compactMap { r -> FetchScheduler.Span? in
+            guard let s = Self.unixTime(r[0]), let e = Self.unixTime(r[1]) else { return nil }
+            return FetchScheduler.Span(start: s, seconds: min(max(e - s, 0), 86400))
+        }
+        return FetchScheduler.App(
+            id: id, interval: interval, registeredAt: rec.registeredAt,
+            record: FetchScheduler.Record(lastFetch: rec.lastFetch, lastResult: rec.lastResult, consecutiveFailures: rec.consecutiveFailures,
+                                          consecutiveNoData: rec.consecutiveNoData, lastTimedOut: rec.lastTimedOut),
+            recentRuns: spans, uses: try uses(app: id))
     }
 
     public func runs(app: String, limit: Int = 20) throws(StoreError) -> [RunRecord] {

@@ -57,6 +57,9 @@ struct Drowsed: AsyncParsableCommand {
     @Flag(name: .long, help: "Check the configuration and app files, then exit.")
     var checkConfig = false
 
+    @Option(name: .long, help: "Write every event fed to the fetch scheduler and its actions to this file, one JSON line each (replay with `drowse simulate --replay FILE`).")
+    var schedulerTrace: String?
+
     func run() async throws {
         signal(SIGPIPE, SIG_IGN)
         // State, partial downloads and the database are private unless handed to someone.
@@ -92,7 +95,7 @@ struct Drowsed: AsyncParsableCommand {
         }
 
         let agent: Agent
-        do { agent = try Agent(config: mainConfig, logger: logger) } catch {
+        do { agent = try Agent(config: mainConfig, logger: logger, schedulerTrace: schedulerTrace) } catch {
             Self.fail("\(path): cannot use state_dir \(mainConfig.stateDir): \(error)")
         }
         let api = APIServer(path: mainConfig.socket, router: APIRouter(agent: agent), logger: logger)

@@ -440,6 +440,7 @@ class Drowse:
         self.proc: subprocess.Popen | None = None
         self.exit_statuses: list[int | None] = []
         self.daemon_env: dict[str, str] = {}  # extra environment for drowsed itself
+        self.daemon_args: list[str] = []  # extra drowsed arguments, e.g. ["--scheduler-trace", path]
         self.prefix: list[str] = []  # e.g. ["ip", "netns", "exec", NS] to run drowsed in a network namespace
         # [mqtt] keys over the defaults (url = the broker's, keepalive = "10s"); see set_mqtt().
         self.mqtt_options: dict[str, str] = {}
@@ -528,7 +529,7 @@ class Drowse:
         with open(self.stderr_log, "ab") as log:
             log.write(f"\n===== drowsed start {time.strftime('%H:%M:%S')} =====\n".encode())
             log.flush()
-            self.proc = subprocess.Popen([*self.prefix, str(DROWSED), "--config", str(self.config)], stdout=log, stderr=log,
+            self.proc = subprocess.Popen([*self.prefix, str(DROWSED), "--config", str(self.config), *self.daemon_args], stdout=log, stderr=log,
                                          stdin=subprocess.DEVNULL, start_new_session=True, cwd=str(self.base),
                                          env={**self.env(), "DROWSE_E2E_DIR": str(self.base), **self.daemon_env})
         if wait:

@@ -1,4 +1,5 @@
-@testable import DrowseCore
+@testable import DrowseSimulation
+import DrowseCore
 import Testing
 
 private func every(_ seconds: Int64) -> FetchInterval { .every(.seconds(seconds)) }

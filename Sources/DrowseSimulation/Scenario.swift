@@ -1,3 +1,5 @@
+import DrowseCore
+
 /// A `drowse simulate` scenario: apps with their fetch intervals, handler durations and
 /// results, when their data is used, and a timeline of network and power. Pure data, parsed
 /// from TOML (see `deploy/scenarios/`):
@@ -23,6 +25,9 @@
 /// interval = "15m"             # a duration, "minimum" or "never", like minimum_interval
 /// duration = "1s-4s"           # handler run time: fixed ("2s") or a range drawn per run
 /// results = ["new", "no"]      # cycled per run: new | no | failed | timeout
+/// updates = "30m"              # the source publishes this often: a run finds new data if it
+///                              # published since the app last got some (then results give
+///                              # only failed | timeout; new and no both mean "it ran")
 /// uses = ["07:30", "18:00"]    # daily times (UTC) the app's data is read
 /// jitter = "5m"                # each use moves uniformly within ± this
 /// use_days = ["weekdays"]      # mon..sun, weekdays, weekend; default every day
@@ -47,6 +52,15 @@ public struct Scenario: Sendable, Equatable {
         case failed
         /// Killed at the handler deadline (runs for the whole deadline, counts as failed).
         case timeout
+
+        /// What the handler's exit says.
+        public var result: FetchResult {
+            switch self {
+            case .new: .newData
+            case .no: .noData
+            case .failed, .timeout: .failed
+            }
+        }
     }
 
     public struct App: Sendable, Equatable {
@@ -62,6 +76,10 @@ public struct Scenario: Sendable, Equatable {
         public var jitter: Double
         /// Days of the week with uses, 0 = Monday … 6 = Sunday.
         public var useDays: Set<Int>
+        /// How often the app's data source publishes (seconds), if modelled: then a run that
+        /// does not fail finds new data exactly when the source published since the app's last
+        /// new-data run began, whatever `results` says; nil: `results` decides.
+        public var updates: Double?
 
         public init(id: String, interval: FetchInterval, duration: ClosedRange<Double> = 2...2, results: [Outcome] = [.new],
                     uses: [Double] = [], jitter: Double = 0, useDays: Set<Int> = Set(0..<7)) {
@@ -112,6 +130,8 @@ public struct Scenario: Sendable, Equatable {
     public var minimumInterval: Double
     public var handlerDeadline: Double
     public var dailyBudget: Double
+    /// `[scheduler] tolerance`, as a fraction; nil: the default.
+    public var tolerance: Double?
     public var batteryLowPercent: Int
     public var apps: [App]
     /// Sorted by `at`. Before the first change the network is the radio's kind.
@@ -180,7 +200,9 @@ extension Scenario {
         let warmup = (try r.duration("warmup"))?.seconds ?? 0
 
         var minimumInterval = 600.0, deadline = 30.0, budget = 600.0
+        var tolerance: Double?
         if var s = try r.table("scheduler") {
+            tolerance = try s.percent("tolerance", in: 0...100)
             minimumInterval = (try s.duration("minimum_interval", minimum: .seconds(1)))?.seconds ?? minimumInterval
             deadline = (try s.duration("handler_deadline", minimum: .seconds(1)))?.seconds ?? deadline
             budget = (try s.duration("daily_budget", minimum: .seconds(1)))?.seconds ?? budget
@@ -231,9 +253,11 @@ extension Scenario {
         for key in table.keys where !r.used.contains(key) && !["app", "network", "power"].contains(key) {
             throw r.error(key, "unknown key")
         }
-        return Scenario(
+        var scenario = Scenario(
             name: name, duration: total, seed: seed, radio: radio, start: start, warmup: warmup, minimumInterval: minimumInterval,
             handlerDeadline: deadline, dailyBudget: budget, batteryLowPercent: batteryLow, apps: apps, network: network, power: power)
+        scenario.tolerance = tolerance
+        return scenario
     }
 
     static func baseName(_ file: String) -> String {
@@ -344,8 +368,11 @@ extension Scenario {
                 }
             }
         }
+        let updates = try e.r.duration("updates", minimum: .seconds(1))?.seconds
         try e.r.rejectUnknown()
-        return App(id: id, interval: interval, duration: duration, results: results, uses: uses, jitter: jitter, useDays: days)
+        var app = App(id: id, interval: interval, duration: duration, results: results, uses: uses, jitter: jitter, useDays: days)
+        app.updates = updates
+        return app
     }
 
     /// "HH:MM" or "HH:MM:SS" → seconds after midnight.

@@ -1,4 +1,6 @@
-/// What `drowse simulate` reports: Drowse and naive timers side by side, in total and per app
+import DrowseCore
+
+/// What `drowse simulate` reports: Drowse, Android-style batching and naive timers side by side, in total and per app
 /// (SPEC.md, `drowse simulate SCENARIO --json`).
 public struct SimulationReport: Sendable, Equatable {
     /// One strategy's figures, for all apps or one.
@@ -18,6 +20,9 @@ public struct SimulationReport: Sendable, Equatable {
         public var stalenessP90: Double?
         /// Two starts of one app closer than its minimum interval (less 1 ms). Must be 0.
         public var intervalViolations = 0
+        /// Drowse only: runs later than the due-by the scheduler stated (eligible + tolerance,
+        /// offline time not counted), and apps still not run at the end past theirs. Must be 0.
+        public var toleranceViolations: Int?
         /// Uses measured for staleness.
         public var uses = 0
         public var newData = 0
@@ -45,6 +50,7 @@ public struct SimulationReport: Sendable, Equatable {
                 ("staleness_median_seconds", JSON(stalenessMedian.map(Self.round))),
                 ("staleness_p90_seconds", JSON(stalenessP90.map(Self.round))),
                 ("interval_violations", JSON(intervalViolations)),
+                ("tolerance_violations", JSON(toleranceViolations)),
                 ("uses", JSON(uses)),
                 ("new_data", JSON(newData)),
                 ("no_data", JSON(noData)),
@@ -67,6 +73,7 @@ public struct SimulationReport: Sendable, Equatable {
         public var interval: Double?
         public var drowse: Totals
         public var naive: Totals
+        public var android: Totals
     }
 
     public var scenario: String
@@ -77,6 +84,8 @@ public struct SimulationReport: Sendable, Equatable {
     public var warmup: Double
     public var drowse: Totals
     public var naive: Totals
+    /// Android-style inexact-alarm batching: the strong baseline.
+    public var android: Totals
     public var apps: [AppRow]
 
     /// naive ÷ Drowse, nil when Drowse used none.
@@ -92,11 +101,14 @@ public struct SimulationReport: Sendable, Equatable {
             ("warmup_seconds", JSON(warmup)),
             ("drowse", drowse.json),
             ("naive", naive.json),
+            ("android", android.json),
             ("radio_on_ratio", JSON(Self.ratio(naive.radioOnSeconds, drowse.radioOnSeconds).map(Totals.round))),
             ("promotions_ratio", JSON(Self.ratio(naive.promotions, drowse.promotions).map(Totals.round))),
             ("energy_ratio", JSON(Self.ratio(naive.energyJoules, drowse.energyJoules).map(Totals.round))),
+            ("android_radio_on_ratio", JSON(Self.ratio(android.radioOnSeconds, drowse.radioOnSeconds).map(Totals.round))),
             ("apps", .array(apps.map { a in
-                .object([("id", .string(a.id)), ("interval_seconds", JSON(a.interval)), ("drowse", a.drowse.json), ("naive", a.naive.json)])
+                .object([("id", .string(a.id)), ("interval_seconds", JSON(a.interval)), ("drowse", a.drowse.json), ("naive", a.naive.json),
+                          ("android", a.android.json)])
             })),
         ])
     }

@@ -1,33 +1,24 @@
-/// `drowse simulate`: runs a `Scenario` on a virtual clock twice — once with the real
-/// `FetchPlanner`, driven the way `drowsed` drives it, and once with naive independent
-/// per-app timers — and measures both the same way. Pure and deterministic: every random
-/// draw comes from `SplitMix64` streams of the seed.
+import DrowseCore
+
+/// `drowse simulate`: runs a `Scenario` on a virtual clock three ways — with the real
+/// `FetchScheduler` (the very state machine `drowsed` runs, fed by `SchedulerDriver`), with
+/// Android's inexact-alarm batching, and with naive independent per-app timers — and measures all
+/// three the same way. Pure and deterministic: every random draw comes from `SplitMix64` streams
+/// of the seed.
 ///
-/// What both strategies share, so that only the scheduling differs:
+/// What the strategies share, so that only the scheduling differs:
 /// - the k-th run of an app takes the same time and ends with the same result (the app's
 ///   `results` cycled, durations drawn from the stream `(seed, 1, app, k)`); a run that would
 ///   last the handler deadline or longer is killed there and counts as a timeout;
 /// - the same uses of each app's data (times of day, jittered by `(seed, 2, app, day, use)`);
 /// - the same network and power timeline.
 ///
-/// How `drowsed` is mirrored (Agent+Fetch.swift): the planner sees every app that is not
-/// running, with `lastFetch` = the start of its last run, its result counters, `runtimeToday`
-/// (handler seconds of runs started in the last 24 h), `predictedUse` (its usage model's next
-/// use) and `radioAwakeUntil` (start and end of every run plus the radio's tail). The one
-/// planned window is remade where `drowsed` calls `replan()` — when runs start and end, after
-/// a window, when conditions change — and at the window every app with
-/// `eligibleAt <= now + 1 ms` starts. Offline there is no window.
+/// For Drowse the simulator supplies only the clock, the handler outcomes, the uses and the
+/// conditions timeline: it feeds the scheduler the events `drowsed` feeds it (`started`,
+/// `handlerEnded`, `conditionsChanged`, `used`, `timerFired`) and carries out its actions
+/// (`startFetch` starts runs, `setTimer` sets the next wake-up). Handler slots are not modelled:
+/// every fetch a window starts runs at once.
 public struct Simulator: Sendable {
-    /// What the simulator asks of a planner: `FetchPlanner` itself, or a variant under study
-    /// (so a proposed change can be measured before it is made).
-    public protocol Planner: Sendable {
-        var radioAwakeUntil: Double? { get set }
-        var lowBattery: Bool { get set }
-        func nextWindow(_ apps: [FetchPlanner.AppInput], now: Double) -> FetchPlanner.Window?
-        func eligibleAt(_ app: FetchPlanner.AppInput) -> Double?
-        func effectiveInterval(_ app: FetchPlanner.AppInput) -> Double?
-    }
-
     /// One handler run.
     public struct Run: Sendable, Equatable {
         /// Index into `scenario.apps`.
@@ -58,17 +49,19 @@ public struct Simulator: Sendable {
 
     var end: Double { scenario.start + scenario.duration }
 
-    /// The planner as `drowsed` configures it for this scenario.
-    public var planner: FetchPlanner {
+    /// The scheduler's policy as `drowsed` configures it for this scenario.
+    public var policy: FetchPlanner {
         var p = FetchPlanner()
         p.dailyBudget = scenario.dailyBudget
+        if let t = scenario.tolerance { p.toleranceFraction = t }
         return p
     }
 
     // MARK: - Shared inputs
 
-    /// How the k-th run of an app goes.
-    func draw(app: Int, run k: Int) -> (duration: Double, outcome: Scenario.Outcome) {
+    /// How the k-th run of an app goes, when it starts at `start` and the app's last new-data
+    /// run began at `lastNew` (nil: it has none yet).
+    func draw(app: Int, run k: Int, start: Double, lastNew: Double?) -> (duration: Double, outcome: Scenario.Outcome) {
         let a = scenario.apps[app]
         var outcome = a.results[k % a.results.count]
         var g = SplitMix64.stream(seed, 1, UInt64(app), UInt64(k))
@@ -77,7 +70,22 @@ public struct Simulator: Sendable {
             outcome = .timeout
             d = scenario.handlerDeadline
         }
+        if let u = a.updates, outcome == .new || outcome == .no {
+            // The source publishes at phase + m·u for every integer m (it had data before the start).
+            var p = SplitMix64.stream(seed, 4, UInt64(app))
+            let phase = scenario.start + p.unit() * u
+            let published = { (t: Double) in ((t - phase) / u).rounded(.down) }
+            outcome = lastNew.map { published(start) > published($0) } ?? true ? .new : .no
+        }
         return (d, outcome)
+    }
+
+    /// The k-th run of an app at `start`, with the bookkeeping of its last new-data run.
+    func run(app i: Int, count: inout [Int], lastNew: inout [Double?], at start: Double, nextInterval: Double? = nil) -> Run {
+        let (d, outcome) = draw(app: i, run: count[i], start: start, lastNew: lastNew[i])
+        count[i] += 1
+        if outcome == .new { lastNew[i] = start }
+        return Run(app: i, start: start, end: start + d, outcome: outcome, offline: false, nextInterval: nextInterval)
     }
 
     /// Every use of every app's data within the scenario, in time order.
@@ -123,113 +131,162 @@ public struct Simulator: Sendable {
 
     // MARK: - Drowse
 
-    /// The runs `drowsed` makes with the real planner, in start order.
-    public func runDrowse() -> [Run] { runDrowse(planner: planner) }
+    /// The runs `drowsed` makes with its scheduler, in start order.
+    public func runDrowse() -> [Run] { drowse(policy: policy).runs }
 
-    /// The runs with another planner (configured by the caller, e.g. its daily budget).
-    public func runDrowse<P: Planner>(planner: P) -> [Run] {
+    /// The runs, and how often the stated tolerance rule was broken, with a given policy (so a
+    /// proposed change can be measured before it is made).
+    public func drowse(policy: FetchPlanner) -> (runs: [Run], toleranceViolations: [Int]) {
         let s = scenario
         let n = s.apps.count
-        var planner = planner
-        let tail = s.radio.tailSeconds
-        var inputs = s.apps.map { app in
-            FetchPlanner.AppInput(id: app.id, interval: s.intervalSeconds(app).map { Duration.milliseconds(Int64(($0 * 1000).rounded())) },
-                                  lastFetch: nil, registeredAt: s.start)
-        }
-        var usage = Array(repeating: UsageModel(), count: n)
-        // usage.nextUse(after:) stays the same until that use passes or a use is recorded.
-        var predicted: [Double?] = Array(repeating: nil, count: n)
-        var predictedValid = Array(repeating: false, count: n)
+        let index = Dictionary(uniqueKeysWithValues: s.apps.enumerated().map { ($1.id, $0) })
+        var driver = SchedulerDriver(FetchScheduler(policy: policy))
         var running: [Int: Int] = [:]  // app → index in runs
-        var index: [String: Int] = [:]
-        for (i, app) in s.apps.enumerated() { index[app.id] = i }
         var runCount = Array(repeating: 0, count: n)
-        var recent: [[(start: Double, seconds: Double)]] = Array(repeating: [], count: n)
+        var lastNew: [Double?] = Array(repeating: nil, count: n)
         var runs: [Run] = []
         let uses = self.uses()
         var ui = 0, ni = 0, pi = 0
         var network = s.initialNetwork
         var power = (source: Conditions.PowerSource.ac, battery: Int?.none)
+        let offline = offlineIntervals()
+        // The stated rule, checked: each app runs by the latest due-by the scheduler stated since
+        // its last start, offline time not counted; none while it only joins others' windows.
+        var lastStart = Array(repeating: s.start, count: n)
+        var due: [Double?] = Array(repeating: nil, count: n)
+        var exempt = Array(repeating: false, count: n)
+        var violations = Array(repeating: 0, count: n)
 
-        func plannable(_ t: Double) -> [FetchPlanner.AppInput] {
-            (0..<n).filter { running[$0] == nil }.map { i in
-                var input = inputs[i]
-                recent[i].removeAll { $0.start < t - 86400 }
-                input.runtimeToday = recent[i].reduce(0) { $0 + $1.seconds }
-                if !predictedValid[i] || (predicted[i].map { t >= $0 } ?? true) {
-                    predicted[i] = usage[i].nextUse(after: t)
-                    predictedValid[i] = true
+        func conditions() -> FetchScheduler.Conditions {
+            FetchScheduler.Conditions(
+                online: network != .none,
+                lowBattery: power.source == .battery && (power.battery ?? 100) < s.batteryLowPercent,
+                radioTail: s.radio.tailSeconds)
+        }
+        func late(_ i: Int, at t: Double) -> Bool {
+            guard !exempt[i], let d = due[i] else { return false }
+            return t > d + Self.overlap(offline, lastStart[i], t) + 0.001
+        }
+        func feed(_ event: FetchScheduler.Event) {
+            let t = event.now
+            for action in driver.feed(event) {
+                guard case .startFetch(let ids, _) = action else { continue }
+                for id in ids {
+                    guard let i = index[id] else { continue }
+                    if late(i, at: t) { violations[i] += 1 }
+                    lastStart[i] = t
+                    due[i] = nil
+                    exempt[i] = false
+                    running[i] = runs.count
+                    runs.append(run(app: i, count: &runCount, lastNew: &lastNew, at: t))
                 }
-                input.predictedUse = predicted[i]
-                return input
+            }
+            for i in 0..<n where running[i] == nil {
+                guard let promise = driver.scheduler.promise(s.apps[i].id, now: t) else { continue }
+                if let d = promise.dueBy { due[i] = max(due[i] ?? d, d) } else { exempt[i] = true }
             }
         }
-        func awake(until t: Double) { planner.radioAwakeUntil = max(planner.radioAwakeUntil ?? -.infinity, t + tail) }
 
-        // The one planned window, remade where drowsed calls replan(): at a run's start and end,
-        // after a window and when conditions change — not when data is used, nor as time passes.
-        var planned: FetchPlanner.Window?
-        func replan(_ t: Double) {
-            planner.lowBattery = power.source == .battery && (power.battery ?? 100) < s.batteryLowPercent
-            planned = network != .none ? planner.nextWindow(plannable(t), now: t) : nil
-        }
-
-        var t = s.start
-        replan(t)
+        let apps = s.apps.map { FetchScheduler.App(id: $0.id, interval: s.intervalSeconds($0), registeredAt: s.start) }
+        feed(.started(apps: apps, conditions: conditions(), now: s.start))
         while true {
             let nextChange = min(ni < s.network.count ? s.start + s.network[ni].at : .infinity,
                                  pi < s.power.count ? s.start + s.power[pi].at : .infinity)
             let nextEnd = running.values.map { runs[$0].end }.min() ?? .infinity
             let nextUse = ui < uses.count ? uses[ui].at : .infinity
-            let nextWindow = planned?.at ?? .infinity
-            let next = min(nextChange, nextEnd, nextUse, nextWindow)
-            guard next < end else { break }
-            t = next
+            let nextTimer = driver.timerAt ?? .infinity
+            let t = min(nextChange, nextEnd, nextUse, nextTimer)
+            guard t < end else { break }
             if nextChange == t {
                 while ni < s.network.count, s.start + s.network[ni].at <= t { network = s.network[ni].kind; ni += 1 }
                 while pi < s.power.count, s.start + s.power[pi].at <= t { power = (s.power[pi].source, s.power[pi].battery); pi += 1 }
-                replan(t)
-                continue
-            }
-            if nextEnd == t {
+                feed(.conditionsChanged(conditions(), now: t))
+            } else if nextEnd == t {
                 for i in running.keys.sorted() where runs[running[i]!].end <= t {
-                    let r = runs[running[i]!]
-                    // As the store records a run (Store+Apps.swift).
-                    inputs[i].lastFetch = r.start
-                    switch r.outcome {
-                    case .new: inputs[i].consecutiveFailures = 0; inputs[i].consecutiveNoData = 0
-                    case .no: inputs[i].consecutiveFailures = 0; inputs[i].consecutiveNoData += 1
-                    case .failed, .timeout: inputs[i].consecutiveFailures += 1
-                    }
-                    inputs[i].lastTimedOut = r.outcome == .timeout
-                    recent[i].append((r.start, r.end - r.start))
-                    runs[running[i]!].nextInterval = planner.effectiveInterval(inputs[i])
+                    let k = running[i]!
                     running[i] = nil
-                    awake(until: t)
+                    let r = runs[k]
+                    let ending = FetchScheduler.FetchEnding(result: r.outcome.result, timedOut: r.outcome == .timeout)
+                    feed(.handlerEnded(app: s.apps[i].id, fetch: ending, startedAt: r.start, endedAt: r.end))
+                    runs[k].nextInterval = driver.scheduler.promise(s.apps[i].id, now: t).map { $0.eligibleAt - r.start }
                 }
-                replan(t)
-                continue
-            }
-            if nextUse == t {
+            } else if nextUse == t {
                 while ui < uses.count, uses[ui].at <= t {
-                    usage[uses[ui].app].record(uses[ui].at)
-                    predictedValid[uses[ui].app] = false
+                    feed(.used(app: s.apps[uses[ui].app].id, now: t))
                     ui += 1
                 }
-                continue
+            } else {
+                feed(.timerFired(now: t))
             }
-            // The window opens: every app eligible now runs, together.
-            for input in plannable(t) {
-                guard let e = planner.eligibleAt(input), e <= t + 0.001, let i = index[input.id] else { continue }
-                let (d, outcome) = draw(app: i, run: runCount[i])
-                runCount[i] += 1
-                running[i] = runs.count
-                runs.append(Run(app: i, start: t, end: t + d, outcome: outcome, offline: false))
-                awake(until: t)
-            }
-            replan(t)
         }
-        return runs
+        // Due before the end and never run: also a breach.
+        for i in 0..<n where running[i] == nil && late(i, at: end) { violations[i] += 1 }
+        return (runs, violations)
+    }
+
+    /// Seconds of [a, b] inside the given intervals.
+    static func overlap(_ intervals: [(from: Double, to: Double)], _ a: Double, _ b: Double) -> Double {
+        var sum = 0.0
+        for o in intervals { sum += max(0, min(b, o.to) - max(a, o.from)) }
+        return sum
+    }
+
+    // MARK: - Android-style batching
+
+    /// Android's inexact repeating alarms (AlarmManager.setInexactRepeating): each app's alarm is
+    /// nominally due at a random phase in [0, interval) and then every interval after that nominal
+    /// time; it may be delivered anywhere in a window of 75 % of its interval after it. An alarm
+    /// joins the first pending batch (in time order) whose window overlaps its own, narrowing the
+    /// batch to the overlap; a batch is delivered at the start of its window, all its alarms
+    /// together (as AlarmManagerService delivers a batch at its start). Like naive timers, an
+    /// alarm fires online or not (offline the handler fails at once, no radio), and does not start
+    /// a run while the app's previous one still runs.
+    public func runAndroid() -> [Run] {
+        struct Batch { var start: Double; var end: Double; var apps: [Int] }
+        var batches: [Batch] = []  // pending, in creation order (Android scans its list in order)
+        var nominal: [Double] = Array(repeating: .infinity, count: scenario.apps.count)
+        var interval: [Double] = Array(repeating: 0, count: scenario.apps.count)
+        func place(_ i: Int) {
+            let from = nominal[i], to = nominal[i] + 0.75 * interval[i]
+            if let k = batches.firstIndex(where: { $0.start <= to && from <= $0.end }) {
+                batches[k].start = max(batches[k].start, from)
+                batches[k].end = min(batches[k].end, to)
+                batches[k].apps.append(i)
+            } else {
+                batches.append(Batch(start: from, end: to, apps: [i]))
+            }
+        }
+        for (i, app) in scenario.apps.enumerated() {
+            guard let iv = scenario.intervalSeconds(app) else { continue }
+            var g = SplitMix64.stream(seed, 3, UInt64(i))
+            interval[i] = iv
+            nominal[i] = scenario.start + g.unit() * iv
+            place(i)
+        }
+        var runs: [Run] = []
+        var k = Array(repeating: 0, count: scenario.apps.count)
+        var lastNew: [Double?] = Array(repeating: nil, count: scenario.apps.count)
+        var busyUntil = Array(repeating: -Double.infinity, count: scenario.apps.count)
+        while let b = batches.indices.min(by: { batches[$0].start < batches[$1].start }) {
+            let batch = batches.remove(at: b)
+            let t = batch.start
+            guard t < end else { break }
+            for i in batch.apps.sorted() {
+                if t >= busyUntil[i] {
+                    if network(at: t) == .none {
+                        runs.append(Run(app: i, start: t, end: t, outcome: .failed, offline: true, nextInterval: interval[i]))
+                    } else {
+                        let r = run(app: i, count: &k, lastNew: &lastNew, at: t, nextInterval: interval[i])
+                        busyUntil[i] = r.end
+                        runs.append(r)
+                    }
+                }
+                // The next nominal time after this delivery, on the app's fixed schedule.
+                repeat { nominal[i] += interval[i] } while nominal[i] <= t
+                place(i)
+            }
+        }
+        return runs.sorted { ($0.start, $0.app) < ($1.start, $1.app) }
     }
 
     // MARK: - Naive timers
@@ -239,11 +296,13 @@ public struct Simulator: Sendable {
     /// previous one still runs (as a systemd timer would not).
     public func runNaive() -> [Run] {
         var runs: [Run] = []
+        var count = Array(repeating: 0, count: scenario.apps.count)
+        var lastNew: [Double?] = Array(repeating: nil, count: scenario.apps.count)
         for (i, app) in scenario.apps.enumerated() {
             guard let interval = scenario.intervalSeconds(app) else { continue }
             var g = SplitMix64.stream(seed, 3, UInt64(i))
             let phase = g.unit() * interval
-            var m = 0.0, k = 0
+            var m = 0.0
             var busyUntil = -Double.infinity
             while true {
                 let t = scenario.start + phase + m * interval
@@ -254,10 +313,9 @@ public struct Simulator: Sendable {
                     runs.append(Run(app: i, start: t, end: t, outcome: .failed, offline: true, nextInterval: interval))
                     continue
                 }
-                let (d, outcome) = draw(app: i, run: k)
-                k += 1
-                busyUntil = t + d
-                runs.append(Run(app: i, start: t, end: t + d, outcome: outcome, offline: false, nextInterval: interval))
+                let r = run(app: i, count: &count, lastNew: &lastNew, at: t, nextInterval: interval)
+                busyUntil = r.end
+                runs.append(r)
             }
         }
         return runs.sorted { ($0.start, $0.app) < ($1.start, $1.app) }
@@ -265,18 +323,22 @@ public struct Simulator: Sendable {
 
     // MARK: - Report
 
-    public func report() -> SimulationReport { report(planner: planner) }
+    public func report() -> SimulationReport { report(policy: policy) }
 
-    public func report<P: Planner>(planner: P) -> SimulationReport {
+    public func report(policy: FetchPlanner) -> SimulationReport {
         let uses = self.uses()
-        let drowse = measure(runDrowse(planner: planner), uses: uses)
+        let run = drowse(policy: policy)
+        var drowse = measure(run.runs, uses: uses)
+        for i in drowse.apps.indices { drowse.apps[i].toleranceViolations = run.toleranceViolations[i] }
+        drowse.total.toleranceViolations = run.toleranceViolations.reduce(0, +)
+        let android = measure(runAndroid(), uses: uses)
         let naive = measure(runNaive(), uses: uses)
         return SimulationReport(
             scenario: scenario.name, seed: seed, radio: scenario.radio.name, start: scenario.start, duration: scenario.duration,
-            warmup: scenario.warmup, drowse: drowse.total, naive: naive.total,
+            warmup: scenario.warmup, drowse: drowse.total, naive: naive.total, android: android.total,
             apps: scenario.apps.indices.map { i in
                 SimulationReport.AppRow(id: scenario.apps[i].id, interval: scenario.intervalSeconds(scenario.apps[i]),
-                                        drowse: drowse.apps[i], naive: naive.apps[i])
+                                        drowse: drowse.apps[i], naive: naive.apps[i], android: android.apps[i])
             })
     }
 
@@ -286,11 +348,7 @@ public struct Simulator: Sendable {
         var apps = Array(repeating: SimulationReport.Totals(), count: n)
         var stale: [[Double]] = Array(repeating: [], count: n)
         let offline = offlineIntervals()
-        func onlineSeconds(_ a: Double, _ b: Double) -> Double {
-            var off = 0.0
-            for o in offline { off += max(0, min(b, o.to) - max(a, o.from)) }
-            return b - a - off
-        }
+        func onlineSeconds(_ a: Double, _ b: Double) -> Double { b - a - Self.overlap(offline, a, b) }
 
         for i in 0..<n {
             let mine = runs.filter { $0.app == i }
@@ -401,4 +459,3 @@ public struct Simulator: Sendable {
     }
 }
 
-extension FetchPlanner: Simulator.Planner {}

@@ -1,0 +1,321 @@
+/// The one fetch scheduler: everything about fetch windows, as a pure state machine. Events
+/// come in (each carrying the time), actions go out; no clock, no store, no timers inside.
+/// `drowsed` feeds it what happens on the board and carries out its actions; `drowse simulate`
+/// feeds it a virtual clock, drawn handler outcomes and a conditions timeline, and carries out
+/// the same actions on paper. So the simulator measures the very code the daemon runs.
+///
+/// It owns: each app's fetch bookkeeping (last fetch, the no-data / failure / deadline streaks,
+/// the last day's handler time against the daily budget, learned usage), which fetches are
+/// running, whether the board is online and on a low battery, until when the radio is awake
+/// anyway, and the one planned window. The arithmetic of eligibility, tolerance, neighbours,
+/// piggybacking and usage prediction is `FetchPlanner`'s (pure functions of that state).
+public struct FetchScheduler: Sendable {
+    /// What decides one app's fetches; the part after a run (`Record`) is what the store keeps.
+    public struct App: Sendable, Equatable {
+        public var id: String
+        /// Seconds; nil: never fetched in the background.
+        public var interval: Double?
+        /// When the app was first seen, so a brand-new app is eligible at once.
+        public var registeredAt: Double
+        public var record: Record
+        /// Handler runs of any kind (start, seconds), oldest first; those of the last day count
+        /// against the daily budget.
+        public var recentRuns: [Span]
+        /// Recent uses of the app's data (`drowse used`), oldest first.
+        public var uses: [Double]
+
+        public init(id: String, interval: Double?, registeredAt: Double, record: Record = Record(),
+                    recentRuns: [Span] = [], uses: [Double] = []) {
+            self.id = id
+            self.interval = interval
+            self.registeredAt = registeredAt
+            self.record = record
+            self.recentRuns = recentRuns
+            self.uses = uses
+        }
+    }
+
+    /// The bookkeeping one fetch run moves (`apps` in the store).
+    public struct Record: Sendable, Equatable {
+        /// Start of the last fetch run.
+        public var lastFetch: Double?
+        public var lastResult: FetchResult?
+        /// Failures (including deadline kills) since the last success.
+        public var consecutiveFailures = 0
+        public var consecutiveNoData = 0
+        /// The last run was killed at its deadline.
+        public var lastTimedOut = false
+
+        public init(lastFetch: Double? = nil, lastResult: FetchResult? = nil, consecutiveFailures: Int = 0,
+                    consecutiveNoData: Int = 0, lastTimedOut: Bool = false) {
+            self.lastFetch = lastFetch
+            self.lastResult = lastResult
+            self.consecutiveFailures = consecutiveFailures
+            self.consecutiveNoData = consecutiveNoData
+            self.lastTimedOut = lastTimedOut
+        }
+
+        /// After a fetch run that started at `start`.
+        public func after(_ result: FetchResult, timedOut: Bool, start: Double) -> Record {
+            var r = self
+            r.lastFetch = start
+            r.lastResult = result
+            r.consecutiveFailures = result == .failed ? min(consecutiveFailures + 1, 1_000_000) : 0
+            switch result {
+            case .noData: r.consecutiveNoData = min(consecutiveNoData + 1, 1_000_000)
+            case .newData: r.consecutiveNoData = 0
+            case .failed: break
+            }
+            r.lastTimedOut = timedOut
+            return r
+        }
+    }
+
+    public struct Span: Sendable, Equatable {
+        public var start: Double
+        public var seconds: Double
+        public init(start: Double, seconds: Double) {
+            self.start = start
+            self.seconds = seconds
+        }
+    }
+
+    /// What the scheduler needs to know of the board.
+    public struct Conditions: Sendable, Equatable {
+        public var online: Bool
+        public var lowBattery: Bool
+        /// How long the radio stays up after the last packet (the current network's tail).
+        public var radioTail: Double
+        public init(online: Bool, lowBattery: Bool = false, radioTail: Double) {
+            self.online = online
+            self.lowBattery = lowBattery
+            self.radioTail = radioTail
+        }
+    }
+
+    /// How a fetch run ended.
+    public struct FetchEnding: Sendable, Equatable {
+        public var result: FetchResult
+        public var timedOut: Bool
+        public init(result: FetchResult, timedOut: Bool = false) {
+            self.result = result
+            self.timedOut = timedOut
+        }
+    }
+
+    public enum Trigger: String, Sendable, Equatable {
+        case scheduled, manual
+    }
+
+    public enum Event: Sendable, Equatable {
+        /// The daemon starts (or the simulation begins) with these apps, as the store remembers them.
+        case started(apps: [App], conditions: Conditions, now: Double)
+        /// `drowse fetch ID`.
+        case fetchRequested(app: String, now: Double)
+        /// A fetch the scheduler started never ran (its app went away, or drowsed is stopping).
+        case fetchAbandoned(app: String, now: Double)
+        /// A handler ended: a fetch (with how it ended) or another kind (notification, transfers),
+        /// which counts against the app's daily budget and kept the radio awake.
+        case handlerEnded(app: String, fetch: FetchEnding?, startedAt: Double, endedAt: Double)
+        case conditionsChanged(Conditions, now: Double)
+        /// Something else used the network just now (a notification's handler started, a
+        /// transfer finished): the radio is awake for its tail.
+        case radioUsed(now: Double)
+        /// The app's data was read (`drowse used`).
+        case used(app: String, now: Double)
+        case timerFired(now: Double)
+
+        public var now: Double {
+            switch self {
+            case .started(_, _, let t), .fetchRequested(_, let t), .fetchAbandoned(_, let t), .conditionsChanged(_, let t),
+                 .radioUsed(let t), .used(_, let t), .timerFired(let t):
+                t
+            case .handlerEnded(_, _, _, let t): t
+            }
+        }
+    }
+
+    public enum Action: Sendable, Equatable {
+        /// Run these apps' fetch handlers now, together (a window opens).
+        case startFetch(apps: [String], trigger: Trigger)
+        /// `drowse fetch` asked for an app whose fetch is already running.
+        case refuseFetch(app: String, reason: String)
+        /// Wake at `at` (and send `timerFired`); replaces any earlier timer.
+        case setTimer(at: Double)
+        case cancelTimer
+        /// Keep this after the run (one transaction with the run's record).
+        case save(app: String, record: Record)
+        /// What now governs an app's fetches changed (a streak, the budget, the battery, the network).
+        case explain(app: String, reason: String)
+    }
+
+    public private(set) var policy: FetchPlanner
+    /// Seconds east of UTC, for habits by time of day.
+    public let utcOffset: Double
+    public private(set) var apps: [String: App] = [:]
+    /// Apps in id order (the order windows list them).
+    public private(set) var order: [String] = []
+    public private(set) var running: Set<String> = []
+    public private(set) var conditions = Conditions(online: true, radioTail: 0)
+    /// The one planned window (nil offline or with nothing to fetch).
+    public private(set) var planned: FetchPlanner.Window?
+    var timerAt: Double?
+    var usage: [String: UsageModel] = [:]
+    /// Each app's next predicted use, valid until that use passes or a use is recorded.
+    var predicted: [String: Double?] = [:]
+    var explained: [String: String] = [:]
+
+    public init(policy: FetchPlanner = FetchPlanner(), utcOffset: Double = 0) {
+        self.policy = policy
+        self.utcOffset = utcOffset
+    }
+
+    // MARK: - Events in, actions out
+
+    public mutating func handle(_ event: Event) -> [Action] {
+        var out: [Action] = []
+        let now = event.now
+        switch event {
+        case let .started(list, c, _):
+            apps = [:]
+            usage = [:]
+            predicted = [:]
+            explained = [:]
+            running = []
+            for app in list {
+                apps[app.id] = app
+                usage[app.id] = UsageModel(uses: app.uses, utcOffset: utcOffset)
+            }
+            order = apps.keys.sorted()
+            conditions = c
+            policy.lowBattery = c.lowBattery
+        case let .fetchRequested(id, _):
+            guard apps[id] != nil else { return [.refuseFetch(app: id, reason: "no app '\(id)'")] }
+            guard !running.contains(id) else { return [.refuseFetch(app: id, reason: "a fetch of '\(id)' is already running")] }
+            running.insert(id)
+            out.append(.startFetch(apps: [id], trigger: .manual))
+            awake(now)
+        case let .fetchAbandoned(id, _):
+            running.remove(id)
+        case let .handlerEnded(id, fetch, start, end):
+            guard var app = apps[id] else { break }
+            app.recentRuns.append(Span(start: start, seconds: min(max(end - start, 0), 86400)))
+            app.recentRuns.removeAll { $0.start < now - 86400 }
+            if let fetch {
+                running.remove(id)
+                app.record = app.record.after(fetch.result, timedOut: fetch.timedOut, start: start)
+                out.append(.save(app: id, record: app.record))
+            }
+            apps[id] = app
+            awake(end)
+        case let .conditionsChanged(c, _):
+            conditions = c
+            policy.lowBattery = c.lowBattery
+        case .radioUsed:
+            awake(now)
+        case let .used(id, _):
+            guard apps[id] != nil else { break }
+            usage[id, default: UsageModel(utcOffset: utcOffset)].record(now)
+            apps[id]?.uses = usage[id]!.uses
+            predicted[id] = nil
+        case .timerFired:
+            // A stale timer (one replaced just as it fired) opens nothing early.
+            if conditions.online, let window = planned, now + 0.001 >= window.at {
+                let due = inputs(now).filter { policy.eligibleAt($0).map { $0 <= now + 0.001 } ?? false }.map(\.id)
+                if !due.isEmpty {
+                    for id in due { running.insert(id) }
+                    out.append(.startFetch(apps: due, trigger: .scheduled))
+                    awake(now)
+                }
+            }
+            timerAt = nil
+        }
+        replan(now, into: &out)
+        return out
+    }
+
+    /// The radio is awake until `t` plus its tail: due fetches may ride along.
+    mutating func awake(_ t: Double) {
+        let until = t + conditions.radioTail
+        if until > (policy.radioAwakeUntil ?? -.infinity) { policy.radioAwakeUntil = until }
+    }
+
+    /// The planner's view of every app not fetching right now.
+    public mutating func inputs(_ now: Double) -> [FetchPlanner.AppInput] {
+        order.compactMap { id -> FetchPlanner.AppInput? in
+            guard !running.contains(id), let app = apps[id] else { return nil }
+            return input(app, now)
+        }
+    }
+
+    mutating func input(_ app: App, _ now: Double) -> FetchPlanner.AppInput {
+        let next = nextUse(app.id, now)
+        predicted[app.id] = .some(next)
+        return input(app, now, nextUse: next)
+    }
+
+    /// The next predicted use: the cached one while it is still ahead.
+    func nextUse(_ id: String, _ now: Double) -> Double? {
+        if let cached = predicted[id], let t = cached, now < t { return t }
+        return usage[id]?.nextUse(after: now)
+    }
+
+    func input(_ app: App, _ now: Double, nextUse: Double?) -> FetchPlanner.AppInput {
+        var runtime = 0.0
+        for r in app.recentRuns where r.start >= now - 86400 { runtime += r.seconds }
+        return FetchPlanner.AppInput(
+            id: app.id, interval: app.interval.map { .milliseconds(Int64(saturating: ($0 * 1000).rounded())) },
+            lastFetch: app.record.lastFetch, consecutiveFailures: app.record.consecutiveFailures,
+            registeredAt: app.registeredAt, consecutiveNoData: app.record.consecutiveNoData,
+            lastTimedOut: app.record.lastTimedOut, runtimeToday: runtime, predictedUse: nextUse)
+    }
+
+    /// Remakes the one planned window and says what changed.
+    mutating func replan(_ now: Double, into out: inout [Action]) {
+        let all = inputs(now)
+        planned = conditions.online ? policy.nextWindow(all, now: now) : nil
+        if let at = planned?.at {
+            if timerAt != at { out.append(.setTimer(at: at)) }
+            timerAt = at
+        } else if timerAt != nil {
+            out.append(.cancelTimer)
+            timerAt = nil
+        }
+        for app in all {
+            let reason = governing(app)
+            if explained[app.id] != reason {
+                explained[app.id] = reason
+                out.append(.explain(app: app.id, reason: reason))
+            }
+        }
+    }
+
+    /// The standing reason behind an app's schedule, without the times that move every second.
+    func governing(_ app: FetchPlanner.AppInput) -> String {
+        guard app.interval != nil else { return "background fetch is off" }
+        var notes = policy.notes(app)
+        if !conditions.online { notes.insert("offline: fetches wait for the network", at: 0) }
+        return notes.isEmpty ? "on schedule" : notes.joined(separator: "; ")
+    }
+
+    // MARK: - Questions (for `drowse apps`, and the simulator's checks)
+
+    /// Every app's plan at `now`; a running app is shown as fetching.
+    public mutating func plans(now: Double) -> [FetchPlanner.AppPlan] {
+        let all = inputs(now)
+        var plans = policy.plans(all, now: now, window: planned)
+        if !conditions.online {
+            for i in plans.indices where plans[i].plannedAt != nil { plans[i].reason = "waiting for network; " + plans[i].reason }
+        }
+        return plans
+    }
+
+    /// The stated rule for one app now: eligible from, and due by (nil while the app only joins
+    /// others' windows, or never fetches). Offline time does not count against it.
+    public func promise(_ id: String, now: Double) -> (eligibleAt: Double, dueBy: Double?)? {
+        guard let app = apps[id], !running.contains(id) else { return nil }
+        let input = input(app, now, nextUse: nextUse(id, now))
+        guard let e = policy.eligibleAt(input) else { return nil }
+        return (e, policy.dueBy(input))
+    }
+}
