@@ -52,6 +52,11 @@ def test_a_traced_drowsed_run_replays_to_the_same_actions(broker, make_drowse):
     trace2 = d.base / "scheduler-2.trace"
     d.daemon_args = ["--scheduler-trace", str(trace2)]
     d.start()
+    # The stated rule, per app: due by eligible_at + tolerance (50 % of the 5 s interval).
+    news = d.json("apps", "show", "news")
+    assert news["tolerance_seconds"] == 2.5, news
+    if news["eligible_at"] is not None:
+        assert abs(news["due_by"] - news["eligible_at"] - 2.5) < 1e-6, news
     time.sleep(4)
     d.stop()
     code, report2, err = replay(trace2)
