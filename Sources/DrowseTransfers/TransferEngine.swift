@@ -309,7 +309,7 @@ final class Download {
                 case .append, .abort, .fail: break  // not answers to a start
                 }
             }
-            lseek(fd, off_t(written), SEEK_SET)
+            try seek(to: written)
             if job.sha256 != nil { startHash() }
             if let request { try configure(range: request.range, ifRange: request.ifRange) }
         } catch {
@@ -371,7 +371,15 @@ final class Download {
             let e = errno
             throw TransferError("cutting \(job.partPath) to \(n) bytes: \(String(cString: strerror(e)))", transient: true)
         }
-        lseek(fd, off_t(n), SEEK_SET)
+        try seek(to: n)
+    }
+
+    /// Writes go on from byte `n`.
+    private func seek(to n: Int64) throws(TransferError) {
+        guard lseek(fd, off_t(n), SEEK_SET) == off_t(n) else {
+            let e = errno
+            throw TransferError("seeking in \(job.partPath) to byte \(n): \(String(cString: strerror(e)))", transient: true)
+        }
     }
 
     /// Starts over at byte zero: nothing held so far may be continued.
@@ -445,9 +453,10 @@ final class Download {
         return 0
     }
 
-    /// Carries out the actions of a failed write: only `.abort` comes back.
+    /// Carries out the actions of a failed write: only `.abort` comes back, and returning
+    /// short of the buffer is how libcurl is stopped.
     private func stop(_ actions: [DownloadMachine.Action]) -> Int {
-        precondition(actions == [.abort], "a failed write only aborts")
+        assert(actions == [.abort], "a failed write only aborts")
         return 0
     }
 
