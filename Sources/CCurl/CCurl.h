@@ -24,6 +24,28 @@ static inline CURLcode ccurl_getinfo_ptr(CURL *h, CURLINFO i, void **v) { return
 
 static inline CURLMcode ccurl_multi_setopt_long(CURLM *m, CURLMoption o, long v) { return curl_multi_setopt(m, o, v); }
 
+/* Restricting protocols. CURLOPT_PROTOCOLS_STR and CURLOPT_REDIR_PROTOCOLS_STR exist from
+   libcurl 7.85; built against older headers, their numbers are given here, and at run time an
+   older libcurl refuses them (CURLE_UNKNOWN_OPTION), so the engine falls back to the bitmask
+   options, which 7.85 deprecated but still honours. */
+#if LIBCURL_VERSION_NUM < 0x075500
+#define CURLOPT_PROTOCOLS_STR ((CURLoption)(CURLOPTTYPE_STRINGPOINT + 318))
+#define CURLOPT_REDIR_PROTOCOLS_STR ((CURLoption)(CURLOPTTYPE_STRINGPOINT + 319))
+#endif
+static inline CURLcode ccurl_setopt_protocols_str(CURL *h, const char *v) { return curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, v); }
+static inline CURLcode ccurl_setopt_redir_protocols_str(CURL *h, const char *v) { return curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, v); }
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+/* http and https only, as the bitmask. */
+static inline long ccurl_proto_http_https(void) { return (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS); }
+static inline CURLcode ccurl_setopt_protocols_mask(CURL *h, long v) { return curl_easy_setopt(h, CURLOPT_PROTOCOLS, v); }
+static inline CURLcode ccurl_setopt_redir_protocols_mask(CURL *h, long v) { return curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS, v); }
+#pragma GCC diagnostic pop
+
+/* The libcurl actually loaded (not the headers built against): 0xXXYYZZ, and as text. */
+static inline unsigned int ccurl_version_num(void) { return curl_version_info(CURLVERSION_NOW)->version_num; }
+static inline const char *ccurl_version_str(void) { return curl_version_info(CURLVERSION_NOW)->version; }
+
 /* CURLMsg has a union Swift imports awkwardly. */
 static inline CURLcode ccurl_msg_result(CURLMsg *m) { return m->data.result; }
 

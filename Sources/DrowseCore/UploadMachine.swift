@@ -89,6 +89,9 @@ public struct UploadMachine: Sendable {
     public var contentType = "application/octet-stream"
     /// The largest PATCH when the server wants checksums (the engine hashes each body first).
     public var checksumChunk: Int64 = 16 << 20
+    /// Resolves a server's `Location` against the URL it answered (RFC 3986); nil refuses it.
+    /// The engine gives libcurl's URL parser; the default joins plainly.
+    public var resolveLocation: @Sendable (_ location: String, _ base: String) -> String? = { UploadMachine.join($0, to: $1) }
 
     public init(target: String, total: Int64, fileName: String, protocol proto: UploadProtocol, resource: String?) {
         self.target = target
@@ -176,7 +179,7 @@ public struct UploadMachine: Sendable {
         return [.request(UploadRequest(method: "PATCH", url: resource!, headers: headers, body: offset..<total, checksum: false))]
     }
 
-    func resolve(_ location: String) -> String {
+    static func join(_ location: String, to target: String) -> String {
         if location.contains("://") { return location }
         guard let parts = URLParts.parse(target), let schemeEnd = target.firstRange(of: "://") else { return location }
         let afterScheme = target[schemeEnd.upperBound...]
@@ -234,7 +237,11 @@ public struct UploadMachine: Sendable {
                 if s >= 500 || s == 408 || s == 429 || s == 0 { return fail("creating the upload: HTTP \(s)\(r.serverSays)", transient: true) }
                 return fail("creating the upload: HTTP \(s)" + (s == 0 ? "" : location == nil && (200..<300).contains(s) ? " without a Location" : "") + r.serverSays, transient: false)
             }
-            resource = resolve(location)
+            // Only ever an http or https resource: its URL gets the file's bytes.
+            guard let url = resolveLocation(location, target), URLParts.isTransferURL(url) else {
+                return fail("refused: the server's upload Location '\(LogText.escape(location))' is not an http or https URL", transient: false)
+            }
+            resource = url
             let off = Self.offset(r) ?? 0
             var actions: [Action] = [.resource(url: resource!, protocol: proto)]
             if let old = abandoned {

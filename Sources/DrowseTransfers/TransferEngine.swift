@@ -44,19 +44,51 @@ public final class TransferEngine: Sendable {
     nonisolated(unsafe) private let multi: UnsafeMutableRawPointer
     private let options: Options
     private let onEvent: @Sendable (TransferEvent) -> Void
-    private let logger: Logger
+    let logger: Logger
     let syncer: Syncer
+    /// How every handle is held to http and https.
+    let protocols: ProtocolRule
+    /// Why this engine runs no transfers (its libcurl cannot be held to http and https).
+    public let refusal: TransferError?
 
     public init(options: Options, logger: Logger, onEvent: @escaping @Sendable (TransferEvent) -> Void) {
-        curl_global_init(Int(CURL_GLOBAL_DEFAULT))
+        let checked = Self.checkLibcurl()
         multi = curl_multi_init()!
         self.options = options
         self.onEvent = onEvent
         self.logger = logger
         syncer = Syncer(onEvent: onEvent)
-        _ = ccurl_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, options.maxConnectionsPerHost)
+        switch checked {
+        case .success(let rule):
+            protocols = rule
+            refusal = nil
+            logger.debug("libcurl \(String(cString: ccurl_version_str())): http and https only, with \(rule == .names ? "CURLOPT_PROTOCOLS_STR" : "CURLOPT_PROTOCOLS")")
+        case .failure(let error):
+            protocols = .bitmask
+            refusal = error
+            logger.error("transfers are off: \(error.reason)")
+        }
+        CurlCheck.multi(ccurl_multi_setopt_long(multi, CURLMOPT_MAX_HOST_CONNECTIONS, options.maxConnectionsPerHost),
+                        "CURLMOPT_MAX_HOST_CONNECTIONS", logger)
         let box = Unmanaged.passUnretained(self)
         OSThread.detach(name: "transfers") { box.takeUnretainedValue().loop() }
+    }
+
+    /// An engine, or why this libcurl must not run transfers (it cannot be held to http and
+    /// https). `init` makes an engine all the same, one that fails every transfer with that reason.
+    public static func start(options: Options, logger: Logger,
+                             onEvent: @escaping @Sendable (TransferEvent) -> Void) throws(TransferError) -> TransferEngine {
+        if case .failure(let error) = checkLibcurl() { throw error }
+        return TransferEngine(options: options, logger: logger, onEvent: onEvent)
+    }
+
+    /// Initialises libcurl and finds how it takes the http/https-only rule.
+    static func checkLibcurl() -> Result<ProtocolRule, TransferError> {
+        let code = curl_global_init(Int(CURL_GLOBAL_DEFAULT))
+        guard code == CURLE_OK else {
+            return .failure(TransferError("libcurl did not initialise: \(String(cString: curl_easy_strerror(code)))", transient: false))
+        }
+        return ProtocolRule.probe()
     }
 
     public func start(_ job: DownloadJob) { send(.start(job)) }
@@ -71,7 +103,8 @@ public final class TransferEngine: Sendable {
 
     private func send(_ c: Command) {
         commands.withLock { $0.append(c) }
-        curl_multi_wakeup(multi)
+        // Failing, the command waits for the loop's next timeout instead of running at once.
+        CurlCheck.multi(curl_multi_wakeup(multi), "curl_multi_wakeup", logger)
     }
 
     // MARK: engine thread
@@ -90,18 +123,21 @@ public final class TransferEngine: Sendable {
                 old.resource = url
                 old.protocolName = proto
                 if let o = try? Upload(job: old, engine: self), let e = o.beginCancel() {
-                    cancelling[e] = o
-                    curl_multi_add_handle(multi, e)
+                    if addHandle(e) { cancelling[e] = o } else { o.close() }
                 }
             }
             u.toAbandon.removeAll()
             guard let easy else { return }
-            uploadOf[easy] = u
-            curl_multi_add_handle(multi, easy)
+            if addHandle(easy) {
+                uploadOf[easy] = u
+            } else {
+                u.finished = true
+                onEvent(.failed(id: u.job.id, error: TransferError("libcurl could not start the request", transient: true)))
+            }
         }
         func stopUpload(_ id: String) {
             guard let u = uploads.removeValue(forKey: id) else { return }
-            if let e = u.easy { curl_multi_remove_handle(multi, e); uploadOf[e] = nil }
+            if let e = u.easy, uploadOf.removeValue(forKey: e) != nil { removeHandle(e) }
             u.close()
         }
         while true {
@@ -109,21 +145,28 @@ public final class TransferEngine: Sendable {
             for c in pending {
                 switch c {
                 case .start(let job):
+                    if let refusal { onEvent(.failed(id: job.id, error: refusal)); continue }
                     if let old = active.removeValue(forKey: job.id) { finish(old, nil) }
                     do {
                         let d = try Download(job: job, engine: self)
                         if d.alreadyComplete {
                             // Every byte was committed before a restart: only the finish is left.
-                            finishComplete(d)
-                        } else {
-                            curl_multi_add_handle(multi, d.easy)
+                            let event = d.finalize()
+                            d.close()
+                            onEvent(event)
+                        } else if addHandle(d.easy) {
                             active[job.id] = d
+                        } else {
+                            d.commit(force: true)
+                            d.close()
+                            onEvent(.failed(id: job.id, error: TransferError("libcurl could not start the request", transient: true)))
                         }
                     } catch {
                         onEvent(.failed(id: job.id, error: error))
                     }
                 case .startUpload(let job):
                     stopUpload(job.id)
+                    if let refusal { onEvent(.failed(id: job.id, error: refusal)); continue }
                     do {
                         let u = try Upload(job: job, engine: self)
                         uploads[job.id] = u
@@ -134,9 +177,8 @@ public final class TransferEngine: Sendable {
                     }
                 case .cancelUpload(let job):
                     stopUpload(job.id)
-                    if let u = try? Upload(job: job, engine: self), let e = u.beginCancel() {
-                        cancelling[e] = u
-                        curl_multi_add_handle(multi, e)
+                    if refusal == nil, let u = try? Upload(job: job, engine: self), let e = u.beginCancel() {
+                        if addHandle(e) { cancelling[e] = u } else { u.close() }
                     }
                 case .stop(let id):
                     if let d = active.removeValue(forKey: id) {
@@ -152,19 +194,19 @@ public final class TransferEngine: Sendable {
                     return
                 }
             }
-            curl_multi_perform(multi, &stillRunning)
+            CurlCheck.multi(curl_multi_perform(multi, &stillRunning), "curl_multi_perform", logger)
             var left: Int32 = 0
             while let msg = curl_multi_info_read(multi, &left) {
                 guard msg.pointee.msg == CURLMSG_DONE, let easy = msg.pointee.easy_handle else { continue }
                 let result = ccurl_msg_result(msg)
                 if let u = uploadOf.removeValue(forKey: easy) {
-                    curl_multi_remove_handle(multi, easy)
+                    removeHandle(easy)
                     add(u, u.done(result))
                     if u.finished { stopUpload(u.job.id) }
                     continue
                 }
                 if let u = cancelling.removeValue(forKey: easy) {
-                    curl_multi_remove_handle(multi, easy)
+                    removeHandle(easy)
                     u.close()
                     continue
                 }
@@ -182,65 +224,57 @@ public final class TransferEngine: Sendable {
                 }
             }
             var timeout: Int = -1
-            curl_multi_timeout(multi, &timeout)
+            if !CurlCheck.multi(curl_multi_timeout(multi, &timeout), "curl_multi_timeout", logger) { timeout = 1000 }
             if timeout < 0 { timeout = active.isEmpty && uploads.isEmpty && cancelling.isEmpty ? Int(Int32.max) : 1000 }
             if nextCommit.isFinite { timeout = min(timeout, max(0, Int((nextCommit - now) * 1000) + 1)) }
             var numfds: Int32 = 0
-            curl_multi_poll(multi, nil, 0, Int32(min(timeout, Int(Int32.max))), &numfds)
+            if !CurlCheck.multi(curl_multi_poll(multi, nil, 0, Int32(min(timeout, Int(Int32.max))), &numfds), "curl_multi_poll", logger) {
+                usleep(100_000)  // not a busy loop while libcurl cannot wait
+            }
         }
     }
 
+    /// Adds a handle to the multi handle; false (logged) when libcurl refuses it.
+    private func addHandle(_ easy: UnsafeMutableRawPointer) -> Bool {
+        CurlCheck.multi(curl_multi_add_handle(multi, easy), "curl_multi_add_handle", logger)
+    }
+
+    private func removeHandle(_ easy: UnsafeMutableRawPointer) {
+        CurlCheck.multi(curl_multi_remove_handle(multi, easy), "curl_multi_remove_handle", logger)
+    }
+
+    /// Ends a running download (in the multi handle) and reports `event`, if any.
     private func finish(_ d: Download, _ event: TransferEvent?) {
-        curl_multi_remove_handle(multi, d.easy)
+        removeHandle(d.easy)
         d.close()
         if let event { onEvent(event) }
     }
 
     private func complete(_ d: Download, _ result: CURLcode) {
-        if let err = d.abortError ?? d.classify(result) {
-            // Whatever arrived intact so far is kept for the retry. On a full disk, the bytes
-            // since the last commit are given back instead, so the database has room to record it.
-            if !err.transient || d.restartNeeded { d.discardProgress() } else if err.noSpace { d.rollBackToCommit() } else { d.commit(force: true) }
-            finish(d, .failed(id: d.job.id, error: err))
-            return
-        }
-        finishComplete(d)
-    }
-
-    private func finishComplete(_ d: Download) {
-        switch d.finalize() {
-        case .success(let bytes):
-            finish(d, .completed(id: d.job.id, bytes: bytes, path: d.job.finalPath))
-        case .failure(let err):
-            finish(d, .failed(id: d.job.id, error: err))
-        }
+        removeHandle(d.easy)
+        let event = d.end(result)
+        d.close()
+        if let event { onEvent(event) }
     }
 
     func emit(_ e: TransferEvent) { onEvent(e) }
     var opts: Options { options }
 }
 
-/// One download's libcurl handle and file. Lives on the engine thread only.
+/// One download's libcurl handle and file. Lives on the engine thread only. Carries out what
+/// its `DownloadMachine` decides: which bytes to ask for, whether the answer may be appended,
+/// what a failure does to the part file.
 final class Download {
     let job: DownloadJob
     let easy: UnsafeMutableRawPointer
     unowned let engine: TransferEngine
     var fd: Int32 = -1
-    /// Bytes on disk in the part file (committed or not).
-    var written: Int64
+    var machine: DownloadMachine
+    /// Bytes reported durable (fdatasync'ed and sent as `.committed`).
     var committed: Int64
     var lastCommitAt: Double
-    var total: Int64?
-    var etag: String?
-    var lastModified: String?
-    var validated = false
-    var abortError: TransferError?
-    var restartNeeded = false
-    var headerStatus = 0
-    var headerContentRange: String?
-    var headerContentLength: Int64?
-    var headerETag: String?
-    var headerLastModified: String?
+    /// The current response's headers (reset at each new status line: redirects, 100-continue).
+    var response = DownloadMachine.Response()
     var lastProgressAt: Double = 0
     var headers: UnsafeMutablePointer<curl_slist>?
     /// SHA-256 of bytes 0..<hashedUpTo, kept up as bytes arrive so finishing needs no re-read.
@@ -249,6 +283,8 @@ final class Download {
     /// The part file already holds every byte (a restart right after the last commit).
     var alreadyComplete = false
 
+    /// Bytes on disk in the part file (committed or not).
+    var written: Int64 { machine.offset }
     var uncommittedBytes: Int64 { written - committed }
 
     init(job: DownloadJob, engine: TransferEngine) throws(TransferError) {
@@ -256,19 +292,30 @@ final class Download {
         self.engine = engine
         guard let easy = curl_easy_init() else { throw TransferError("libcurl could not make a handle", transient: true) }
         self.easy = easy
-        written = job.resumeFrom
-        committed = job.resumeFrom
-        total = job.expectedTotal
-        etag = job.etag
-        lastModified = job.lastModified
+        machine = DownloadMachine(
+            committed: job.resumeFrom, total: job.expectedTotal, etag: job.etag, lastModified: job.lastModified,
+            maxUnknownSize: engine.opts.maxUnknownSize)
+        committed = machine.offset
         lastCommitAt = WallClock.monotonic()
-        try openPart()
-        if job.sha256 != nil { startHash() }
-        if let total, written == total, written > 0 {
-            alreadyComplete = true
-            return
+        do throws(TransferError) {
+            let partLength = try openPart()
+            var request: (range: Int64?, ifRange: String?)?
+            for action in machine.start(partLength: partLength) {
+                switch action {
+                case .truncate(let n): try cut(to: n)
+                case .restart: try restart()
+                case .request(let range, let ifRange): request = (range, ifRange)
+                case .finish: alreadyComplete = true
+                case .append, .abort, .fail: break  // not answers to a start
+                }
+            }
+            try seek(to: written)
+            if job.sha256 != nil { startHash() }
+            if let request { try configure(range: request.range, ifRange: request.ifRange) }
+        } catch {
+            close()
+            throw error
         }
-        configure()
     }
 
     /// Hashes what is already on disk (after a restart), then keeps up incrementally.
@@ -286,7 +333,8 @@ final class Download {
         hashedUpTo = written
     }
 
-    private func openPart() throws(TransferError) {
+    /// Opens the part file; returns its length.
+    private func openPart() throws(TransferError) -> Int64 {
         // Created and reopened as the caller (FileIdentity), never through a symlink, and only
         // ever a file of our own: a part file swapped for a link or for someone else's file is
         // not written to.
@@ -302,150 +350,124 @@ final class Download {
             throw TransferError("\(job.partPath) is not the part file drowsed made (a link or not a regular file)", transient: false)
         }
         if st.st_uid != (who?.uid ?? geteuid()) {
-            // Not ours (left by an older drowsed that wrote it as root, or planted): start afresh.
+            // Not ours (left by an older drowsed that wrote it as root, or planted): start afresh
+            // (an empty part file; the machine restarts from zero if bytes were committed).
             Glibc.close(fd)
             FileIdentity.remove(job.partPath, as: who)
             do { fd = try FileIdentity.open(job.partPath, flags | O_EXCL, mode: 0o600, as: who) } catch {
                 fd = -1
                 throw TransferError("cannot create \(job.partPath): \(error)", transient: error.isNoSpace, noSpace: error.isNoSpace)
             }
-            written = 0
-            committed = 0
-            engine.emit(.committed(id: job.id, bytesDone: 0, bytesTotal: nil, etag: nil, lastModified: nil))
+            return 0
         }
-        // Anything past the committed offset may be torn: cut it off (DESIGN.md, Durability).
-        let size = Int64(lseek(fd, 0, SEEK_END))
-        if size != written {
-            if size < written { written = 0; committed = 0 }
-            _ = ftruncate(fd, off_t(written))
-        }
-        lseek(fd, off_t(written), SEEK_SET)
+        let size = lseek(fd, 0, SEEK_END)
+        guard size >= 0 else { throw TransferError("cannot size \(job.partPath): \(String(cString: strerror(errno)))", transient: true) }
+        return Int64(size)
     }
 
-    private func configure() {
+    /// Cuts the part file to `n` bytes and writes on from there.
+    private func cut(to n: Int64) throws(TransferError) {
+        guard ftruncate(fd, off_t(n)) == 0 else {
+            let e = errno
+            throw TransferError("cutting \(job.partPath) to \(n) bytes: \(String(cString: strerror(e)))", transient: true)
+        }
+        try seek(to: n)
+    }
+
+    /// Writes go on from byte `n`.
+    private func seek(to n: Int64) throws(TransferError) {
+        guard lseek(fd, off_t(n), SEEK_SET) == off_t(n) else {
+            let e = errno
+            throw TransferError("seeking in \(job.partPath) to byte \(n): \(String(cString: strerror(e)))", transient: true)
+        }
+    }
+
+    /// Starts over at byte zero: nothing held so far may be continued.
+    private func restart() throws(TransferError) {
+        try cut(to: 0)
+        committed = 0
+        if job.sha256 != nil { hasher = SHA256Hasher(); hashedUpTo = 0 }
+        engine.syncer.drain()  // no older offset may be reported after this zero
+        engine.emit(.committed(id: job.id, bytesDone: 0, bytesTotal: nil, etag: nil, lastModified: nil))
+    }
+
+    private func configure(range: Int64?, ifRange: String?) throws(TransferError) {
         let me = Unmanaged.passUnretained(self).toOpaque()
         let o = engine.opts
-        o.applyCommon(to: easy, url: job.url)
-        _ = ccurl_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 1)
-        _ = ccurl_setopt_long(easy, CURLOPT_MAXREDIRS, o.maxRedirects)
-        _ = ccurl_setopt_long(easy, CURLOPT_FAILONERROR, 1)
-        _ = ccurl_setopt_long(easy, CURLOPT_BUFFERSIZE, 256 * 1024)
-        headers = curl_slist_append(headers, "Accept-Encoding: identity")
-        if written > 0 {
-            _ = ccurl_setopt_str(easy, CURLOPT_RANGE, "\(written)-")
-            // If-Range: the server sends the rest only if the file is unchanged, else all of it (200).
-            if let validator = etag.flatMap({ $0.hasPrefix("W/") ? nil : $0 }) ?? lastModified {
-                headers = curl_slist_append(headers, "If-Range: \(validator)")
-            }
-        }
-        _ = ccurl_setopt_slist(easy, CURLOPT_HTTPHEADER, headers)
-        _ = ccurl_setopt_ptr(easy, CURLOPT_WRITEDATA, me)
-        _ = ccurl_setopt_data_cb(easy, CURLOPT_WRITEFUNCTION) { ptr, size, n, ud in
+        let c = CurlCheck(easy: easy, logger: engine.logger)
+        try o.applyCommon(to: c, url: job.url, protocols: engine.protocols)
+        try c.setopt(CURLOPT_FOLLOWLOCATION, "CURLOPT_FOLLOWLOCATION", 1)
+        try c.setopt(CURLOPT_MAXREDIRS, "CURLOPT_MAXREDIRS", o.maxRedirects)
+        try c.setopt(CURLOPT_FAILONERROR, "CURLOPT_FAILONERROR", 1)
+        try c.setopt(CURLOPT_BUFFERSIZE, "CURLOPT_BUFFERSIZE", 256 * 1024, .warn)
+        try CurlCheck.append(&headers, "Accept-Encoding: identity")
+        if let range { try c.setopt(CURLOPT_RANGE, "CURLOPT_RANGE", "\(range)-") }
+        if let ifRange { try CurlCheck.append(&headers, "If-Range: \(ifRange)") }
+        try c.setopt(CURLOPT_HTTPHEADER, "CURLOPT_HTTPHEADER", headers)
+        try c.setopt(CURLOPT_WRITEDATA, "CURLOPT_WRITEDATA", me)
+        try c.setopt(CURLOPT_WRITEFUNCTION, "CURLOPT_WRITEFUNCTION", callback: { ptr, size, n, ud in
             let d = Unmanaged<Download>.fromOpaque(ud!).takeUnretainedValue()
             return d.onData(UnsafeRawBufferPointer(start: ptr, count: size * n))
-        }
-        _ = ccurl_setopt_ptr(easy, CURLOPT_HEADERDATA, me)
-        _ = ccurl_setopt_data_cb(easy, CURLOPT_HEADERFUNCTION) { ptr, size, n, ud in
+        })
+        try c.setopt(CURLOPT_HEADERDATA, "CURLOPT_HEADERDATA", me)
+        try c.setopt(CURLOPT_HEADERFUNCTION, "CURLOPT_HEADERFUNCTION", callback: { ptr, size, n, ud in
             let d = Unmanaged<Download>.fromOpaque(ud!).takeUnretainedValue()
             d.onHeader(UnsafeRawBufferPointer(start: ptr, count: size * n))
             return size * n
-        }
+        })
     }
 
     func onHeader(_ raw: UnsafeRawBufferPointer) {
         let line = String(decoding: raw, as: UTF8.self).trimmingCharacters()
         if line.hasPrefix("HTTP/") {
             // A new response (after a redirect or 100-continue): forget the previous one's headers.
-            headerStatus = Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0
-            headerContentRange = nil
-            headerContentLength = nil
-            headerETag = nil
-            headerLastModified = nil
+            response = DownloadMachine.Response(status: Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0)
             return
         }
         guard let colon = line.firstIndex(of: ":") else { return }
         let name = line[..<colon].lowercased()
         let value = String(line[line.index(after: colon)...]).trimmingCharacters()
         switch name {
-        case "content-range": headerContentRange = value
-        case "content-length": headerContentLength = Int64(value)
-        case "etag": headerETag = value
-        case "last-modified": headerLastModified = value
+        case "content-range": response.contentRange = value
+        case "content-length": response.contentLength = Int64(value)
+        case "etag": response.etag = value
+        case "last-modified": response.lastModified = value
         default: break
         }
     }
 
-    /// Checks the final response before its first body byte is written.
-    private func validate() -> Bool {
-        validated = true
-        let start = written
-        if headerStatus == 206 {
-            guard start > 0, let cr = headerContentRange, let parsed = ContentRange.parse(cr) else {
-                return abort(TransferError("server sent 206 with a missing or bad Content-Range", transient: true), restart: true)
-            }
-            guard parsed.start == start else {
-                return abort(TransferError("server resumed at byte \(parsed.start), not \(start)", transient: true), restart: true)
-            }
-            if let t = parsed.total, let known = total, t != known {
-                return abort(TransferError("file size changed on the server (\(known) → \(t) bytes)", transient: true), restart: true)
-            }
-            // The server should have answered 200 for a changed file (If-Range); some do not.
-            // libcurl would splice their 206 onto the old bytes, so compare the validators here.
-            if let etag, headerETag != etag {
-                return abort(TransferError("file changed on the server (ETag)", transient: true), restart: true)
-            }
-            if etag == nil, let lm = lastModified, headerLastModified != lm {
-                return abort(TransferError("file changed on the server (Last-Modified)", transient: true), restart: true)
-            }
-            total = parsed.total ?? total
-        } else if headerStatus == 200 {
-            if start > 0 {
-                // Full body: the file changed or the server ignores ranges. Start over, never append.
-                _ = ftruncate(fd, 0)
-                lseek(fd, 0, SEEK_SET)
-                written = 0
-                committed = 0
-                if job.sha256 != nil { hasher = SHA256Hasher(); hashedUpTo = 0 }
-                engine.emit(.committed(id: job.id, bytesDone: 0, bytesTotal: nil, etag: nil, lastModified: nil))
-            }
-            total = headerContentLength
-        } else {
-            return abort(TransferError("unexpected HTTP status \(headerStatus)", transient: headerStatus >= 500), restart: false)
-        }
-        etag = headerETag
-        lastModified = headerLastModified
-        return true
-    }
-
-    private func abort(_ e: TransferError, restart: Bool) -> Bool {
-        abortError = e
-        restartNeeded = restart
-        return false
-    }
-
+    /// libcurl's write callback: what it returns short of `buf.count` stops the transfer.
     func onData(_ buf: UnsafeRawBufferPointer) -> Int {
-        if !validated, !validate() { return 0 }
-        // The byte cap: libcurl does not stop a chunked body that runs past the announced size.
-        if let total, written + Int64(buf.count) > total {
-            abortError = TransferError("server sent more than the announced \(total) bytes", transient: true)
-            restartNeeded = true
-            return 0
+        for action in machine.body(buf.count, of: response) {
+            switch action {
+            case .restart:
+                do { try restart() } catch { return stop(machine.writeFailed(error.reason, noSpace: false)) }
+            case .append:
+                return append(buf)
+            case .abort:
+                return 0
+            case .truncate, .request, .finish, .fail:
+                break  // not answers to body bytes
+            }
         }
-        if total == nil, written + Int64(buf.count) > engine.opts.maxUnknownSize {
-            // Trying again would only fill the disk again: a permanent failure.
-            abortError = TransferError(
-                "the server sent more than \(engine.opts.maxUnknownSize) bytes without announcing a length ([transfers] max_unknown_size)",
-                transient: false)
-            return 0
-        }
+        return 0
+    }
+
+    /// Carries out the actions of a failed write: only `.abort` comes back, and returning
+    /// short of the buffer is how libcurl is stopped.
+    private func stop(_ actions: [DownloadMachine.Action]) -> Int {
+        assert(actions == [.abort], "a failed write only aborts")
+        return 0
+    }
+
+    private func append(_ buf: UnsafeRawBufferPointer) -> Int {
         var off = 0
         while off < buf.count {
             let n = write(fd, buf.baseAddress! + off, buf.count - off)
             if n < 0 {
                 if errno == EINTR { continue }
                 let e = errno
-                abortError = TransferError("writing \(job.partPath): \(String(cString: strerror(e)))", transient: true, noSpace: e == ENOSPC || e == EDQUOT)
-                return 0
+                return stop(machine.writeFailed("writing \(job.partPath): \(String(cString: strerror(e)))", noSpace: e == ENOSPC || e == EDQUOT))
             }
             off += n
         }
@@ -453,12 +475,12 @@ final class Download {
             hasher!.update(buf)
             hashedUpTo += Int64(buf.count)
         }
-        written += Int64(buf.count)
+        machine.appended(buf.count)
         if written - committed >= engine.opts.commitBytes { commit(force: false) }
         let now = WallClock.monotonic()
         if now - lastProgressAt >= 0.5 {
             lastProgressAt = now
-            engine.emit(.progress(id: job.id, bytesDone: written, bytesTotal: total))
+            engine.emit(.progress(id: job.id, bytesDone: written, bytesTotal: machine.total))
         }
         return buf.count
     }
@@ -468,7 +490,8 @@ final class Download {
     /// syncer thread does it while this one keeps receiving.
     func commit(force: Bool) {
         guard fd >= 0, written != committed || force else { return }
-        let event = TransferEvent.committed(id: job.id, bytesDone: written, bytesTotal: total, etag: etag, lastModified: lastModified)
+        let event = TransferEvent.committed(
+            id: job.id, bytesDone: written, bytesTotal: machine.total, etag: machine.etag, lastModified: machine.lastModified)
         committed = written
         lastCommitAt = WallClock.monotonic()
         if force {
@@ -482,71 +505,75 @@ final class Download {
 
     /// Cuts the part file back to the last committed offset (frees the uncommitted tail).
     func rollBackToCommit() {
-        if fd >= 0 { _ = ftruncate(fd, off_t(committed)) }
-        written = committed
+        if fd >= 0, ftruncate(fd, off_t(committed)) != 0 {
+            engine.logger.warning("cutting \(job.partPath) back to \(committed) bytes: \(String(cString: strerror(errno)))")
+        }
         hasher = nil  // it covered bytes that are gone; finishing re-reads the file
     }
 
-    /// After a response that must not be spliced: start the next attempt from zero.
+    /// After a response that must not be continued: the next attempt starts from zero.
     func discardProgress() {
-        if fd >= 0 { _ = ftruncate(fd, 0) }
-        written = 0
+        if fd >= 0, ftruncate(fd, 0) != 0 {
+            // The zero reported below still holds: the next attempt cuts the file to it.
+            engine.logger.warning("cutting \(job.partPath) to 0 bytes: \(String(cString: strerror(errno)))")
+        }
         committed = 0
         engine.syncer.drain()  // no older offset may be reported after this zero
         engine.emit(.committed(id: job.id, bytesDone: 0, bytesTotal: nil, etag: nil, lastModified: nil))
     }
 
-    func classify(_ result: CURLcode) -> TransferError? {
-        if result == CURLE_OK {
-            if !validated, !validate() { return abortError }
-            return nil
-        }
-        var code = 0
-        _ = ccurl_getinfo_long(easy, CURLINFO_RESPONSE_CODE, &code)
+    /// libcurl's result, in the machine's terms.
+    func ending(_ result: CURLcode) -> DownloadMachine.Ending {
         let message = String(cString: curl_easy_strerror(result))
         switch result {
+        case CURLE_OK: return .ok
         case CURLE_HTTP_RETURNED_ERROR:
-            // 416 with "bytes */N" where N is what we hold: the file was complete already.
-            if code == 416, written > 0, let cr = headerContentRange, cr.hasSuffix("/\(written)"), total == nil || total == written {
-                validated = true
-                total = written
-                return nil
-            }
-            if code == 416, written > 0 {
-                restartNeeded = true
-                return TransferError("server refused the range (HTTP 416)", transient: true)
-            }
-            let transient = code >= 500 || code == 408 || code == 429
-            return TransferError("HTTP \(code)", transient: transient)
-        case CURLE_UNSUPPORTED_PROTOCOL:
-            return TransferError("refused: redirect to a URL that is not http or https", transient: false)
-        case CURLE_TOO_MANY_REDIRECTS:
-            return TransferError("too many redirects", transient: false)
-        case CURLE_URL_MALFORMAT:
-            return TransferError("malformed URL", transient: false)
-        case CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CACERT_BADFILE:
-            return TransferError("TLS verification failed: \(message)", transient: false)
-        case CURLE_OPERATION_TIMEDOUT:
-            return TransferError("stalled: \(message)", transient: true)
-        default:
-            return TransferError(message, transient: true)
+            return .httpError(CurlCheck.infoLong(easy, CURLINFO_RESPONSE_CODE, "the response code", engine.logger) ?? response.status)
+        case CURLE_UNSUPPORTED_PROTOCOL: return .unsupportedProtocol
+        case CURLE_TOO_MANY_REDIRECTS: return .tooManyRedirects
+        case CURLE_URL_MALFORMAT: return .malformedURL
+        case CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CACERT_BADFILE: return .tlsVerification(message)
+        case CURLE_OPERATION_TIMEDOUT: return .stalled(message)
+        default: return .other(message)
         }
     }
 
-    /// Size check, sha256, fsync, rename, fsync folder.
-    func finalize() -> Result<Int64, TransferError> {
-        if let total, written != total {
-            discardProgressIfShort()
-            return .failure(TransferError("body ended at \(written) of \(total) bytes", transient: true))
+    /// The attempt ended: carries out the machine's verdict; the event to report.
+    func end(_ result: CURLcode) -> TransferEvent? {
+        var event: TransferEvent?
+        for action in machine.ended(ending(result), response: response) {
+            switch action {
+            case .restart:
+                do { try restart() } catch { return .failed(id: job.id, error: error) }
+            case .finish:
+                event = finalize()
+            case .fail(let f):
+                // Whatever arrived intact so far is kept for the retry, unless the machine says
+                // it must not be continued; on a full disk the bytes since the last commit are
+                // given back instead, so the database has room to record it.
+                switch f.part {
+                case .discard: discardProgress()
+                case .rollBackToCommit: rollBackToCommit()
+                case .keep: commit(force: true)
+                }
+                event = .failed(id: job.id, error: TransferError(f.reason, transient: f.transient, noSpace: f.noSpace))
+            case .truncate, .request, .append, .abort:
+                break  // not answers to an ending
+            }
         }
+        return event
+    }
+
+    /// The machine found every byte here: sha256, fsync, owner, rename, and the event to report.
+    func finalize() -> TransferEvent {
         engine.syncer.drain()
         guard fsync(fd) == 0 else {
             let e = errno
-            return .failure(TransferError("fsync: \(String(cString: strerror(e)))", transient: true, noSpace: e == ENOSPC))
+            return .failed(id: job.id, error: TransferError("fsync: \(String(cString: strerror(e)))", transient: true, noSpace: e == ENOSPC))
         }
         if let owner = job.owner, geteuid() == 0, fchown(fd, owner.uid, owner.gid) != 0 {
             let e = errno
-            return .failure(TransferError("fchown: \(String(cString: strerror(e)))", transient: true))
+            return .failed(id: job.id, error: TransferError("fchown: \(String(cString: strerror(e)))", transient: true))
         }
         Glibc.close(fd)
         fd = -1
@@ -556,24 +583,19 @@ final class Download {
                 got = SHA256Hasher.hex(h.finalize())
             } else {
                 do { got = try SHA256Hasher.hexDigest(ofFile: job.partPath, as: job.identity) } catch {
-                    return .failure(TransferError("reading back: \(error)", transient: true))
+                    return .failed(id: job.id, error: TransferError("reading back: \(error)", transient: true))
                 }
             }
             guard got == want else {
                 FileIdentity.remove(job.partPath, as: job.identity)
                 engine.emit(.committed(id: job.id, bytesDone: 0, bytesTotal: nil, etag: nil, lastModified: nil))
-                return .failure(TransferError("sha256 mismatch: expected \(want), got \(got)", transient: false))
+                return .failed(id: job.id, error: TransferError("sha256 mismatch: expected \(want), got \(got)", transient: false))
             }
         }
         do { try FileIdentity.rename(job.partPath, to: job.finalPath, as: job.identity) } catch {
-            return .failure(TransferError("\(error)", transient: error.isNoSpace, noSpace: error.isNoSpace))
+            return .failed(id: job.id, error: TransferError("\(error)", transient: error.isNoSpace, noSpace: error.isNoSpace))
         }
-        return .success(written)
-    }
-
-    private func discardProgressIfShort() {
-        // A short body is resumable: keep what arrived.
-        commit(force: true)
+        return .completed(id: job.id, bytes: written, path: job.finalPath)
     }
 
     func close() {
@@ -581,27 +603,6 @@ final class Download {
         curl_easy_cleanup(easy)
         curl_slist_free_all(headers)
         headers = nil
-    }
-}
-
-/// `Content-Range: bytes START-END/TOTAL` (TOTAL may be `*`).
-public struct ContentRange: Equatable, Sendable {
-    public var start: Int64
-    public var end: Int64
-    public var total: Int64?
-
-    public static func parse(_ s: String) -> ContentRange? {
-        let t = s.trimmingCharacters()
-        guard t.lowercased().hasPrefix("bytes ") else { return nil }
-        let rest = t.dropFirst(6)
-        let parts = rest.split(separator: "/", maxSplits: 1)
-        guard parts.count == 2 else { return nil }
-        let range = parts[0].split(separator: "-", maxSplits: 1)
-        guard range.count == 2, let a = Int64(range[0]), let b = Int64(range[1]), a <= b else { return nil }
-        let total: Int64? = parts[1] == "*" ? nil : Int64(parts[1])
-        if parts[1] != "*", total == nil { return nil }
-        if let total, b >= total { return nil }
-        return ContentRange(start: a, end: b, total: total)
     }
 }
 

@@ -38,6 +38,8 @@ final class Upload {
             target: job.url, total: job.total, fileName: String(job.sourcePath.split(separator: "/").last ?? ""),
             protocol: job.protocolName, resource: job.resource)
         if let ct = job.contentType { machine.contentType = ct }
+        // A Location is resolved by libcurl's URL parser, the one that will send to it.
+        machine.resolveLocation = { location, base in try? CurlURL.resolve(location, against: base).get() }
         let size: Int64
         do { (fd, size) = try FileIdentity.openRegularForReading(job.sourcePath, as: job.identity) } catch {
             throw TransferError("cannot read \(job.sourcePath): \(error)", transient: false)
@@ -94,42 +96,59 @@ final class Upload {
         responseHeaders = [:]
         responseBody = []
         informationalLocation = nil
+        do {
+            try configure(easy, r)
+        } catch {
+            // A setting the request must not run without: refuse it (the upload fails).
+            releaseHandle()
+            finished = true
+            if !silent { engine.emit(.failed(id: job.id, error: error)) }
+            return nil
+        }
+        return easy
+    }
+
+    private func configure(_ easy: UnsafeMutableRawPointer, _ r: UploadRequest) throws(TransferError) {
         let me = Unmanaged.passUnretained(self).toOpaque()
         let o = engine.opts
-        o.applyCommon(to: easy, url: r.url)
-        _ = ccurl_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 0)  // a redirected upload is the server's error
-        _ = ccurl_setopt_long(easy, CURLOPT_UPLOAD_BUFFERSIZE, 512 * 1024)
-        headers = curl_slist_append(nil, "Expect:")  // no 100-continue round trip
-        for (k, v) in r.headers { headers = curl_slist_append(headers, "\(k): \(v)") }
+        let c = CurlCheck(easy: easy, logger: engine.logger)
+        try o.applyCommon(to: c, url: r.url, protocols: engine.protocols)
+        try c.setopt(CURLOPT_FOLLOWLOCATION, "CURLOPT_FOLLOWLOCATION", 0)  // a redirected upload is the server's error
+        try c.setopt(CURLOPT_UPLOAD_BUFFERSIZE, "CURLOPT_UPLOAD_BUFFERSIZE", 512 * 1024, .warn)
+        try CurlCheck.append(&headers, "Expect:")  // no 100-continue round trip
+        for (k, v) in r.headers { try CurlCheck.append(&headers, "\(k): \(v)") }
         switch (r.method, r.body) {
         case ("HEAD", _):
-            _ = ccurl_setopt_long(easy, CURLOPT_NOBODY, 1)
+            try c.setopt(CURLOPT_NOBODY, "CURLOPT_NOBODY", 1)
         case (let m, nil):
             if m == "POST" {
-                _ = ccurl_setopt_long(easy, CURLOPT_POST, 1)
-                _ = ccurl_setopt_off(easy, CURLOPT_POSTFIELDSIZE_LARGE, 0)
-                _ = ccurl_setopt_str(easy, CURLOPT_COPYPOSTFIELDS, "")
+                try c.setopt(CURLOPT_POST, "CURLOPT_POST", 1)
+                try c.setopt(CURLOPT_POSTFIELDSIZE_LARGE, "CURLOPT_POSTFIELDSIZE_LARGE", Int64(0))
+                try c.setopt(CURLOPT_COPYPOSTFIELDS, "CURLOPT_COPYPOSTFIELDS", "")
             } else if m != "GET" {
-                _ = ccurl_setopt_str(easy, CURLOPT_CUSTOMREQUEST, m)
+                try c.setopt(CURLOPT_CUSTOMREQUEST, "CURLOPT_CUSTOMREQUEST", m)
             }
         case (let m, let range?):
             readPos = range.lowerBound
-            if r.checksum, let digest = sha1(range) {
-                headers = curl_slist_append(headers, "Upload-Checksum: sha1 \(Base64.encode(digest))")
+            if r.checksum {
+                // The server asked for checksums: a chunk without one is not sent.
+                guard let digest = sha1(range) else { throw TransferError("reading \(job.sourcePath) for its checksum failed", transient: true) }
+                try CurlCheck.append(&headers, "Upload-Checksum: sha1 \(Base64.encode(digest))")
             }
-            _ = ccurl_setopt_long(easy, CURLOPT_UPLOAD, 1)
-            _ = ccurl_setopt_off(easy, CURLOPT_INFILESIZE_LARGE, curl_off_t(range.count))
-            if m != "PUT" { _ = ccurl_setopt_str(easy, CURLOPT_CUSTOMREQUEST, m) }
-            _ = ccurl_setopt_ptr(easy, CURLOPT_READDATA, me)
-            _ = ccurl_setopt_data_cb(easy, CURLOPT_READFUNCTION) { ptr, size, n, ud in
+            try c.setopt(CURLOPT_UPLOAD, "CURLOPT_UPLOAD", 1)
+            try c.setopt(CURLOPT_INFILESIZE_LARGE, "CURLOPT_INFILESIZE_LARGE", Int64(range.count))
+            if m != "PUT" { try c.setopt(CURLOPT_CUSTOMREQUEST, "CURLOPT_CUSTOMREQUEST", m) }
+            try c.setopt(CURLOPT_READDATA, "CURLOPT_READDATA", me)
+            try c.setopt(CURLOPT_READFUNCTION, "CURLOPT_READFUNCTION", callback: { ptr, size, n, ud in
                 Unmanaged<Upload>.fromOpaque(ud!).takeUnretainedValue().read(into: ptr!, max: size * n)
-            }
+            })
             // No rewinds: libcurl would quietly resend the body on a new connection when a reused
             // one dies. Failing here ends the attempt, and the next one asks the server first.
-            _ = ccurl_setopt_seek_cb(easy) { _, _, _ in 2 }  // CURL_SEEKFUNC_CANTSEEK
-            _ = ccurl_setopt_long(easy, CURLOPT_NOPROGRESS, 0)
-            _ = ccurl_setopt_ptr(easy, CURLOPT_XFERINFODATA, me)
-            _ = ccurl_setopt_xferinfo_cb(easy) { ud, _, _, _, ulnow in
+            try CurlCheck.check(ccurl_setopt_seek_cb(easy) { _, _, _ in 2 }, "CURLOPT_SEEKFUNCTION", .refuse, c.logger)  // CURL_SEEKFUNC_CANTSEEK
+            // Progress is display only.
+            try c.setopt(CURLOPT_NOPROGRESS, "CURLOPT_NOPROGRESS", 0, .warn)
+            try c.setopt(CURLOPT_XFERINFODATA, "CURLOPT_XFERINFODATA", me, .warn)
+            try CurlCheck.check(ccurl_setopt_xferinfo_cb(easy) { ud, _, _, _, ulnow in
                 let u = Unmanaged<Upload>.fromOpaque(ud!).takeUnretainedValue()
                 let now = WallClock.monotonic()
                 if now - u.lastProgressAt >= 0.5, let body = u.request?.body {
@@ -137,26 +156,25 @@ final class Upload {
                     u.engine.emit(.sent(id: u.job.id, bytesSent: body.lowerBound + Int64(ulnow)))
                 }
                 return 0
-            }
+            }, "CURLOPT_XFERINFOFUNCTION", .warn, c.logger)
         }
-        _ = ccurl_setopt_slist(easy, CURLOPT_HTTPHEADER, headers)
-        _ = ccurl_setopt_ptr(easy, CURLOPT_HEADERDATA, me)
-        _ = ccurl_setopt_data_cb(easy, CURLOPT_HEADERFUNCTION) { ptr, size, n, ud in
+        try c.setopt(CURLOPT_HTTPHEADER, "CURLOPT_HTTPHEADER", headers)
+        try c.setopt(CURLOPT_HEADERDATA, "CURLOPT_HEADERDATA", me)
+        try c.setopt(CURLOPT_HEADERFUNCTION, "CURLOPT_HEADERFUNCTION", callback: { ptr, size, n, ud in
             Unmanaged<Upload>.fromOpaque(ud!).takeUnretainedValue().onHeader(UnsafeRawBufferPointer(start: ptr, count: size * n))
             return size * n
-        }
+        })
         // Response bodies are not needed beyond a server's reason for a refusal: keep their first
         // 512 bytes, read and drop at most 64 KiB. A HEAD has no body, and a server may announce
         // the upload's whole size in its Content-Length: no cap there, or libcurl refuses the answer.
-        _ = ccurl_setopt_ptr(easy, CURLOPT_WRITEDATA, me)
-        _ = ccurl_setopt_data_cb(easy, CURLOPT_WRITEFUNCTION) { ptr, size, n, ud in
+        try c.setopt(CURLOPT_WRITEDATA, "CURLOPT_WRITEDATA", me)
+        try c.setopt(CURLOPT_WRITEFUNCTION, "CURLOPT_WRITEFUNCTION", callback: { ptr, size, n, ud in
             let u = Unmanaged<Upload>.fromOpaque(ud!).takeUnretainedValue()
             let room = 512 - u.responseBody.count
             if room > 0, let ptr { u.responseBody += UnsafeRawBufferPointer(start: ptr, count: min(room, size * n)) }
             return size * n
-        }
-        if r.method != "HEAD" { _ = ccurl_setopt_off(easy, CURLOPT_MAXFILESIZE_LARGE, 65536) }
-        return easy
+        })
+        if r.method != "HEAD" { try c.setopt(CURLOPT_MAXFILESIZE_LARGE, "CURLOPT_MAXFILESIZE_LARGE", Int64(65536)) }
     }
 
     func read(into ptr: UnsafeMutablePointer<CChar>, max: Int) -> Int {
@@ -217,7 +235,7 @@ final class Upload {
             return nil
         }
         var code = 0
-        if let easy { _ = ccurl_getinfo_long(easy, CURLINFO_RESPONSE_CODE, &code) }
+        if let easy { code = CurlCheck.infoLong(easy, CURLINFO_RESPONSE_CODE, "the response code", engine.logger) ?? 0 }
         let body = responseBody.isEmpty ? nil : LogText.escape(String(decoding: responseBody, as: UTF8.self).split(whereSeparator: \.isNewline).first.map(String.init) ?? "")
         let response = UploadResponse(status: code, headers: responseHeaders, informationalLocation: informationalLocation, body: body)
         return perform(machine.handle(response))
