@@ -34,7 +34,7 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ]),
         .target(name: "DrowseTransfers", dependencies: [
-            "DrowseCore", "DrowseSystem", "CCurl",
+            "DrowseCore", "DrowseSystem", "CCurl", "CCrypto",
             .product(name: "Logging", package: "swift-log"),
         ]),
         .target(name: "DrowseMQTT", dependencies: [
@@ -52,7 +52,7 @@ let package = Package(
         .executableTarget(name: "drowsed", dependencies: [
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOPosix", package: "swift-nio"),
-            "DrowseAgent", "DrowseCore",
+            "DrowseAgent", "DrowseCore", "DrowseSystem", "CDrowseSys",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
