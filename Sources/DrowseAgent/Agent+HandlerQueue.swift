@@ -102,7 +102,7 @@ extension Agent {
             return .started
         case .transfers(let appID, let key, let stdin, let batch):
             guard let app = apps[appID] else {
-                deliveringSessions.remove(key)
+                sessionNotDelivered(key: key)
                 return .nothingToRun
             }
             let started = startHandler(app, event: .transfers, stdin: stdin, trigger: "transfers")

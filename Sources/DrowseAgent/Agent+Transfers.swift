@@ -77,57 +77,89 @@ extension Agent {
             identity: identity(t), owner: owner)
     }
 
-    /// Restarts every unfinished transfer from its committed offset; delivers finished sessions not yet delivered.
+    /// Start-up: hands every stored transfer to the lifecycle, with what the disk says of
+    /// downloads whose verified file may already be at its final path (a crash between the
+    /// rename and the store update).
     func resumeTransfers() {
         guard let all = try? store.transfers() else { return }
-        var sessions: Set<[String]> = []
-        for var t in all {
-            if t.state.isFinished {
-                if !t.delivered { sessions.insert([t.app, t.session]) }
-                continue
-            }
-            // A crash between the rename and the store update: the verified file is already in place.
+        var finalFiles: [String: TransferLifecycle.FinalFile] = [:]
+        for t in all where !t.state.isFinished && t.kind == .download {
             let final = finalPath(t)
             let who = identity(t)
-            if t.kind == .download, !FileIdentity.exists(partPath(t), as: who),
-                let size = FileIdentity.regularFileSize(final, as: who), t.bytesTotal == size,
-                t.sha256 == nil || (try? SHA256Hasher.hexDigest(ofFile: final, as: who)) == t.sha256 {
-                t.state = .completed
-                t.location = final
-                t.bytesDone = size
-                t.finishedAt = now()
-                persist(t)
-                sessions.insert([t.app, t.session])
-                continue
+            guard !FileIdentity.exists(partPath(t), as: who), let size = FileIdentity.regularFileSize(final, as: who) else { continue }
+            let digest = TransferLifecycle.wantsDigest(t, size: size) ? try? SHA256Hasher.hexDigest(ofFile: final, as: who) : nil
+            finalFiles[t.id] = .init(path: final, size: size, sha256: digest)
+        }
+        let events = apps.mapValues { TransferLifecycle.AppEvents(hasCommand: $0.eventsCommand != nil, launches: $0.sendsLaunchEvents) }
+        drive { $0.restored(all, finalFiles: finalFiles, apps: events, now: now()) }
+    }
+
+    /// Feeds one event to the transfer lifecycle (with the conditions as last read) and carries
+    /// out what it decides, in order.
+    func drive(_ event: (inout TransferLifecycle) -> [TransferLifecycle.Action]) {
+        transferLifecycle.conditions = conditions
+        for action in event(&transferLifecycle) { perform(action) }
+    }
+
+    func perform(_ action: TransferLifecycle.Action) {
+        switch action {
+        case .persist(let t):
+            persist(t)
+        case let .commitProgress(id, done, total, etag, lm):
+            do { try store.commitProgress(id: id, bytesDone: done, bytesTotal: total, etag: etag, lastModified: lm) } catch {
+                logger.error("store: \(error)")
             }
-            logger.info("resuming transfer from byte \(t.bytesDone)", metadata: ["transfer.id": "\(t.id)", "app.id": "\(t.app)"])
-            begin(t)
+        case let .recordUploadResource(id, url, proto):
+            do { try store.recordUploadResource(id: id, url: url, protocol: proto) } catch { logger.error("store: \(error)") }
+        case .startEngine(let t):
+            switch t.kind {
+            case .download:
+                if t.destination == nil { _ = inbox(for: t.app) }
+                engine?.start(job(t))
+            case .upload:
+                engine?.start(uploadJob(t))
+            }
+        case .stopEngine(let id):
+            engine?.stop(id: id)
+        case .cancelUpload(let t):
+            engine?.cancel(uploadJob(t))
+        case let .setRetryTimer(id, at):
+            retryTimers.removeValue(forKey: id)?.cancel()
+            retryTimers[id] = WakeTimer.after(at - now()) { Task { await self.retryFired(id) } }
+        case .cancelRetryTimer(let id):
+            retryTimers.removeValue(forKey: id)?.cancel()
+        case .setTimeoutTimer(let at):
+            timeoutTimer?.cancel()
+            timeoutTimer = WakeTimer.after(max(0, at - now()) + 0.01) { Task { await self.timeoutFired() } }
+        case .cancelTimeoutTimer:
+            timeoutTimer?.cancel()
+            timeoutTimer = nil
+        case .removePartFile(let t):
+            FileIdentity.remove(partPath(t), as: identity(t))
+        case .removeFile(let path):
+            FileSystem.remove(path)
+        case let .deliverSession(appID, session, batch):
+            let doc = JSON.object([
+                ("event", "transfers"), ("app", .string(appID)), ("session", .string(session)),
+                ("transfers", .array(batch.map(\.json))),
+            ])
+            // Through the handler queue, like every handler: at most max_concurrent_handlers run at once.
+            enqueueHandler(.transfers(app: appID, key: appID + "\u{0}" + session, stdin: Array(doc.serialized.utf8), batch: batch))
+        case .radioBusy:
+            radioBusy()
+        case let .log(level, message, metadata):
+            logger.log(level: level == .warning ? .warning : .info, "\(message)", metadata: metadata.mapValues { .string($0) })
         }
-        for s in sessions { checkSession(app: s[0], session: s[1]) }
-        scheduleTimeouts()
     }
 
-    /// One timer for the earliest `--timeout-resource` among unfinished transfers: whatever
-    /// has not finished by then fails, running or waiting.
-    func scheduleTimeouts() {
-        timeoutTimer?.cancel()
-        timeoutTimer = nil
-        guard let all = try? store.transfers() else { return }
-        let deadlines = all.filter { !$0.state.isFinished }.compactMap(\.timeoutAt)
-        guard let next = deadlines.min() else { return }
-        timeoutTimer = WakeTimer.after(max(0, next - now()) + 0.01) { Task { await self.expireTransfers() } }
+    func retryFired(_ id: String) {
+        retryTimers[id] = nil
+        drive { $0.retryTimerFired(id: id, now: now()) }
     }
 
-    func expireTransfers() {
+    func timeoutFired() {
         timeoutTimer = nil
-        let t0 = now()
-        for var t in (try? store.transfers()) ?? [] where !t.state.isFinished && (t.timeoutAt ?? .infinity) <= t0 {
-            engine?.stop(id: t.id)
-            retryTimers.removeValue(forKey: t.id)?.cancel()
-            liveProgress[t.id] = nil
-            finishFailed(&t, reason: "timed out: not finished within its --timeout-resource")
-        }
-        scheduleTimeouts()
+        drive { $0.timeoutTimerFired(now: now()) }
     }
 
     func uploadJob(_ t: Transfer) -> UploadJob {
@@ -145,47 +177,6 @@ extension Agent {
             Permissions.giveTo(dir, uid: account.uid, gid: account.gid)
         }
         return dir
-    }
-
-    func begin(_ t: Transfer) {
-        var t = t
-        if let deadline = t.timeoutAt, now() > deadline {
-            finishFailed(&t, reason: "timed out: not finished within its --timeout-resource")
-            return
-        }
-        if let blocker = policy.blocker(t.requirements, conditions) {
-            // Not now: applyConditions() starts it when the board's conditions allow.
-            t.state = .waiting
-            t.reason = "waiting: " + blocker
-            persist(t)
-            return
-        }
-        t.state = .running
-        t.reason = nil
-        if t.kind == .download, t.destination == nil { _ = inbox(for: t.app) }
-        var retry = retryState[t.id] ?? TransferRetry(attempts: t.attempts, retries: t.retries)
-        retry.attemptStarted(bytes: t.bytesDone)
-        retryState[t.id] = retry
-        t.attempts = retry.attempts
-        t.nextRetryAt = nil
-        persist(t)
-        switch t.kind {
-        case .download: engine?.start(job(t))
-        case .upload: engine?.start(uploadJob(t))
-        }
-    }
-
-    func finishFailed(_ t: inout Transfer, reason: String) {
-        retryState[t.id] = nil
-        t.nextRetryAt = nil
-        if t.kind == .upload, t.uploadURL != nil { engine?.cancel(uploadJob(t)) }
-        t.state = .failed
-        t.reason = reason
-        t.finishedAt = now()
-        persist(t)
-        FileIdentity.remove(partPath(t), as: identity(t))
-        logger.warning("transfer failed: \(reason)", metadata: ["transfer.id": "\(t.id)", "app.id": "\(t.app)"])
-        checkSession(app: t.app, session: t.session)
     }
 
     public func createTransfer(_ req: TransferRequest, caller: Caller) throws(APIError) -> Transfer {
@@ -219,10 +210,7 @@ extension Agent {
             throw .badRequest("sha256 must be 64 hex digits")
         }
         guard Identifier.isValid(req.session) else { throw .badRequest("session names hold only letters, digits, '-', '_' and '.'") }
-        // A cap per app, so one app (or a flood of push-to-transfer notifications) cannot fill
-        // the store and the engine for everyone.
-        let live = ((try? store.transfers(app: app.id)) ?? []).lazy.filter { !$0.state.isFinished }.count
-        guard live < config.transfers.maxPerApp else {
+        if let live = transferLifecycle.refusal(app: app.id) {
             throw APIError(429, "too_many_transfers",
                            "app '\(app.id)' has \(live) unfinished transfers, the most allowed ([transfers] max_per_app)")
         }
@@ -246,9 +234,7 @@ extension Agent {
             t.contentType = req.contentType
         }
         do { try store.save(t) } catch { throw .internal("\(error)") }
-        logger.info("transfer queued", metadata: ["transfer.id": "\(id)", "app.id": "\(app.id)", "url": "\(req.url)"])
-        begin(t)
-        scheduleTimeouts()
+        drive { $0.submitted(t, now: now()) }
         return withLive(t)
     }
 
@@ -264,28 +250,10 @@ extension Agent {
         }
     }
 
-    /// The newest state of a transfer: unsaved in memory, or as stored.
-    func current(_ id: String) -> Transfer? { unsaved[id] ?? (try? store.transfer(id: id)) }
+    /// The newest state of a transfer: held by the lifecycle, unsaved in memory, or as stored.
+    func current(_ id: String) -> Transfer? { transferLifecycle.transfer(id) ?? unsaved[id] ?? (try? store.transfer(id: id)) }
 
-    func withLive(_ t: Transfer) -> Transfer {
-        var t = unsaved[t.id] ?? t
-        if t.kind == .upload {
-            // bytes_done moves while a request body is on its way (libcurl's upload progress);
-            // bytes_confirmed is what the server has confirmed, the offset a resume starts from.
-            t.bytesConfirmed = t.bytesDone
-            if t.state == .running {
-                t.bytesSent = max(liveSent[t.id] ?? 0, t.bytesDone)
-                t.bytesDone = t.bytesSent!
-            }
-            // Where the bytes go: the server-side upload resource once it exists.
-            if t.location == nil { t.location = t.uploadURL }
-        }
-        if t.state == .running, t.kind == .download, let (done, total) = liveProgress[t.id] {
-            t.bytesDone = max(t.bytesDone, done)
-            t.bytesTotal = total ?? t.bytesTotal
-        }
-        return t
-    }
+    func withLive(_ t: Transfer) -> Transfer { transferLifecycle.shown(unsaved[t.id] ?? t) }
 
     public func transfers(app: String?, caller: Caller) throws(APIError) -> [Transfer] {
         let all: [Transfer]
@@ -294,174 +262,63 @@ extension Agent {
     }
 
     public func transfer(_ id: String, caller: Caller) throws(APIError) -> Transfer {
-        guard let t = unsaved[id] ?? (try? store.transfer(id: id)) else { throw .notFound("no transfer '\(id)'") }
+        guard let t = current(id) else { throw .notFound("no transfer '\(id)'") }
         guard caller.isAdmin || (apps[t.app].map { visible($0, to: caller) } ?? false) else { throw .notFound("no transfer '\(id)'") }
         return withLive(t)
     }
 
     public func cancel(_ id: String, caller: Caller) throws(APIError) -> Transfer {
-        var t = try transfer(id, caller: caller)
+        let t = try transfer(id, caller: caller)
         guard !t.state.isFinished else { return t }
-        cancelNow(&t, reason: "cancelled")
-        checkSession(app: t.app, session: t.session)
-        return t
-    }
-
-    func cancelNow(_ t: inout Transfer, reason: String) {
-        if t.kind == .upload { engine?.cancel(uploadJob(t)) } else { engine?.stop(id: t.id) }
-        retryTimers.removeValue(forKey: t.id)?.cancel()
-        liveProgress[t.id] = nil
-        retryState[t.id] = nil
-        t.nextRetryAt = nil
-        t.state = .cancelled
-        t.reason = reason
-        t.finishedAt = now()
-        persist(t)
-        FileIdentity.remove(partPath(t), as: identity(t))
-        logger.info("transfer cancelled", metadata: ["transfer.id": "\(t.id)"])
+        drive { $0.cancelRequested(id: id, now: now()) }
+        return withLive(current(id) ?? t)
     }
 
     /// `drowse quit ID`: the force-quit cancels the app's unfinished transfers.
     public func quit(_ id: String, caller: Caller) throws(APIError) -> Int {
         let app = try app(id, for: caller)
         var n = 0
-        var sessions: Set<String> = []
-        for var t in (try? store.transfers(app: app.id)) ?? [] where !t.state.isFinished {
-            cancelNow(&t, reason: "cancelled: the app was force-quit")
-            sessions.insert(t.session)
-            n += 1
+        drive { m in
+            let (cancelled, actions) = m.appQuit(app.id, now: now())
+            n = cancelled
+            return actions
         }
-        for s in sessions { checkSession(app: app.id, session: s) }
         return n
     }
 
     func transferEvent(_ event: TransferEvent) {
         switch event {
         case let .committed(id, done, total, etag, lm):
-            do { try store.commitProgress(id: id, bytesDone: done, bytesTotal: total, etag: etag, lastModified: lm) } catch {
-                logger.error("store: \(error)")
-            }
-            liveProgress[id] = (done, total)
-            // An upload resumed below what the last attempt had sent: its live count starts over.
-            if let sent = liveSent[id], done < sent { liveSent[id] = nil }
+            drive { $0.progressCommitted(id: id, bytesDone: done, bytesTotal: total, etag: etag, lastModified: lm) }
         case let .progress(id, done, total):
-            liveProgress[id] = (done, total)
+            transferLifecycle.progressed(id: id, bytesDone: done, bytesTotal: total)
         case let .sent(id, sent):
-            liveSent[id] = sent
+            transferLifecycle.sent(id: id, bytes: sent)
         case let .uploadResource(id, url, proto):
-            do { try store.recordUploadResource(id: id, url: url, protocol: proto) } catch { logger.error("store: \(error)") }
+            drive { $0.uploadResourceKnown(id: id, url: url, protocolName: proto) }
         case let .completed(id, bytes, path):
-            liveProgress[id] = nil
-            liveSent[id] = nil
-            retryState[id] = nil
-            guard var t = current(id), !t.state.isFinished else { return }
-            t.state = .completed
-            t.bytesDone = bytes
-            t.bytesTotal = bytes
-            // The file already belongs to whoever asked for it (made as them) or, in the inbox,
-            // to the app's user (fchown before the rename): no chown by path here.
-            if t.kind == .download { t.location = path }
-            t.reason = nil
-            t.finishedAt = now()
-            persist(t)
-            logger.info("transfer completed (\(bytes) bytes)", metadata: ["transfer.id": "\(id)", "app.id": "\(t.app)"])
-            radioBusy()
-            checkSession(app: t.app, session: t.session)
+            drive { $0.attemptEnded(id: id, .completed(bytes: bytes, path: path), now: now()) }
         case let .failed(id, error):
-            // What this attempt moved: committed bytes (the engine commits before it reports a
-            // failure), or for an upload what it had sent.
-            let moved = max(liveSent[id] ?? 0, liveProgress[id]?.0 ?? 0)
-            liveProgress[id] = nil
-            liveSent[id] = nil
-            guard var t = current(id), !t.state.isFinished else { return }
-            if error.transient && now() < (t.timeoutAt ?? .infinity) {
-                var retry = retryState[id] ?? TransferRetry(attempts: t.attempts, retries: t.retries)
-                let delay = retry.attemptFailed(
-                    bytes: max(moved, t.bytesDone), noSpace: error.noSpace, now: now(), unit: Double.random(in: 0..<1))
-                retryState[id] = retry
-                t.retries = retry.retries
-                t.nextRetryAt = retry.nextRetryAt
-                t.state = error.noSpace ? .paused : .waiting
-                t.reason = (error.noSpace ? "paused: disk full (" : "retrying in \(Int(saturating: delay, rounding: .up))s after: ") + error.reason + (error.noSpace ? ")" : "")
-                persist(t)
-                logger.warning("transfer attempt failed: \(error.reason); retry in \(delay)s", metadata: ["transfer.id": "\(id)"])
-                retryTimers[id] = WakeTimer.after(delay) { Task { await self.retry(id) } }
-                return
-            }
-            finishFailed(&t, reason: error.transient ? "timed out after: \(error.reason)" : error.reason)
+            drive { $0.attemptEnded(id: id, .failed(reason: error.reason, transient: error.transient, noSpace: error.noSpace), now: now()) }
         }
     }
 
     /// After a change of power or network: pause what may not go on (keeping its progress),
     /// start what was waiting and now may.
     func applyConditions() {
-        guard let all = try? store.transfers() else { return }
-        for var t in all where !t.state.isFinished {
-            let blocker = policy.blocker(t.requirements, conditions)
-            switch (t.state, blocker) {
-            case (.running, let b?):
-                engine?.stop(id: t.id)
-                liveProgress[t.id] = nil
-                t.state = .paused
-                t.reason = "paused: " + b
-                persist(t)
-                logger.info("transfer paused: \(b)", metadata: ["transfer.id": "\(t.id)"])
-            case (.waiting, let b?), (.paused, let b?):
-                guard retryTimers[t.id] == nil else { continue }
-                let reason = (t.state == .paused ? "paused: " : "waiting: ") + b
-                if t.reason != reason { t.reason = reason; persist(t) }
-            case (.waiting, nil), (.paused, nil):
-                // Those counting down to a retry keep their timer.
-                guard retryTimers[t.id] == nil else { continue }
-                logger.info("transfer resumes: conditions allow it", metadata: ["transfer.id": "\(t.id)"])
-                begin(t)
-            default:
-                break
-            }
-        }
+        drive { $0.conditionsChanged(conditions, now: now()) }
     }
 
-    func retry(_ id: String) {
-        retryTimers[id] = nil
-        guard let t = current(id), !t.state.isFinished else { return }
-        begin(t)
-    }
-
-    /// When every transfer of an app's session has finished, hands the finished ones to the
-    /// app's events handler, then removes downloaded files that had no `--to`.
-    func checkSession(app appID: String, session: String) {
-        let key = appID + "\u{0}" + session
-        guard !deliveringSessions.contains(key), let app = apps[appID],
-            let all = try? store.transfers(app: appID)
-        else { return }
-        let inSession = all.filter { $0.session == session }
-        guard inSession.allSatisfy({ $0.state.isFinished }) else { return }
-        let batch = inSession.filter { !$0.delivered }
-        guard !batch.isEmpty else { return }
-        guard app.eventsCommand != nil else {
-            for var t in batch { t.delivered = true; persist(t) }
-            return
-        }
-        guard app.sendsLaunchEvents, !stopping else { return }  // undelivered: delivered after the restart
-        deliveringSessions.insert(key)
-        let doc = JSON.object([
-            ("event", "transfers"), ("app", .string(appID)), ("session", .string(session)),
-            ("transfers", .array(batch.map(\.json))),
-        ])
-        // Through the handler queue, like every handler: at most max_concurrent_handlers run at once.
-        enqueueHandler(.transfers(app: appID, key: key, stdin: Array(doc.serialized.utf8), batch: batch))
-    }
-
+    /// The app's events handler ran for a session (`QueuedRun.transfers`).
     func sessionDelivered(key: String, batch: [Transfer]) {
-        deliveringSessions.remove(key)
-        for var t in batch {
-            if t.destination == nil, let loc = t.location {
-                FileSystem.remove(loc)
-                t.location = nil
-            }
-            t.delivered = true
-            persist(t)
-        }
-        if let first = batch.first { checkSession(app: first.app, session: first.session) }
+        guard let first = batch.first else { return }
+        drive { $0.sessionDelivered(app: first.app, session: first.session) }
+    }
+
+    /// A session queued for the events handler could not be handed over (its app is gone).
+    func sessionNotDelivered(key: String) {
+        let parts = key.split(separator: "\u{0}", maxSplits: 1, omittingEmptySubsequences: false)
+        guard parts.count == 2 else { return }
+        transferLifecycle.sessionNotDelivered(app: String(parts[0]), session: String(parts[1]))
     }
 }

@@ -38,16 +38,12 @@ public actor Agent {
     var transferEvents: AsyncStream<TransferEvent>.Continuation?
 
     var windowTimer: WakeTimer?
-    /// Live progress of running downloads, for display only.
-    var liveProgress: [String: (Int64, Int64?)] = [:]
-    /// Upload bytes handed to the network, not yet confirmed (shown as bytes_sent).
-    var liveSent: [String: Int64] = [:]
+    /// Every decision about transfers: waiting, running, paused, retries, timeouts, sessions.
+    lazy var transferLifecycle = TransferLifecycle(
+        policy: policy, conditions: conditions, maxPerApp: config.transfers.maxPerApp, seed: UInt64.random(in: 0...UInt64.max))
     /// Transfer states the store could not write yet (disk full); shown and retried.
     var unsaved: [String: Transfer] = [:]
     var retryTimers: [String: WakeTimer] = [:]
-    /// Per transfer: attempts, retries and the backoff before the next one.
-    var retryState: [String: TransferRetry] = [:]
-    var deliveringSessions: Set<String> = []
     var background: [Task<Void, Never>] = []
     var refusedNotifications = 0
     /// Notification and fetch runs waiting for one of `max_concurrent_handlers` slots.
