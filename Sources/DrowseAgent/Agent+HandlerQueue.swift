@@ -67,10 +67,14 @@ extension Agent {
         switch item {
         case .notification(let appID, let seq, let payload):
             // It may have been collapsed by a newer one, or its app removed, while it waited.
-            guard let app = apps[appID], (try? store.notificationState(seq)) == "pending" else { return .nothingToRun }
+            guard let app = apps[appID], (try? store.notificationState(seq)) == "pending" else {
+                notificationRunEnded(seq)
+                return .nothingToRun
+            }
             guard app.command(for: .notification) != nil else {
                 logger.warning("notification dropped: the app has no notification or fetch command", metadata: ["app.id": "\(appID)"])
                 try? store.markNotification(seq, state: "dropped", at: now())
+                notificationRunEnded(seq)
                 return .nothingToRun
             }
             let started = startHandler(app, event: .notification, stdin: payload, trigger: "notification", notification: seq)
@@ -80,6 +84,7 @@ extension Agent {
             radioBusy(until: now())
             Task {
                 _ = await self.finishHandler(started)
+                self.notificationRunEnded(seq)
                 self.radioBusy(until: self.now())
                 self.handlerEnded()
             }
