@@ -102,6 +102,9 @@ package struct HandlerShutdown: Sendable {
     /// The daemon is stopping and must be gone by `stopBy`: a handler whose deadline is later is
     /// stopped sooner, so that its SIGKILL lands by then. One that would finish in time keeps
     /// its deadline (running handlers finish, so their events count as handled).
+    /// Not driven by drowsed yet: today it has no stop budget to pass (systemd's TimeoutStopSec
+    /// is 45 s, above the default 30 s deadline plus the grace), and a stop lets every running
+    /// handler reach its own deadline, which is this rule with `stopBy` at infinity.
     package mutating func daemonStopping(now: Double, stopBy: Double) -> [Action] {
         switch phase {
         case .running(let deadline):
