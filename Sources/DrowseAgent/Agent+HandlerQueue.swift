@@ -67,10 +67,14 @@ extension Agent {
         switch item {
         case .notification(let appID, let seq, let payload):
             // It may have been collapsed by a newer one, or its app removed, while it waited.
-            guard let app = apps[appID], (try? store.notificationState(seq)) == "pending" else { return .nothingToRun }
+            guard let app = apps[appID], (try? store.notificationState(seq)) == "pending" else {
+                notificationRunEnded(seq)
+                return .nothingToRun
+            }
             guard app.command(for: .notification) != nil else {
                 logger.warning("notification dropped: the app has no notification or fetch command", metadata: ["app.id": "\(appID)"])
                 try? store.markNotification(seq, state: "dropped", at: now())
+                notificationRunEnded(seq)
                 return .nothingToRun
             }
             let started = startHandler(app, event: .notification, stdin: payload, trigger: "notification", notification: seq)
@@ -81,6 +85,7 @@ extension Agent {
             Task {
                 // Its end counts against the app's daily budget and keeps the radio awake (the scheduler hears it).
                 _ = await self.finishHandler(started)
+                self.notificationRunEnded(seq)
                 self.handlerEnded()
             }
             return .started

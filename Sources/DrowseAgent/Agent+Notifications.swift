@@ -96,33 +96,37 @@ extension Agent {
             logger.info("notification ignored: not silent (no aps.content-available = 1)", metadata: ["app.id": "\(appID)"])
             return true
         }
-        if let exp = note.expiration, exp < now() {
-            refuse("expired", app: appID)
-            return true
+        // What happens next is NotificationAdmission's to decide; this carries it out.
+        let arrival = NotificationAdmission.Arrival(app: appID, note: note, signed: signed, allowDownload: app.allowDownload)
+        let t = now()
+        let actions = admission.received(arrival, now: t) {
+            SHA256Hasher.hexDigest(of: Array(topic.utf8) + [0] + body)
         }
-        let key = note.id.map { "id:" + $0 } ?? "hash:" + SHA256Hasher.hexDigest(of: Array(topic.utf8) + [0] + body)
-        let seq: Int64
-        do {
-            guard let s = try store.recordNotification(
-                app: appID, dedupeKey: key, payload: String(decoding: body, as: UTF8.self), at: now(), signed: signed,
-                collapseID: note.collapseID, durable: false)
-            else {
-                logger.info("notification ignored: duplicate", metadata: ["app.id": "\(appID)", "key": "\(LogText.escape(key))"])
-                // The first copy's record may not be on disk yet (written, then the daemon was
-                // killed before its sync): acknowledge this copy only once it is.
-                return syncRecords(app: appID)
+        for action in actions {
+            guard case .record(_, let key) = action else {
+                carryOut([action])
+                continue
             }
-            seq = s
-        } catch {
-            logger.error("notification not recorded, left to the broker to deliver again: \(error)", metadata: ["app.id": "\(appID)"])
-            return false
+            let seq: Int64?
+            do {
+                seq = try store.recordNotification(
+                    app: appID, dedupeKey: key, payload: String(decoding: body, as: UTF8.self), at: t, signed: signed,
+                    collapseID: note.collapseID, durable: false)
+            } catch {
+                logger.error("notification not recorded, left to the broker to deliver again: \(error)", metadata: ["app.id": "\(appID)"])
+                return false
+            }
+            // Written (a kill -9 from here on cannot lose it), so the handler may start; the PUBACK
+            // waits until the record is on disk too. A power cut in between runs the handler again
+            // after the restart, like any run a crash interrupts: notifications are hints that are
+            // safe to repeat (DESIGN.md), and the fsync is off the path to the handler's start.
+            // A duplicate's first copy may not be on disk yet either (written, then the daemon was
+            // killed before its sync): it too is acknowledged only once it is.
+            carryOut(admission.recorded(seq: seq, now: now(), uses: budgetUses(plus: appID), nextWindow: nextFetchWindow()),
+                     notes: seq.map { [$0: note] } ?? [:])
+            return syncRecords(app: appID)
         }
-        // Written (a kill -9 from here on cannot lose it), so the handler may start; the PUBACK
-        // waits until the record is on disk too. A power cut in between runs the handler again
-        // after the restart, like any run a crash interrupts: notifications are hints that are
-        // safe to repeat (DESIGN.md), and the fsync is off the path to the handler's start.
-        dispatch(app, seq: seq, note: note, signed: signed)
-        return syncRecords(app: appID)
+        return true
     }
 
     /// fdatasync of the records written so far; false (do not acknowledge) when it fails.
@@ -156,89 +160,95 @@ extension Agent {
         }
     }
 
-    /// Decides what a recorded notification does now: run, wait, collapse, or fetch first.
-    func dispatch(_ app: AppDefinition, seq: Int64, note: Notification, signed: Bool) {
+    /// The next fetch window's time, as far as the fetch planner knows it now (the one read of it).
+    func nextFetchWindow() -> Double? { scheduler.planned?.at }
+
+    /// Each app's budget uses in the last hour, for the apps an admission event needs.
+    func budgetUses(plus app: String? = nil) -> [String: [Double]] {
         let t = now()
-        if let exp = note.expiration, exp < t {
-            logger.info("notification dropped: expired", metadata: ["app.id": "\(app.id)"])
-            try? store.markNotification(seq, state: "expired", at: t)
-            return
+        var uses: [String: [Double]] = [:]
+        for a in admission.budgetApps(plus: app) {
+            uses[a] = (try? store.budgetUses(app: a, since: t - NotificationBudget.period)) ?? []
         }
-        if let collapse = note.collapseID, let n = try? store.collapseNotifications(app: app.id, collapseID: collapse, keeping: seq, at: t), n > 0 {
-            logger.info("collapsed \(n) older notification(s) with collapse-id \(LogText.escape(collapse))", metadata: ["app.id": "\(app.id)"])
-        }
-        if let d = note.download {
-            if app.allowDownload && signed {
+        return uses
+    }
+
+    /// Carries out what `NotificationAdmission` decided. `notes` are the parsed notifications at
+    /// hand (by seq); others are read back from the store.
+    func carryOut(_ actions: [NotificationAdmission.Action], notes: [Int64: Notification] = [:]) {
+        for action in actions {
+            switch action {
+            case .refuse(let app, .expired):
+                refuse("expired", app: app)
+            case .record:
+                // Only `receive` asks for records; it writes them itself.
+                assertionFailure("record outside receive")
+            case .duplicate(let app, let key):
+                logger.info("notification ignored: duplicate", metadata: ["app.id": "\(app)", "key": "\(LogText.escape(key))"])
+            case .expire(let seq, let app):
+                logger.info("notification dropped: expired", metadata: ["app.id": "\(app)"])
+                try? store.markNotification(seq, state: "expired", at: now())
+            case .dropCollapsed(let seq, let app, let collapseID):
+                logger.info("collapsed an older notification with collapse-id \(LogText.escape(collapseID))", metadata: ["app.id": "\(app)"])
+                try? store.markNotification(seq, state: "collapsed", at: now())
+            case .drop(let seq):
+                try? store.markNotification(seq, state: "dropped", at: now())
+            case .startDownload(let seq, let appID):
+                guard let app = apps[appID], let note = notes[seq], let d = note.download else {
+                    try? store.markNotification(seq, state: "failed", at: now())
+                    continue
+                }
                 startPushDownload(app, seq: seq, note: note, download: d)
-                return
+            case .ignoreDownload(_, let app, let why):
+                logger.warning("notification's download ignored: \(why == .unsigned ? "the notification is not signed" : "the app does not set notification.allow_download")",
+                               metadata: ["app.id": "\(app)"])
+            case .chargeBudget(let seq, let at):
+                do { try store.chargeBudget(seq, at: at) } catch {
+                    logger.error("store: budget use not recorded: \(error)", metadata: ["notification.seq": "\(seq)"])
+                }
+            case .runHandler(let seq, let app):
+                let payload: [UInt8]
+                if let note = notes[seq] {
+                    payload = note.raw
+                } else if let stored = try? store.notificationPayload(seq) {
+                    payload = Array(stored.utf8)
+                } else {
+                    notificationRunEnded(seq)  // pruned or unreadable: nothing to run
+                    continue
+                }
+                deliver(app, seq: seq, payload: payload)
+            case .defer(let seq, let app, let until, let inLastHour):
+                try? store.markNotification(seq, state: "deferred", at: now())
+                logger.info("notification deferred: \(inLastHour) in the last hour (max_per_hour \(admission.budget.maxPerHour)); runs in \(DurationText.format(.milliseconds(Int64(max(0, until - now()) * 1000)))) at the latest",
+                            metadata: ["app.id": "\(app)"])
+            case .setTimer(let at):
+                deferredTimer?.cancel()
+                deferredTimer = nil
+                if let at {
+                    deferredTimer = WakeTimer.after(max(0, at - now())) { Task { await self.deferredTimerFired() } }
+                }
+            case .prune(let before):
+                do { admission.pruned(oldestLeft: try store.pruneNotifications(before: before)) } catch {
+                    logger.error("store: old notifications not pruned: \(error)")
+                }
             }
-            logger.warning("notification's download ignored: \(app.allowDownload ? "the notification is not signed" : "the app does not set notification.allow_download")",
-                           metadata: ["app.id": "\(app.id)"])
         }
-        // Priority 10 runs now. Priority 5 runs now too while within the app's rate budget:
-        // the message's arrival has woken the radio already. Beyond it, it waits. The budget is
-        // counted from the store, so a restart hands out no fresh hour.
-        let used = budgetUses(app.id, now: t)
-        if budget.admits(priority: note.priority, used: used, now: t) {
-            admit(app.id, seq: seq, payload: Array(note.raw), at: t)
-            return
-        }
-        try? store.markNotification(seq, state: "deferred", at: t)
-        logger.info("notification deferred: \(budget.counting(used, now: t).count) in the last hour (max_per_hour \(budget.maxPerHour))",
-                    metadata: ["app.id": "\(app.id)"])
-        scheduleDeferredFlush()
     }
 
-    var budget: NotificationBudget { NotificationBudget(maxPerHour: config.notifications.maxPerHour) }
-
-    func budgetUses(_ app: String, now t: Double) -> [Double] {
-        (try? store.budgetUses(app: app, since: t - NotificationBudget.period)) ?? []
-    }
-
-    /// The notification uses its app's budget and queues for a handler slot.
-    func admit(_ appID: String, seq: Int64, payload: [UInt8], at t: Double) {
-        do { try store.chargeBudget(seq, at: t) } catch {
-            logger.error("store: budget use not recorded: \(error)", metadata: ["app.id": "\(appID)"])
-        }
-        deliver(appID, seq: seq, payload: payload)
-    }
-
-    /// Deferred notifications run when their app's hourly budget has room again: at the next
-    /// fetch window (the radio is awake) or when a use leaves the hour, whichever comes first.
-    /// Either way no more than `max_per_hour` run in any hour.
-    func scheduleDeferredFlush() {
-        deferredTimer?.cancel()
-        deferredTimer = nil
-        let deferred = ((try? store.pendingNotifications()) ?? []).filter { $0.state == "deferred" }
-        guard !deferred.isEmpty else { return }
-        let t = now()
-        var next = Double.infinity
-        for app in Set(deferred.map(\.app)) {
-            next = min(next, budget.nextRoom(used: budgetUses(app, now: t), now: t))
-        }
-        if let w = scheduler.planned?.at { next = min(next, w) }
-        // A little later than the room opens, so the use that leaves the hour has left it.
-        deferredTimer = WakeTimer.after(max(0, next - t) + 0.01) { Task { await self.flushDeferred() } }
-    }
-
-    /// Runs deferred notifications, oldest first, as far as their app's budget has room.
+    /// A fetch window opens: deferred notifications held back by their rate budget ride it, as far
+    /// as the budget allows.
     func flushDeferred() {
+        carryOut(admission.windowOpened(now: now(), uses: budgetUses(), nextWindow: nextFetchWindow()))
+    }
+
+    func deferredTimerFired() {
         deferredTimer = nil
-        let t = now()
-        for rec in ((try? store.pendingNotifications()) ?? []) where rec.state == "deferred" {
-            guard let app = apps[rec.app], let note = try? Notification.parse(Array(rec.payload.utf8)) else {
-                try? store.markNotification(rec.seq, state: "dropped", at: t)
-                continue
-            }
-            if let exp = note.expiration, exp < t {
-                try? store.markNotification(rec.seq, state: "expired", at: t)
-                logger.info("deferred notification dropped: expired", metadata: ["app.id": "\(rec.app)"])
-                continue
-            }
-            guard budget.room(used: budgetUses(rec.app, now: t), now: t) > 0 else { continue }
-            admit(app.id, seq: rec.seq, payload: Array(rec.payload.utf8), at: t)
-        }
-        scheduleDeferredFlush()
+        carryOut(admission.timerFired(now: now(), uses: budgetUses(), nextWindow: nextFetchWindow()))
+    }
+
+    /// A notification's queued run ended, or was not started (collapsed meanwhile, no command).
+    func notificationRunEnded(_ seq: Int64) {
+        carryOut(admission.handlerFinished(seq: seq, now: now()))
     }
 
     func startPushDownload(_ app: AppDefinition, seq: Int64, note: Notification, download d: Notification.DownloadRequest) {
@@ -265,23 +275,25 @@ extension Agent {
 
     /// Recorded but unhandled notifications from before a crash or restart.
     func handlePendingNotifications() {
-        guard let pending = try? store.pendingNotifications() else { return }
-        for n in pending {
-            guard let app = apps[n.app], let note = try? Notification.parse(Array(n.payload.utf8)) else {
-                try? store.markNotification(n.seq, state: "dropped", at: now())
-                continue
+        let pending = (try? store.pendingNotifications()) ?? []
+        var notes: [Int64: Notification] = [:]
+        let restored = pending.map { rec -> NotificationAdmission.Restored in
+            var arrival: NotificationAdmission.Arrival?
+            if let app = apps[rec.app], let note = try? Notification.parse(Array(rec.payload.utf8)) {
+                notes[rec.seq] = note
+                arrival = .init(app: rec.app, note: note, signed: rec.signed, allowDownload: app.allowDownload)
+                if rec.state == "pending" {
+                    logger.info("handling a notification received before a restart", metadata: ["app.id": "\(rec.app)"])
+                }
             }
-            guard n.state == "pending" else { continue }
-            logger.info("handling a notification received before a restart", metadata: ["app.id": "\(n.app)"])
-            if n.budgetAt != nil {
-                // Admitted before the restart (it may have been waiting for a slot): it has used
-                // its budget already and runs without a second decision.
-                deliver(app.id, seq: n.seq, payload: Array(n.payload.utf8))
-            } else {
-                dispatch(app, seq: n.seq, note: note, signed: n.signed)
-            }
+            return .init(seq: rec.seq, receivedAt: rec.receivedAt, state: rec.state == "deferred" ? .deferred : .pending(budgetAt: rec.budgetAt),
+                         arrival: arrival)
         }
-        scheduleDeferredFlush()
-        try? store.pruneNotifications(before: now() - 7 * 86400)
+        let t = now()
+        var uses: [String: [Double]] = [:]
+        for app in Set(pending.map(\.app)) {
+            uses[app] = (try? store.budgetUses(app: app, since: t - NotificationBudget.period)) ?? []
+        }
+        carryOut(admission.restored(restored, now: t, uses: uses, nextWindow: nextFetchWindow()), notes: notes)
     }
 }

@@ -53,6 +53,8 @@ public actor Agent {
     var unexpectedMessages = 0
     var unexpectedTopicsLogged: Set<String> = []
     var deferredTimer: WakeTimer?
+    /// What becomes of each notification (Agent+Notifications.swift carries it out).
+    lazy var admission = NotificationAdmission(budget: NotificationBudget(maxPerHour: config.notifications.maxPerHour))
     var timeoutTimer: WakeTimer?
     /// Set once shutdown begins: nothing new is launched.
     var stopping = false

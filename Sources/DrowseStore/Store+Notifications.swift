@@ -69,17 +69,19 @@ extension Store {
             .compactMap { $0[0].double }
     }
 
-    /// Drops the older deferred notifications of an app that share a collapse id; returns how many.
-    @discardableResult
-    public func collapseNotifications(app: String, collapseID: String, keeping seq: Int64, at: Double) throws(StoreError) -> Int {
-        try db.query(
-            "UPDATE notifications SET state = 'collapsed', handled_at = ? WHERE app = ? AND collapse_id = ? AND seq != ? AND state IN ('pending', 'deferred')",
-            [.double(at), .text(app), .text(collapseID), .int(seq)])
-        return db.changes
+    /// The payload a notification was recorded with (nil when it is not recorded, e.g. pruned).
+    public func notificationPayload(_ seq: Int64) throws(StoreError) -> String? {
+        try db.query("SELECT payload FROM notifications WHERE seq = ?", [.int(seq)]).first?.first?.string
     }
 
-    /// Forgets handled notifications older than `before` (their dedupe keys expire with them).
-    public func pruneNotifications(before: Double) throws(StoreError) {
-        try db.query("DELETE FROM notifications WHERE state != 'pending' AND received_at < ?", [.double(before)])
+    /// Forgets handled notifications received before `before` (their dedupe keys expire with
+    /// them); those not yet handled (`pending`, `deferred`) stay. Returns when the oldest handled
+    /// one left was received, nil when none is (`NotificationAdmission` prunes again once that
+    /// one has aged).
+    @discardableResult
+    public func pruneNotifications(before: Double) throws(StoreError) -> Double? {
+        let handled = "state NOT IN ('pending', 'deferred')"
+        try db.query("DELETE FROM notifications WHERE \(handled) AND received_at < ?", [.double(before)])
+        return try db.query("SELECT MIN(received_at) FROM notifications WHERE \(handled)").first?.first?.double
     }
 }

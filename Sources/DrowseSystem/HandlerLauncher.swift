@@ -225,12 +225,25 @@ public struct ProcessLauncher: HandlerLaunching {
             output(LogText.escape(String(decoding: bytes, as: UTF8.self)), stderr)
         }
         var status: Int32 = 0
-        var exited = false
-        var termSentAt: Double?
-        var killed = false
-        var pollFailed = false
+        // When and how the handler is stopped is HandlerShutdown's to decide; this carries it out.
+        var shutdown = HandlerShutdown(grace: req.killGrace)
+        var timerAt: Double?
+        var ending: HandlerOutcome.Ending?
+        func carryOut(_ actions: [HandlerShutdown.Action]) {
+            for action in actions {
+                switch action {
+                case .signal(let signal, let wholeTree):
+                    let sig = signal == .term ? SIGTERM : SIGKILL
+                    if wholeTree { ProcessTree.signalTree(pid, sig) } else { killpg(pid, sig) }
+                case .setTimer(let at): timerAt = at
+                case .killLeftovers: ProcessTree.killLeftovers()
+                case .finished(let e): ending = e
+                }
+            }
+        }
         // Enforced on the monotonic clock: boards without an RTC jump at their first NTP sync.
         let deadline = WallClock.monotonic() + (req.deadline - WallClock.now())
+        carryOut(shutdown.started(now: WallClock.monotonic(), deadline: deadline))
         if req.stdin.isEmpty { close(inFD); inFD = -1 }
 
         func flush(_ fd: Int32, final: Bool) {
@@ -271,17 +284,11 @@ public struct ProcessLauncher: HandlerLaunching {
             return r == pid
         }
 
-        while !exited {
+        while ending == nil {
             let now = WallClock.monotonic()
-            var timeoutMS: Int32
-            if killed {
-                timeoutMS = 100  // SIGKILL sent: only the reaping is left (a process in D state may take a while)
-            } else if let t = termSentAt {
-                timeoutMS = Int32(max(0, min(60_000, (t + req.killGrace - now) * 1000)))
-            } else {
-                timeoutMS = Int32(max(0, min(3_600_000, (deadline - now) * 1000)))
-            }
-            if pidfd < 0 { timeoutMS = min(timeoutMS, 50) }  // kernels before 5.3: no pidfd, fall back to short checks
+            // Until the timer (at most an hour at a time); none: until the process or a pipe wakes us.
+            var timeoutMS: Int32 = timerAt.map { Int32(max(0, min(3_600_000, (($0 - now) * 1000).rounded(.up)))) } ?? -1
+            if pidfd < 0 { timeoutMS = timeoutMS < 0 ? 50 : min(timeoutMS, 50) }  // kernels before 5.3: no pidfd, fall back to short checks
             var fds: [pollfd] = []
             if pidfd >= 0 { fds.append(pollfd(fd: pidfd, events: Int16(POLLIN), revents: 0)) }
             if outFD >= 0 { fds.append(pollfd(fd: outFD, events: Int16(POLLIN), revents: 0)) }
@@ -289,10 +296,10 @@ public struct ProcessLauncher: HandlerLaunching {
             if inFD >= 0 { fds.append(pollfd(fd: inFD, events: Int16(POLLOUT), revents: 0)) }
             let n = poll(&fds, nfds_t(fds.count), timeoutMS)
             if n < 0 && errno != EINTR {
-                // Cannot supervise any more: end the handler rather than report a result it did not give.
-                pollFailed = true
-                ProcessTree.signalTree(pid, SIGKILL)
+                carryOut(shutdown.supervisionLost(now: WallClock.monotonic()))
                 while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+                drowse_forget_child(pid)
+                carryOut(shutdown.exited(status: status, now: WallClock.monotonic()))
                 break
             }
             for p in fds where p.revents != 0 {
@@ -306,24 +313,17 @@ public struct ProcessLauncher: HandlerLaunching {
                     if written >= req.stdin.count { close(inFD); inFD = -1 }
                 }
             }
-            if reap() { exited = true; break }
-            if n == 0 || WallClock.monotonic() >= (termSentAt.map { $0 + req.killGrace } ?? deadline) {
-                let now2 = WallClock.monotonic()
-                if termSentAt == nil, now2 >= deadline {
-                    ProcessTree.signalTree(pid, SIGTERM)
-                    termSentAt = now2
-                } else if let t = termSentAt, now2 >= t + req.killGrace, !killed {
-                    ProcessTree.signalTree(pid, SIGKILL)
-                    killed = true
-                }
+            if reap() {
+                drowse_forget_child(pid)
+                // The run is over: whatever it left behind goes too, in its group or not (a
+                // child that called setsid is now drowsed's, adopted as subreaper).
+                carryOut(shutdown.exited(status: status, now: WallClock.monotonic()))
+                break
             }
+            let after = WallClock.monotonic()
+            if let at = timerAt, after >= at { carryOut(shutdown.timerFired(now: after)) }
         }
         if pidfd >= 0 { close(pidfd) }
-        drowse_forget_child(pid)
-        // The handler's run is over: whatever it left behind goes too, in its group or not (a
-        // child that called setsid is now drowsed's, adopted as subreaper).
-        killpg(pid, SIGKILL)
-        ProcessTree.killLeftovers()
         if inFD >= 0 { close(inFD) }
         // Collect the last output; the leftovers are gone, so the pipes reach EOF promptly.
         let drainUntil = WallClock.now() + 0.5
@@ -338,10 +338,7 @@ public struct ProcessLauncher: HandlerLaunching {
         if outFD >= 0 { flush(outFD, final: true); close(outFD) }
         if errFD >= 0 { flush(errFD, final: true); close(errFD) }
         if let dropped = limiter.finish() { note(dropped) }
-        if termSentAt != nil { return .timedOut }
-        if pollFailed { return .launchFailed("lost supervision of the handler (poll failed); it was killed") }
-        if status & 0x7f == 0 { return .exited((status >> 8) & 0xff) }
-        return .signaled(status & 0x7f)
+        return ending ?? .launchFailed("lost supervision of the handler")
     }
 }
 

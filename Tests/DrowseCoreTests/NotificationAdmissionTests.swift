@@ -1,0 +1,491 @@
+import DrowseCore
+import Testing
+
+/// Plays the agent and the store around a `NotificationAdmission` on a manual clock: carries out
+/// every action the way Agent+Notifications.swift does, against an in-memory table shaped like the
+/// store's (a unique key per app, states, budget uses).
+private struct World {
+    typealias Action = NotificationAdmission.Action
+    struct Row: Equatable {
+        var app: String
+        var key: String
+        var at: Double
+        var state: String
+        var budgetAt: Double?
+    }
+
+    var m: NotificationAdmission
+    var now: Double = 1_000_000
+    var window: Double?
+    var rows: [Int64: Row] = [:]
+    var nextSeq: Int64 = 1
+    /// Seqs whose handler was queued, in order.
+    var ran: [Int64] = []
+    var timer: Double?
+    var prunes = 0
+
+    init(maxPerHour: Int) {
+        m = NotificationAdmission(budget: NotificationBudget(maxPerHour: maxPerHour))
+    }
+
+    func uses() -> [String: [Double]] {
+        var out: [String: [Double]] = [:]
+        for r in rows.values { if let b = r.budgetAt, b > now - 3600 { out[r.app, default: []].append(b) } }
+        return out.mapValues { $0.sorted() }
+    }
+
+    func state(_ seq: Int64) -> String? { rows[seq]?.state }
+    func seq(ofKey key: String) -> Int64? { rows.first { $0.value.key == key }?.key }
+
+    @discardableResult
+    mutating func receive(_ a: NotificationAdmission.Arrival, digest: String = "digest") -> [Action] {
+        let actions = m.received(a, now: now) { digest }
+        return apply(actions)
+    }
+
+    @discardableResult
+    mutating func windowOpened() -> [Action] { apply(m.windowOpened(now: now, uses: uses(), nextWindow: window)) }
+
+    /// Moves the clock to `t`, firing the timer at its time each time it is due by then.
+    @discardableResult
+    mutating func advance(to t: Double) -> [Action] {
+        var out: [Action] = []
+        while let at = timer, at <= t {
+            now = at
+            timer = nil
+            out += apply(m.timerFired(now: now, uses: uses(), nextWindow: window))
+        }
+        now = t
+        return out
+    }
+
+    @discardableResult
+    mutating func finish(_ seq: Int64) -> [Action] {
+        rows[seq]?.state = "new-data"
+        return apply(m.handlerFinished(seq: seq, now: now))
+    }
+
+    @discardableResult
+    mutating func apply(_ actions: [Action]) -> [Action] {
+        var all: [Action] = []
+        for a in actions {
+            all.append(a)
+            switch a {
+            case .record(let app, let key):
+                var seq: Int64?
+                if !rows.values.contains(where: { $0.app == app && $0.key == key }) {
+                    seq = nextSeq
+                    rows[nextSeq] = Row(app: app, key: key, at: now, state: "pending")
+                    nextSeq += 1
+                }
+                all += apply(m.recorded(seq: seq, now: now, uses: uses(), nextWindow: window))
+            case .refuse, .duplicate, .ignoreDownload: break
+            case .expire(let seq, _): rows[seq]?.state = "expired"
+            case .dropCollapsed(let seq, _, _): rows[seq]?.state = "collapsed"
+            case .drop(let seq): rows[seq]?.state = "dropped"
+            case .startDownload(let seq, _): rows[seq]?.state = "download:t-1"
+            case .chargeBudget(let seq, let at):
+                rows[seq]?.budgetAt = at
+                rows[seq]?.state = "pending"
+            case .runHandler(let seq, _): ran.append(seq)
+            case .defer(let seq, _, _, _): rows[seq]?.state = "deferred"
+            case .setTimer(let at): timer = at
+            case .prune(let before):
+                prunes += 1
+                let handled = { (r: Row) in r.state != "pending" && r.state != "deferred" }
+                rows = rows.filter { !(handled($0.value) && $0.value.at < before) }
+                m.pruned(oldestLeft: rows.values.filter(handled).map(\.at).min())
+            }
+        }
+        return all
+    }
+}
+
+private func note(_ app: String = "news", id: String? = nil, collapse: String? = nil, expires: Double? = nil, priority: Int = 5,
+                  download: Bool = false, signed: Bool = false, allowDownload: Bool = false) -> NotificationAdmission.Arrival {
+    .init(app: app, id: id, collapseID: collapse, expiration: expires, priority: priority, download: download, signed: signed,
+          allowDownload: allowDownload)
+}
+
+private let hour = 3600.0
+private let day = 86400.0
+private let slack = NotificationAdmission.timerSlack
+
+@Suite("NotificationAdmission")
+struct NotificationAdmissionTests {
+    // MARK: budget and priority
+
+    @Test("priority 5 runs at once within max_per_hour and uses the budget; beyond it, it is deferred")
+    func budget() {
+        var w = World(maxPerHour: 2)
+        let t0 = w.now
+        w.receive(note(id: "a"))
+        w.now += 10
+        w.receive(note(id: "b"))
+        w.now += 10
+        let third = w.receive(note(id: "c"))
+        #expect(w.ran == [1, 2])
+        #expect(w.uses()["news"] == [t0, t0 + 10])
+        #expect(w.state(3) == "deferred")
+        #expect(third.contains(.defer(seq: 3, app: "news", until: t0 + hour, inLastHour: 2)))
+        // The timer: when the oldest use leaves the hour, a little after.
+        #expect(w.timer == t0 + hour + slack)
+        #expect(w.m.deferredCount == 1)
+    }
+
+    @Test("priority 10 runs at once with the budget spent, and still uses it")
+    func priority10() {
+        var w = World(maxPerHour: 1)
+        let t0 = w.now
+        w.receive(note(id: "first"))
+        w.now += 5
+        w.receive(note(id: "normal"))
+        w.now += 5
+        w.receive(note(id: "urgent", priority: 10))
+        #expect(w.ran == [1, 3])
+        #expect(w.state(2) == "deferred")
+        #expect(w.uses()["news"] == [t0, t0 + 10])
+        // Two uses against a budget of one: room again only when the urgent one leaves the hour.
+        #expect(w.timer == t0 + 10 + hour + slack)
+    }
+
+    @Test("after an hour the budget has room again: the timer releases the deferred one, and no more than the budget")
+    func budgetResetsAfterAnHour() {
+        var w = World(maxPerHour: 1)
+        let t0 = w.now
+        w.receive(note(id: "a"))
+        w.now += 10
+        w.receive(note(id: "b"))
+        w.now += 10
+        w.receive(note(id: "c"))
+        #expect(w.ran == [1])
+        #expect(w.advance(to: t0 + hour - 1).isEmpty)
+        #expect(w.ran == [1])
+        let fired = w.advance(to: t0 + hour + 1)
+        #expect(w.ran == [1, 2], "only one: the budget is one per hour")
+        #expect(fired.contains(.chargeBudget(seq: 2, at: t0 + hour + slack)))
+        #expect(w.state(3) == "deferred")
+        // The next room: when b's use leaves the hour.
+        #expect(w.timer == t0 + hour + slack + hour + slack)
+        w.advance(to: t0 + 3 * hour)
+        #expect(w.ran == [1, 2, 3])
+        #expect(w.timer == nil && w.m.deferredCount == 0)
+    }
+
+    @Test("uses made outside this machine count: the budget is read from the store at each decision")
+    func budgetFromTheStore() {
+        var w = World(maxPerHour: 1)
+        w.rows[99] = .init(app: "news", key: "id:before-restart", at: w.now - 60, state: "new-data", budgetAt: w.now - 60)
+        w.nextSeq = 100
+        w.receive(note(id: "a"))
+        #expect(w.ran.isEmpty)
+        #expect(w.state(100) == "deferred")
+        #expect(w.timer == w.now - 60 + hour + slack)
+    }
+
+    // MARK: windows
+
+    @Test("a fetch window releases deferred ones, oldest first, only as far as the budget allows")
+    func windowReleasesWithinTheBudget() {
+        var w = World(maxPerHour: 2)
+        let t0 = w.now
+        for i in 0..<7 { w.receive(note(id: "n\(i)")); w.now += 1 }
+        #expect(w.ran == [1, 2])
+        // A window opens just after the hour, before the timer (set to the room) fires.
+        w.now = t0 + hour + 1.5
+        let out = w.windowOpened()
+        #expect(w.ran == [1, 2, 3, 4])
+        #expect(out.filter { if case .runHandler = $0 { true } else { false } }.count == 2)
+        #expect((5...7).allSatisfy { w.state(Int64($0)) == "deferred" })
+        // The timer moves to the next room: when the window's own uses leave the hour.
+        #expect(w.timer == t0 + 2 * hour + 1.5 + slack)
+    }
+
+    @Test("a window with no room releases nothing")
+    func windowWithoutRoom() {
+        var w = World(maxPerHour: 1)
+        w.receive(note(id: "a"))
+        w.receive(note(id: "b"))
+        let timer = w.timer
+        w.now += 60
+        #expect(w.windowOpened().isEmpty, "no release and the timer stays as it was")
+        #expect(w.ran == [1] && w.timer == timer)
+    }
+
+    @Test("the timer is set for the next fetch window when that comes before room in the budget")
+    func timerAtTheNextWindow() {
+        var w = World(maxPerHour: 1)
+        w.window = w.now + 300
+        w.receive(note(id: "a"))
+        let out = w.receive(note(id: "b"))
+        #expect(out.contains(.defer(seq: 2, app: "news", until: w.now + 300, inLastHour: 1)))
+        #expect(w.timer == w.now + 300 + slack)
+        // A window at or before now is the one opening: the timer does not chase it.
+        w.now += 300
+        w.window = w.now
+        w.windowOpened()
+        #expect(w.timer == w.now - 300 + hour + slack)
+    }
+
+    @Test("the timer is set only when it changes, and cancelled when nothing is deferred")
+    func timerOnlyOnChange() {
+        var w = World(maxPerHour: 1)
+        w.receive(note(id: "a"))
+        #expect(!w.receive(note(id: "b")).filter { if case .setTimer = $0 { true } else { false } }.isEmpty)
+        #expect(w.receive(note(id: "c")).filter { if case .setTimer = $0 { true } else { false } }.isEmpty)
+        w.advance(to: w.now + 3 * hour)
+        #expect(w.timer == nil)
+    }
+
+    // MARK: expiry
+
+    @Test("expired on arrival: refused, never recorded")
+    func expiredOnArrival() {
+        var w = World(maxPerHour: 5)
+        let out = w.receive(note(id: "stale", expires: w.now - 60))
+        #expect(out == [.refuse(app: "news", .expired)])
+        #expect(w.rows.isEmpty && w.ran.isEmpty)
+        // Not yet expired (now is not past it): runs.
+        w.receive(note(id: "edge", expires: w.now))
+        #expect(w.ran == [1])
+    }
+
+    @Test("expiry while deferred: dropped when released, never run; the others still run")
+    func expiryWhileDeferred() {
+        var w = World(maxPerHour: 1)
+        let t0 = w.now
+        w.receive(note(id: "first"))
+        w.receive(note(id: "short-lived", expires: t0 + 60))
+        w.receive(note(id: "keeper"))
+        let out = w.advance(to: t0 + hour + 1)
+        #expect(out.contains(.expire(seq: 2, app: "news")))
+        #expect(w.state(2) == "expired")
+        #expect(w.ran == [1, 3])
+        #expect(w.m.deferredCount == 0)
+    }
+
+    // MARK: dedupe
+
+    @Test("the same id is recorded once: a second copy is a duplicate and runs nothing")
+    func duplicateByID() {
+        var w = World(maxPerHour: 5)
+        w.receive(note(id: "same"))
+        let again = w.receive(note(id: "same"))
+        #expect(again == [.record(app: "news", dedupeKey: "id:same"), .duplicate(app: "news", dedupeKey: "id:same")])
+        #expect(w.ran == [1] && w.rows.count == 1)
+        // The same id for another app is another notification.
+        w.receive(note("weather", id: "same"))
+        #expect(w.ran == [1, 2])
+    }
+
+    @Test("without an id the key is the digest of topic and payload, asked for only then")
+    func duplicateByDigest() {
+        var m = NotificationAdmission(budget: NotificationBudget(maxPerHour: 5))
+        var asked = 0
+        let withID = m.received(note(id: "x"), now: 1) { asked += 1; return "d" }
+        #expect(withID == [.record(app: "news", dedupeKey: "id:x")])
+        #expect(asked == 0)
+        let withoutID = m.received(note(), now: 1) { asked += 1; return "abc" }
+        #expect(withoutID == [.record(app: "news", dedupeKey: "hash:abc")])
+        #expect(asked == 1)
+        var w = World(maxPerHour: 5)
+        w.receive(note(), digest: "p1")
+        w.receive(note(), digest: "p1")
+        w.receive(note(), digest: "p2")
+        #expect(w.ran == [1, 2])
+    }
+
+    @Test("a recorded report without a notification on its way changes nothing")
+    func strayRecorded() {
+        var m = NotificationAdmission(budget: NotificationBudget(maxPerHour: 5))
+        #expect(m.recorded(seq: 1, now: 1, uses: [:], nextWindow: nil).isEmpty)
+        #expect(m.followedCount == 0)
+    }
+
+    // MARK: collapse
+
+    @Test("a newer notification with the same collapse id replaces the deferred older one")
+    func collapseDeferred() {
+        var w = World(maxPerHour: 1)
+        w.receive(note(id: "first"))
+        w.receive(note(id: "c1", collapse: "score"))
+        w.receive(note(id: "c2", collapse: "score"))
+        let out = w.receive(note(id: "c3", collapse: "score"))
+        #expect(out.contains(.dropCollapsed(seq: 3, app: "news", collapseID: "score")))
+        #expect([w.state(2), w.state(3), w.state(4)] == ["collapsed", "collapsed", "deferred"])
+        #expect(w.m.deferredCount == 1)
+        w.advance(to: w.now + 2 * hour)
+        #expect(w.ran == [1, 4])
+    }
+
+    @Test("collapse ids are per app, and one without a collapse id collapses nothing")
+    func collapsePerApp() {
+        var w = World(maxPerHour: 1)
+        w.receive(note("a", id: "x"))
+        w.receive(note("b", id: "x"))
+        w.receive(note("a", id: "a1", collapse: "k"))
+        w.receive(note("b", id: "b1", collapse: "k"))
+        w.receive(note("a", id: "a2"))
+        #expect(w.rows.values.filter { $0.state == "collapsed" }.isEmpty)
+        #expect(w.m.deferredCount == 3)
+    }
+
+    @Test("one admitted and still waiting for a handler slot is collapsed too; once its run ended, nothing is")
+    func collapseAdmitted() {
+        var w = World(maxPerHour: 10)
+        w.receive(note(id: "c1", collapse: "k"))
+        #expect(w.ran == [1])
+        let out = w.receive(note(id: "c2", collapse: "k"))
+        // c1 never started (the agent's queue skips a record that is no longer pending).
+        #expect(out.contains(.dropCollapsed(seq: 1, app: "news", collapseID: "k")))
+        #expect(w.state(1) == "collapsed")
+        // Its slot reports it anyway: nothing changes.
+        #expect(w.finish(1).isEmpty)
+        w.finish(2)
+        let third = w.receive(note(id: "c3", collapse: "k"))
+        #expect(!third.contains { if case .dropCollapsed = $0 { true } else { false } })
+        #expect(w.ran == [1, 2, 3])
+    }
+
+    @Test("a duplicate of a collapsed notification is refused: it stays collapsed and does not come back")
+    func duplicateOfCollapsed() {
+        var w = World(maxPerHour: 1)
+        w.receive(note(id: "first"))
+        w.receive(note(id: "c1", collapse: "k"))
+        w.receive(note(id: "c2", collapse: "k"))
+        #expect(w.state(2) == "collapsed")
+        let again = w.receive(note(id: "c1", collapse: "k"))
+        #expect(again.last == .duplicate(app: "news", dedupeKey: "id:c1"))
+        #expect(w.state(2) == "collapsed" && w.state(3) == "deferred")
+        #expect(w.m.deferredCount == 1)
+        w.advance(to: w.now + 2 * hour)
+        #expect(w.ran == [1, 3])
+    }
+
+    // MARK: downloads
+
+    @Test("a signed download to an app that allows it starts the download instead, using no budget")
+    func download() {
+        var w = World(maxPerHour: 1)
+        w.receive(note(id: "first"))
+        let out = w.receive(note(id: "dl", download: true, signed: true, allowDownload: true))
+        #expect(out.contains(.startDownload(seq: 2, app: "news")))
+        #expect(w.ran == [1] && w.uses()["news"]?.count == 1)
+        #expect(w.m.deferredCount == 0)
+    }
+
+    @Test("a download that may not be made is ignored, and the notification runs like any other", arguments: [
+        (false, true, NotificationAdmission.DownloadRefusal.notAllowed), (true, false, .unsigned),
+    ])
+    func downloadIgnored(allow: Bool, signed: Bool, why: NotificationAdmission.DownloadRefusal) {
+        var w = World(maxPerHour: 1)
+        let out = w.receive(note(id: "dl", download: true, signed: signed, allowDownload: allow))
+        #expect(out.contains(.ignoreDownload(seq: 1, app: "news", why)))
+        #expect(w.ran == [1])
+    }
+
+    // MARK: restart
+
+    @Test("after a restart: admitted ones run without a second charge, pending ones are decided, deferred ones wait, unusable ones drop")
+    func restored() {
+        var m = NotificationAdmission(budget: NotificationBudget(maxPerHour: 1))
+        let t = 10_000.0
+        let out = m.restored([
+            .init(seq: 1, receivedAt: t - 100, state: .pending(budgetAt: t - 90), arrival: note(id: "admitted")),
+            .init(seq: 2, receivedAt: t - 80, state: .deferred, arrival: note(id: "deferred")),
+            .init(seq: 3, receivedAt: t - 70, state: .pending(budgetAt: nil), arrival: note(id: "undecided")),
+            .init(seq: 4, receivedAt: t - 60, state: .pending(budgetAt: nil), arrival: nil),
+            .init(seq: 5, receivedAt: t - 50, state: .pending(budgetAt: nil), arrival: note(id: "stale", expires: t - 1)),
+            .init(seq: 6, receivedAt: t - 40, state: .pending(budgetAt: nil), arrival: note("other", id: "urgent", priority: 10)),
+        ], now: t, uses: ["news": [t - 90]], nextWindow: nil)
+        #expect(out == [
+            .runHandler(seq: 1, app: "news"),
+            .defer(seq: 3, app: "news", until: t - 90 + hour, inLastHour: 1),
+            .drop(seq: 4),
+            .expire(seq: 5, app: "news"),
+            .chargeBudget(seq: 6, at: t), .runHandler(seq: 6, app: "other"),
+            .prune(before: t - 7 * day),
+            .setTimer(at: t - 90 + hour + slack),
+        ])
+        #expect(m.phase(of: 1) == .admitted && m.phase(of: 2) == .deferred && m.phase(of: 3) == .deferred)
+        #expect(m.deferredCount == 2)
+    }
+
+    @Test("after a restart the newest of a collapse id wins over older ones recorded before it")
+    func restoredCollapse() {
+        var m = NotificationAdmission(budget: NotificationBudget(maxPerHour: 5))
+        let out = m.restored([
+            .init(seq: 1, receivedAt: 1, state: .deferred, arrival: note(id: "a", collapse: "k")),
+            .init(seq: 2, receivedAt: 2, state: .pending(budgetAt: nil), arrival: note(id: "b", collapse: "k")),
+        ], now: 100, uses: [:], nextWindow: nil)
+        #expect(out.prefix(3) == [.dropCollapsed(seq: 1, app: "news", collapseID: "k"), .chargeBudget(seq: 2, at: 100),
+                                  .runHandler(seq: 2, app: "news")])
+        #expect(m.deferredCount == 0)
+    }
+
+    // MARK: pruning
+
+    @Test("dedupe records are pruned as they age, not only at start-up; inside the window duplicates are still refused")
+    func pruneAsTheyAge() {
+        var w = World(maxPerHour: 100)
+        let t0 = w.now
+        w.apply(w.m.restored([], now: t0, uses: [:], nextWindow: nil))
+        #expect(w.prunes == 1)
+        w.receive(note(id: "old"))
+        w.finish(1)
+        // Six days on: still a duplicate, nothing pruned.
+        w.now = t0 + 6 * day
+        #expect(w.receive(note(id: "old")).last == .duplicate(app: "news", dedupeKey: "id:old"))
+        #expect(w.prunes == 1)
+        // Just inside seven days: still refused.
+        w.now = t0 + 7 * day - 1
+        #expect(w.receive(note(id: "old")).last == .duplicate(app: "news", dedupeKey: "id:old"))
+        // Past seven days: the next arrival prunes first, so the old key may be used again.
+        w.now = t0 + 7 * day + 1
+        let out = w.receive(note(id: "old"))
+        #expect(out.first == .prune(before: w.now - 7 * day))
+        #expect(w.prunes == 2)
+        #expect(w.ran == [1, 2])
+        #expect(w.rows.keys.sorted() == [2])
+    }
+
+    @Test("a record not yet handled is never pruned, and pruning waits for the oldest handled one to age")
+    func pruneOnlyHandled() {
+        var w = World(maxPerHour: 1)
+        let t0 = w.now
+        w.apply(w.m.restored([], now: t0, uses: [:], nextWindow: nil))
+        w.receive(note(id: "running"))  // admitted; its handler runs for ever
+        w.receive(note(id: "waits"))  // deferred
+        w.now = t0 + 8 * day
+        w.receive(note(id: "x"))
+        #expect(w.prunes == 1, "nothing handled: nothing to prune")
+        #expect(w.state(1) == "pending")
+        // Its run ends now: it ages from its receipt, so the next arrival (an hour on) prunes it.
+        w.finish(1)
+        w.now += hour
+        w.receive(note(id: "y"))
+        #expect(w.prunes == 2)
+        #expect(w.rows[1] == nil)
+    }
+
+    @Test("however busy, at most one prune an hour")
+    func pruneAtMostHourly() {
+        var w = World(maxPerHour: 10_000)
+        let t0 = w.now
+        w.apply(w.m.restored([], now: t0, uses: [:], nextWindow: nil))
+        // One a minute for a day, each handled at once.
+        for i in 0..<1440 {
+            w.now = t0 + Double(i) * 60
+            w.receive(note(id: "n\(i)"))
+            w.finish(w.seq(ofKey: "id:n\(i)")!)
+        }
+        let before = w.prunes
+        // A week later they age one a minute; arrivals every minute for two hours prune twice or three times.
+        for i in 0..<120 {
+            w.now = t0 + 7 * day + Double(i) * 60 + 30
+            w.receive(note(id: "late\(i)"))
+        }
+        #expect((2...3).contains(w.prunes - before))
+        #expect(w.rows.values.allSatisfy { $0.at >= w.now - 7 * day - hour })
+    }
+}
