@@ -149,7 +149,9 @@ public struct FetchPlanner: Sendable {
             let most = (d / interval).rounded(.down)
             return most >= 1 && max(1, (d / (interval + slack)).rounded(.up)) <= most
         }
-        if reachable(natural) { return (natural, false) }
+        // It may run anywhere from e (joining a window) to natural: both must keep the target in reach.
+        if reachable(natural) && reachable(e) { return (natural, false) }
+        if reachable(e) { return (e, true) }
         let m = max(1, ((target - e - slack) / (interval + slack)).rounded(.up))
         guard target - m * interval >= e else { return (natural, false) }
         return (min(target - m * interval, e + slack), true)
@@ -157,30 +159,37 @@ public struct FetchPlanner: Sendable {
 
     /// The next window at or after `now`, or nil when no app fetches in the background.
     public func nextWindow(_ apps: [AppInput], now: Double) -> Window? {
-        let scheduled = apps.compactMap { app -> (AppInput, Double)? in eligibleAt(app).map { (app, $0) } }
+        // Each app with when it becomes eligible, and when it is ready to run: at eligibility,
+        // or, when it holds back for a predicted use of its data, at that (later) moment — it
+        // then joins no window before it, so the use finds fresh data.
+        let scheduled = apps.compactMap { app -> (app: AppInput, e: Double, ready: Double)? in
+            guard let e = eligibleAt(app) else { return nil }
+            let (late, forUsage) = latest(app, eligible: e)
+            return (app, e, forUsage ? max(e, late) : e)
+        }
         guard !scheduled.isEmpty else { return nil }
         // Apps within budget decide when windows open; the others only join.
-        let openers = scheduled.filter { !overBudget($0.0) }
-        var at = openers.map { latest($0.0, eligible: $0.1).0 }.min() ?? .infinity
-        // The radio is awake anyway: whoever becomes eligible before its tail ends rides along.
+        let openers = scheduled.filter { !overBudget($0.app) }
+        var at = openers.map { latest($0.app, eligible: $0.e).0 }.min() ?? .infinity
+        // The radio is awake anyway: whoever is ready before its tail ends rides along.
         var ridesAwakeRadio = false
-        if let awake = radioAwakeUntil, awake > now, let e = scheduled.map(\.1).filter({ $0 <= awake }).min(), max(e, now) < at {
-            at = max(e, now)
+        if let awake = radioAwakeUntil, awake > now, let r = scheduled.map(\.ready).filter({ $0 <= awake }).min(), max(r, now) < at {
+            at = max(r, now)
             ridesAwakeRadio = true
         }
         guard at.isFinite else { return nil }
         var windowAt = max(now, at)
-        // Rather than wake the radio again shortly for an app that becomes eligible just after,
-        // wait for it, as long as every app in the window stays within its lateness.
-        var limit = scheduled.filter { $0.1 <= windowAt }.map { $0.1 + lateness($0.0) }.min() ?? windowAt
+        // Rather than wake the radio again shortly for an app that becomes ready just after,
+        // wait for it, as long as every app in the window stays within its tolerance.
+        var limit = scheduled.filter { $0.ready <= windowAt }.map { $0.e + lateness($0.app) }.min() ?? windowAt
         // A window riding an awake radio waits no longer than the radio stays awake.
         if ridesAwakeRadio, let awake = radioAwakeUntil { limit = min(limit, awake) }
-        for (app, e) in scheduled.filter({ $0.1 > windowAt && !overBudget($0.0) }).sorted(by: { $0.1 < $1.1 }) {
-            guard e <= limit else { break }
-            windowAt = e
-            limit = min(limit, e + lateness(app))
+        for x in scheduled.filter({ $0.ready > windowAt && !overBudget($0.app) }).sorted(by: { $0.ready < $1.ready }) {
+            guard x.ready <= limit else { break }
+            windowAt = x.ready
+            limit = min(limit, x.e + lateness(x.app))
         }
-        let members = scheduled.filter { $0.1 <= windowAt }.map(\.0.id).sorted()
+        let members = scheduled.filter { $0.ready <= windowAt }.map(\.app.id).sorted()
         guard !members.isEmpty else { return nil }
         return Window(at: windowAt, apps: members)
     }

@@ -220,8 +220,8 @@ public struct FetchScheduler: Sendable {
             predicted[id] = nil
         case .timerFired:
             // A stale timer (one replaced just as it fired) opens nothing early.
-            if conditions.online, let window = planned, now + 0.001 >= window.at {
-                let due = inputs(now).filter { policy.eligibleAt($0).map { $0 <= now + 0.001 } ?? false }.map(\.id)
+            if conditions.online, let window = planned, now + 0.001 >= window.at,
+               let due = policy.nextWindow(inputs(now), now: now).flatMap({ $0.at <= now + 0.001 ? $0.apps : nil }) {
                 if !due.isEmpty {
                     for id in due { running.insert(id) }
                     out.append(.startFetch(apps: due, trigger: .scheduled))

@@ -38,9 +38,16 @@ public struct UsageModel: Sendable, Equatable {
                 }
                 let periods = Set(similar.map { Int(saturating: (uses[$0] + utcOffset) / period, rounding: .down) })
                 guard periods.count >= 2, similar.first == i else { continue }
-                // The cluster's typical phase: the median of its members.
-                let members = similar.map { phases[$0] }.sorted()
-                let phase = members[members.count / 2]
+                // The cluster's earliest member (on the circle of the period, relative to `p`):
+                // the prefetch must come before the data is read on the early days too, not only
+                // on the typical one.
+                let earliest = similar.map { j -> Double in
+                    var d = phases[j] - p
+                    if d > period / 2 { d -= period } else if d <= -period / 2 { d += period }
+                    return d
+                }.min() ?? 0
+                var phase = (p + earliest).truncatingRemainder(dividingBy: period)
+                if phase < 0 { phase += period }
                 let base = ((now + utcOffset) / period).rounded(.down) * period - utcOffset
                 for k in 0...1 {
                     let t = base + Double(k) * period + phase
