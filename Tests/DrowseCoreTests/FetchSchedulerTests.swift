@@ -251,7 +251,8 @@ struct FetchSchedulerTests {
         let runs = [S.Span(start: -1000, seconds: 400), S.Span(start: -500, seconds: 200)]
         let spent = Self.app("spent", every: 300, last: 0, runs: runs)  // eligible 300
         var (s, actions) = Self.started([spent])
-        #expect(Self.timers(actions).isEmpty)
+        // No window; only a wake for when its budget frees (see budgetFrees).
+        #expect(Self.timers(actions) == [86400 - 1000 + 0.001])
         #expect(s.planned == nil)
         #expect(Self.reason(actions, "spent") == "daily budget of 10m spent: joins windows others open")
         let promise = try #require(s.promise("spent", now: 0))
@@ -265,8 +266,9 @@ struct FetchSchedulerTests {
         (s, actions) = Self.started([Self.app("n", every: 300, last: 0)])
         #expect(Self.timers(actions) == [450])
         #expect(s.handle(.handlerEnded(app: "n", fetch: nil, startedAt: 100, endedAt: 700)) == [
-            .cancelTimer, .explain(app: "n", reason: "daily budget of 10m spent: joins windows others open"),
+            .setTimer(at: 86400 + 100 + 0.001), .explain(app: "n", reason: "daily budget of 10m spent: joins windows others open"),
         ])
+        #expect(s.planned == nil)
         #expect(s.apps["n"]?.recentRuns == [S.Span(start: 100, seconds: 600)])
         #expect(s.apps["n"]?.record == Self.app("n", every: 300, last: 0).record)
     }
@@ -286,7 +288,7 @@ struct FetchSchedulerTests {
         #expect(s.handle(.timerFired(now: wake)) == [.startFetch(apps: ["spent"], trigger: .scheduled)])
 
         // When one aged run is not enough, the wake is when enough of them have aged.
-        let three = [S.Span(start: -3000, seconds: 100), S.Span(start: -2000, seconds: 400), S.Span(start: -500, seconds: 150)]
+        let three = [S.Span(start: -3000, seconds: 100), S.Span(start: -2000, seconds: 400), S.Span(start: -500, seconds: 250)]
         (s, actions) = Self.started([Self.app("spent", every: 300, last: 0, runs: three)])
         let second = try #require(Self.timers(actions).first)
         #expect(second > 86_400 - 2000 && second <= 86_400 - 2000 + 0.01)
@@ -457,8 +459,10 @@ struct FetchSchedulerTests {
                     break
                 }
             }
-            // The driver's one timer is the planned window.
-            #expect(timerAt == s.planned?.at, "seed \(seed) at \(now)")
+            // The driver's one timer is the scheduler's: the planned window, or earlier when an
+            // app's daily budget frees before it.
+            #expect(timerAt == s.timerAt, "seed \(seed) at \(now)")
+            if let at = s.planned?.at { #expect(timerAt.map { $0 <= at } == true, "seed \(seed) at \(now)") }
             if !conditions.online { #expect(timerAt == nil) }
             // The driver and the scheduler agree on what runs.
             #expect(Set(running.keys) == s.running, "seed \(seed) at \(now)")
@@ -468,6 +472,10 @@ struct FetchSchedulerTests {
             }
             statedAt = now
             statedOnline = conditions.online
+            // An app that only joins others' windows still gets a wake of its own (when its budget frees).
+            if conditions.online, stated.values.contains(where: { $0.dueBy == nil }) {
+                #expect(timerAt != nil, "seed \(seed) at \(now): an app over its budget and no timer")
+            }
         }
 
         feed(.started(apps: apps, conditions: conditions, now: t))
