@@ -274,7 +274,15 @@ public struct FetchScheduler: Sendable {
     mutating func replan(_ now: Double, into out: inout [Action]) {
         let all = inputs(now)
         planned = conditions.online ? policy.nextWindow(all, now: now) : nil
-        if let at = planned?.at {
+        var wake = planned?.at
+        // An app over its daily budget opens no window, but its budget frees as its runs age
+        // past a day: wake then to plan it again (nothing else may happen before).
+        if conditions.online {
+            for app in all where app.interval != nil && policy.overBudget(app) {
+                if let t = budgetFrees(app.id, now), t < wake ?? .infinity { wake = t }
+            }
+        }
+        if let at = wake {
             if timerAt != at { out.append(.setTimer(at: at)) }
             timerAt = at
         } else if timerAt != nil {
@@ -288,6 +296,20 @@ public struct FetchScheduler: Sendable {
                 out.append(.explain(app: app.id, reason: reason))
             }
         }
+    }
+
+    /// When an app over its daily budget is under it again, as its runs of the last day age
+    /// (nil: not over it). Just after a run is a day old it no longer counts.
+    func budgetFrees(_ id: String, _ now: Double) -> Double? {
+        guard let app = apps[id] else { return nil }
+        let counted = app.recentRuns.filter { $0.start >= now - 86400 }
+        var runtime = input(app, now, nextUse: nil).runtimeToday
+        for run in counted.sorted(by: { $0.start < $1.start }) {
+            runtime -= run.seconds
+            let t = run.start + 86400 + 0.001
+            if runtime < policy.dailyBudget, !policy.overBudget(input(app, t, nextUse: nil)) { return t }
+        }
+        return nil
     }
 
     /// The standing reason behind an app's schedule, without the times that move every second.

@@ -35,22 +35,32 @@ struct FetchPlannerAdaptationTests {
         var p = FetchPlanner()
         p.dailyBudget = 60
         let spent = Self.app("spent", every: 300, last: 0, runtime: 61)      // eligible 300
-        let other = Self.app("other", every: 900, last: 0)                    // eligible 900, tolerance 180
+        let other = Self.app("other", every: 900, last: 0)                    // eligible 900, tolerance 450
         let w = try #require(p.nextWindow([spent, other], now: 310))
-        #expect(w.at == 1080 && w.apps == ["other", "spent"])
+        #expect(w.at == 1350 && w.apps == ["other", "spent"])
         #expect(p.nextWindow([spent], now: 310) == nil)
-        #expect(p.plans([spent], now: 310)[0].reason.contains("budget"))
+        let plan = p.plans([spent], now: 310)[0]
+        #expect(plan.reason.contains("budget"))
+        // It promises nothing of its own: no due-by, no planned time.
+        #expect(plan.dueBy == nil && plan.plannedAt == nil && plan.eligibleAt == 300)
+        #expect(p.dueBy(spent) == nil && p.dueBy(other) == 1350)
+        // Under the budget again, it opens its own window at the end of its tolerance.
+        var fresh = spent
+        fresh.runtimeToday = 59
+        #expect(p.nextWindow([fresh], now: 310) == FetchPlanner.Window(at: 450, apps: ["spent"]))
     }
 
     @Test("while the radio is awake, apps that become eligible before its tail ends ride along")
     func piggyback() throws {
         var p = FetchPlanner()
-        let a = Self.app("a", every: 600, last: 0)  // eligible 600, would wait until 720
-        #expect(p.nextWindow([a], now: 590)?.at == 720)
+        let a = Self.app("a", every: 600, last: 0)  // eligible 600, would wait until 900
+        #expect(p.nextWindow([a], now: 590)?.at == 900)
         p.radioAwakeUntil = 605  // a notification handler is using the radio
         #expect(p.nextWindow([a], now: 590) == FetchPlanner.Window(at: 600, apps: ["a"]))
+        // Already eligible while the radio is awake: at once.
+        #expect(p.nextWindow([a], now: 602) == FetchPlanner.Window(at: 602, apps: ["a"]))
         p.radioAwakeUntil = 595  // the tail ends before it is eligible: no early wake
-        #expect(p.nextWindow([a], now: 590)?.at == 720)
+        #expect(p.nextWindow([a], now: 590)?.at == 900)
         // Piggybacking never runs an app before it is eligible.
         p.radioAwakeUntil = 10_000
         #expect(try #require(p.nextWindow([a], now: 100)).at >= 600)
@@ -61,43 +71,71 @@ struct FetchPlannerAdaptationTests {
         var p = FetchPlanner()
         p.usageLead = 300
         let h = 3600.0
-        // Hourly app, last fetch 11:40 → eligible 12:40 (tolerance 12 min → 12:52); used at 13:00:
-        // it runs at 12:55, within its lateness (30 min).
+        // Hourly app, last fetch 11:40 → eligible 12:40 (tolerance 30 min → 13:10); used at 13:00:
+        // it runs at 12:55, within its tolerance.
         let a = Self.app("a", every: 3600, last: 11 * h + 2400, use: 13 * h)
         let w = try #require(p.nextWindow([a], now: 12 * h + 2400))
         #expect(w.at == 13 * h - 300)
         #expect(p.plans([a], now: 12 * h + 2400)[0].reason.hasPrefix("prefetch for usage"))
         // Further ahead: fetch as usual while a chain of fetches can still land on the use.
         let far = Self.app("a", every: 3600, last: 11 * h + 1200, use: 15 * h)
-        #expect(try #require(p.nextWindow([far], now: 12 * h + 1200)).at == 12 * h + 1200 + 720)
-        // ... and when the usual time would miss it, shift this fetch (within its lateness) so a
-        // later one can: last 11:20, use 15:00, eligible 12:20; 12:32 + 2 h would overshoot.
-        let shift = Self.app("a", every: 3600, last: 11 * h + 1200, use: 14 * h + 1000)
+        // (eligible 12:20, at the end of its tolerance 12:50; from there two fetches, each 1 h to
+        // 1 h 30 min after the one before, can land on 14:55.)
+        #expect(try #require(p.nextWindow([far], now: 12 * h + 1200)).at == 12 * h + 1200 + 1800)
+        // ... and when the usual time would miss it, shift this fetch (within its tolerance) so a
+        // later one can: last 11:20, eligible 12:20, use 14:40 so the fetch before it at 14:35.
+        // From 12:50 that is 1 h 45 min: more than one interval plus its tolerance (1 h 30 min),
+        // less than two intervals (2 h). Two intervals before 14:35 is 12:35: run then.
+        let shift = Self.app("a", every: 3600, last: 11 * h + 1200, use: 14 * h + 2400)
         let at = try #require(p.nextWindow([shift], now: 12 * h + 1200)).at
+        #expect(at == 12 * h + 2100)
         #expect(at >= 12 * h + 1200 && at <= 12 * h + 1200 + 1800)
+        #expect(p.plans([shift], now: 12 * h + 1200)[0].reason.hasPrefix("prefetch for usage"))
+        // The chain then lands: at 12:35 + 1 h the next fetch is eligible (13:35) and runs at once
+        // (the one after must be eligible by 14:35), and that one's successor runs at 14:35.
+        let next = Self.app("a", every: 3600, last: at, use: 14 * h + 2400)
+        #expect(try #require(p.nextWindow([next], now: at + 3600)).at == at + 3600)
+        let last = Self.app("a", every: 3600, last: at + 3600, use: 14 * h + 2400)
+        #expect(try #require(p.nextWindow([last], now: at + 7200)).at == 14 * h + 2100)
         // Never earlier than eligible: a use right after the last fetch does not pull it forward.
         let soon = Self.app("a", every: 3600, last: 12 * h + 3000, use: 13 * h)
         #expect(try #require(p.nextWindow([soon], now: 12 * h + 3000)).at >= 12 * h + 3000 + 3600)
     }
 
-    @Test("a window waits for an app that becomes eligible just after, within half an interval")
+    @Test("a window waits for an app that becomes eligible just after, within its tolerance")
     func waitsForNeighbour() throws {
         let p = FetchPlanner()
-        let a = Self.app("a", every: 300, last: 0)    // eligible 300, tolerance 60 → 360
-        let b = Self.app("b", every: 300, last: 150)  // eligible 450: within a's lateness (300 + 150)
-        let w = try #require(p.nextWindow([a, b], now: 0))
-        #expect(w == FetchPlanner.Window(at: 450, apps: ["a", "b"]))
-        let c = Self.app("c", every: 300, last: 200)  // eligible 500: past a's lateness
-        #expect(try #require(p.nextWindow([a, c], now: 0)).at == 360)
+        let h = 3600.0
+        // a prefetches for a use at 13:00: eligible 12:40, planned 12:55, due by 13:10.
+        let a = Self.app("a", every: 3600, last: 11 * h + 2400, use: 13 * h)
+        #expect(p.nextWindow([a], now: 12 * h) == FetchPlanner.Window(at: 13 * h - 300, apps: ["a"]))
+        // b becomes eligible at 12:57 (due by 13:02): the window waits for it, a stays within its tolerance.
+        let b = Self.app("b", every: 600, last: 12 * h + 2820)
+        #expect(p.nextWindow([a, b], now: 12 * h) == FetchPlanner.Window(at: 12 * h + 3420, apps: ["a", "b"]))
+        // c becomes eligible at 13:11, past a's due-by: the window does not wait.
+        let c = Self.app("c", every: 600, last: 12 * h + 3660)
+        #expect(p.nextWindow([a, c], now: 12 * h) == FetchPlanner.Window(at: 13 * h - 300, apps: ["a"]))
+        // d becomes eligible at 13:04, within a's tolerance but past b's due-by: once the window
+        // waits for b, it waits no longer.
+        let d = Self.app("d", every: 600, last: 13 * h - 360)
+        #expect(p.nextWindow([a, b, d], now: 12 * h) == FetchPlanner.Window(at: 12 * h + 3420, apps: ["a", "b"]))
+        // A window at the end of a member's tolerance never waits: one second later is too late.
+        let e = Self.app("e", every: 300, last: 0)    // eligible 300, tolerance 150 → 450
+        let f = Self.app("f", every: 300, last: 151)  // eligible 451
+        #expect(p.nextWindow([e, f], now: 0) == FetchPlanner.Window(at: 450, apps: ["e"]))
+        let g = Self.app("g", every: 300, last: 150)  // eligible 450: joins
+        #expect(p.nextWindow([e, g], now: 0) == FetchPlanner.Window(at: 450, apps: ["e", "g"]))
     }
 
     @Test("a low battery stretches tolerances")
     func lowBattery() throws {
         var p = FetchPlanner()
         let a = Self.app("a", every: 600, last: 0)
-        #expect(p.nextWindow([a], now: 0)?.at == 720)
+        #expect(p.nextWindow([a], now: 0)?.at == 900)
+        #expect(p.dueBy(a) == 900)
         p.lowBattery = true
-        #expect(p.nextWindow([a], now: 0)?.at == 960)
+        #expect(p.nextWindow([a], now: 0)?.at == 1500)
+        #expect(p.dueBy(a) == 1500)
     }
 }
 

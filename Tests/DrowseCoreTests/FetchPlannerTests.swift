@@ -36,18 +36,48 @@ struct FetchPlannerTests {
         #expect(planner.eligibleAt(Self.app("a", every: nil)) == nil)
     }
 
-    @Test("tolerance is 20% of the base interval, at least 1 s and at most maxTolerance")
+    @Test("tolerance is toleranceFraction (50 %) of the base interval, at least 1 s and at most maxTolerance (30 min)")
     func tolerance() {
-        #expect(planner.tolerance(Self.app("a", every: 900)) == 180)
-        #expect(planner.tolerance(Self.app("a", every: 2)) == 1)
-        #expect(planner.tolerance(Self.app("a", every: 3600)) == 720)
-        #expect(planner.tolerance(Self.app("a", every: 86_400)) == 900)
+        #expect(planner.toleranceFraction == 0.5 && planner.maxTolerance == 1800)
+        #expect(planner.tolerance(Self.app("a", every: 900)) == 450)
+        #expect(planner.tolerance(Self.app("a", every: 1)) == 1)
+        #expect(planner.tolerance(Self.app("a", every: 3)) == 1.5)
+        #expect(planner.tolerance(Self.app("a", every: 3600)) == 1800)
+        #expect(planner.tolerance(Self.app("a", every: 3601)) == 1800)
+        #expect(planner.tolerance(Self.app("a", every: 86_400)) == 1800)
         #expect(planner.tolerance(Self.app("a", every: nil)) == 0)
         // Failures stretch the interval, not the tolerance.
-        #expect(planner.tolerance(Self.app("a", every: 900, failures: 4)) == 180)
+        #expect(planner.tolerance(Self.app("a", every: 900, failures: 4)) == 450)
         var p = FetchPlanner()
         p.maxTolerance = 60
         #expect(p.tolerance(Self.app("a", every: 3600)) == 60)
+        p = FetchPlanner()
+        p.toleranceFraction = 0.2
+        #expect(p.tolerance(Self.app("a", every: 900)) == 180)
+        p.toleranceFraction = 0.001
+        #expect(p.tolerance(Self.app("a", every: 900)) == 1)
+    }
+
+    @Test("lateness is the tolerance, and due-by is eligibility plus it (none over the daily budget or for never apps)")
+    func latenessAndDueBy() {
+        for every: Int64 in [1, 60, 900, 3600, 86_400] {
+            let a = Self.app("a", every: every, last: 1000)
+            #expect(planner.lateness(a) == planner.tolerance(a))
+            #expect(planner.dueBy(a) == 1000 + Double(every) + planner.tolerance(a))
+        }
+        // From the stretched eligibility, with the base tolerance.
+        #expect(planner.dueBy(Self.app("a", every: 600, last: 1000, failures: 2)) == 3700.0)  // 1000 + 2400 + 300
+        #expect(planner.dueBy(Self.app("a", every: 600, registered: 42)) == 342.0)  // 42 + 300
+        #expect(planner.dueBy(Self.app("a", every: nil, last: 1000)) == nil)
+        var spent = Self.app("a", every: 600, last: 1000)
+        spent.runtimeToday = planner.dailyBudget
+        #expect(planner.dueBy(spent) == nil)
+        spent.runtimeToday = planner.dailyBudget - 1
+        #expect(planner.dueBy(spent) == 1900)
+        var low = planner
+        low.lowBattery = true
+        #expect(low.lateness(Self.app("a", every: 600)) == 900)
+        #expect(low.dueBy(Self.app("a", every: 600, last: 1000)) == 2500)
     }
 
     // MARK: - Windows
@@ -60,8 +90,8 @@ struct FetchPlannerTests {
 
     @Test("a single app is planned at the end of its tolerance, not before it is eligible")
     func singleApp() {
-        let a = Self.app("a", every: 900, last: 100)
-        #expect(planner.nextWindow([a], now: 200) == FetchPlanner.Window(at: 1180, apps: ["a"]))
+        let a = Self.app("a", every: 900, last: 100)  // eligible 1000, tolerance 450
+        #expect(planner.nextWindow([a], now: 200) == FetchPlanner.Window(at: 1450, apps: ["a"]))
     }
 
     @Test("a brand-new app is planned from now")
@@ -74,23 +104,23 @@ struct FetchPlannerTests {
     @Test("apps due close together share one window")
     func coalescing() throws {
         let apps = [
-            Self.app("weather", every: 900, last: 100),     // eligible 1000, tolerance 180
-            Self.app("news", every: 3600, last: -2500),     // eligible 1100, tolerance 720
-            Self.app("mail", every: 600, last: 560),        // eligible 1160, tolerance 120
+            Self.app("weather", every: 900, last: 100),     // eligible 1000, tolerance 450 → 1450
+            Self.app("news", every: 3600, last: -2500),     // eligible 1100, tolerance 1800 → 2900
+            Self.app("mail", every: 600, last: 560),        // eligible 1160, tolerance 300 → 1460
         ]
         let w = try #require(planner.nextWindow(apps, now: 0))
-        #expect(w.at == 1180)
+        #expect(w.at == 1450)
         #expect(w.apps == ["mail", "news", "weather"])
     }
 
     @Test("the window opens at the last moment that keeps every app within its tolerance")
     func windowIsTheTightestDeadline() throws {
         let apps = [
-            Self.app("slow", every: 3600, last: 0),         // eligible 3600, tolerance 720 → 4320
-            Self.app("fast", every: 300, last: 3500),       // eligible 3800, tolerance 60  → 3860
+            Self.app("slow", every: 3600, last: 0),         // eligible 3600, tolerance 1800 → 5400
+            Self.app("fast", every: 300, last: 3500),       // eligible 3800, tolerance 150  → 3950
         ]
         let w = try #require(planner.nextWindow(apps, now: 0))
-        #expect(w.at == 3860)
+        #expect(w.at == 3950)
         #expect(w.apps == ["fast", "slow"])
     }
 
@@ -98,10 +128,10 @@ struct FetchPlannerTests {
     func farApartAppsDoNotShare() throws {
         let apps = [Self.app("a", every: 900, last: 100), Self.app("b", every: 900, last: 1100)]
         let w = try #require(planner.nextWindow(apps, now: 0))
-        #expect(w == FetchPlanner.Window(at: 1180, apps: ["a"]))
-        // After a runs at 1180, b is next: eligible 2000, window 2180, and a (eligible 2080) rides along.
-        let after = [Self.app("a", every: 900, last: 1180), Self.app("b", every: 900, last: 1100)]
-        #expect(planner.nextWindow(after, now: 1180) == FetchPlanner.Window(at: 2180, apps: ["a", "b"]))
+        #expect(w == FetchPlanner.Window(at: 1450, apps: ["a"]))
+        // After a runs at 1450, b is next: eligible 2000, window 2450, and a (eligible 2350) rides along.
+        let after = [Self.app("a", every: 900, last: 1450), Self.app("b", every: 900, last: 1100)]
+        #expect(planner.nextWindow(after, now: 1450) == FetchPlanner.Window(at: 2450, apps: ["a", "b"]))
     }
 
     @Test("never apps are never planned, even beside due apps")
@@ -121,12 +151,12 @@ struct FetchPlannerTests {
     func backoffStretches() throws {
         let healthy = Self.app("a", every: 600, last: 0)
         let w0 = try #require(planner.nextWindow([healthy], now: 0))
-        #expect(w0.at == 720)
+        #expect(w0.at == 900)
         for failures in 1...7 {
             let failing = Self.app("a", every: 600, last: 0, failures: failures)
             let w = try #require(planner.nextWindow([failing], now: 0))
             let stretched = 600.0 * Double(1 << min(failures, 5))
-            #expect(w.at == stretched + 120)
+            #expect(w.at == stretched + 300)  // the tolerance of the base interval
             #expect(w.at > w0.at)
         }
     }
@@ -135,8 +165,9 @@ struct FetchPlannerTests {
     func backoffWithNeighbours() throws {
         let apps = [Self.app("ok", every: 600, last: 0), Self.app("bad", every: 600, last: 0, failures: 2)]
         let w = try #require(planner.nextWindow(apps, now: 0))
-        #expect(w == FetchPlanner.Window(at: 720, apps: ["ok"]))
+        #expect(w == FetchPlanner.Window(at: 900, apps: ["ok"]))
         #expect(planner.eligibleAt(apps[1]) == 2400)
+        #expect(planner.dueBy(apps[1]) == 2700)
     }
 
     @Test("overdue apps are planned from now, never in the past")
@@ -149,27 +180,33 @@ struct FetchPlannerTests {
 
     @Test("an app eligible exactly at the window joins it")
     func eligibleAtWindowBoundary() throws {
-        let apps = [Self.app("a", every: 900, last: 100), Self.app("b", every: 1000, last: 180)]
-        // a: eligible 1000 → 1180. b: eligible 1180, exactly the window.
+        let apps = [Self.app("a", every: 900, last: 100), Self.app("b", every: 1000, last: 450)]
+        // a: eligible 1000 → 1450. b: eligible 1450, exactly the window.
         let w = try #require(planner.nextWindow(apps, now: 0))
-        #expect(w == FetchPlanner.Window(at: 1180, apps: ["a", "b"]))
+        #expect(w == FetchPlanner.Window(at: 1450, apps: ["a", "b"]))
+        // One second later, it waits for the next window.
+        let later = [Self.app("a", every: 900, last: 100), Self.app("b", every: 1000, last: 451)]
+        #expect(planner.nextWindow(later, now: 0) == FetchPlanner.Window(at: 1450, apps: ["a"]))
     }
 
     @Test("a window, recomputed before it opens, does not move later")
     func windowDoesNotRecede() throws {
-        let a = Self.app("a", every: 900, last: 100)  // eligible 1000, tolerance 180
+        let a = Self.app("a", every: 900, last: 100)  // eligible 1000, tolerance 450
         let first = try #require(planner.nextWindow([a], now: 900))
-        #expect(first.at == 1180)
+        #expect(first.at == 1450)
         // Recomputing once the app is already eligible (say a config reload at 1100, or the timer
-        // firing at 1180) must not push the window past eligibility + tolerance.
-        #expect(planner.nextWindow([a], now: 1100)?.at == 1180)
-        #expect(planner.nextWindow([a], now: 1180)?.at == 1180)
+        // firing at 1450) must not push the window past eligibility + tolerance.
+        #expect(planner.nextWindow([a], now: 1100)?.at == 1450)
+        #expect(planner.nextWindow([a], now: 1450)?.at == 1450)
     }
 
     @Test("invariants hold for many random sets of apps")
     func randomInvariants() throws {
         var rng = SplitMix(seed: 0xD70_5E)
         for _ in 0..<2000 {
+            var planner = FetchPlanner()
+            planner.lowBattery = rng.next() % 4 == 0
+            planner.toleranceFraction = [0.1, 0.2, 0.5, 1.0][Int(rng.next() % 4)]
             let now = Double(rng.next() % 100_000)
             let n = Int(rng.next() % 8)
             let apps = (0..<n).map { i -> App in
@@ -196,9 +233,12 @@ struct FetchPlannerTests {
                 if w.apps.contains(app.id) { #expect(eligible <= w.at) }
                 // Every app eligible by then rides along.
                 if eligible <= w.at { #expect(w.apps.contains(app.id)) }
-                // No app waits past its tolerance, or past its lateness when the window waits for
-                // another app (measured from now when already overdue).
-                #expect(w.at <= max(eligible, now) + max(planner.tolerance(app), planner.lateness(app)))
+                // No app waits past its tolerance, even when the window waits for another app
+                // (lateness is the tolerance); an app already overdue runs now.
+                #expect(planner.lateness(app) == planner.tolerance(app))
+                let dueBy = try #require(planner.dueBy(app))
+                #expect(dueBy == eligible + planner.tolerance(app))
+                #expect(w.at <= max(dueBy, now), "\(app) window \(w) now \(now)")
             }
         }
     }
@@ -209,47 +249,53 @@ struct FetchPlannerTests {
     func plans() throws {
         let apps = [
             Self.app("due", every: 600, last: 0),                    // eligible 600
-            Self.app("soon", every: 900, last: 0),                   // eligible 900, tolerance 180
+            Self.app("soon", every: 900, last: 0),                   // eligible 900, tolerance 450
             Self.app("later", every: 3600, last: 0),                 // eligible 3600
             Self.app("failing", every: 300, last: 0, failures: 1),   // eligible 600 (stretched)
             Self.app("off", every: nil),
         ]
-        let now = 700.0
-        // Tolerances run from eligibility: due 600+120=720, failing 600+60=660, soon 900+180=1080;
-        // both overdue apps make the window open now (700).
+        let now = 750.0
+        // Tolerances run from eligibility: due 600+300=900, failing 600+150=750, soon 900+450=1350;
+        // failing is due by now (750), so the window opens now, with both eligible apps.
         let w = try #require(planner.nextWindow(apps, now: now))
-        #expect(w == FetchPlanner.Window(at: 700, apps: ["due", "failing"]))
+        #expect(w == FetchPlanner.Window(at: 750, apps: ["due", "failing"]))
         let plans = planner.plans(apps, now: now)
         #expect(plans.map(\.id) == apps.map(\.id))
         let byID = Dictionary(uniqueKeysWithValues: plans.map { ($0.id, $0) })
 
         let due = try #require(byID["due"])
         #expect(due.eligibleAt == 600)
-        #expect(due.plannedAt == 700)
+        #expect(due.plannedAt == 750)
+        #expect(due.tolerance == 300 && due.dueBy == 900)
         #expect(due.reason == "due now (shared with 1 other app)")
 
         let failing = try #require(byID["failing"])
-        #expect(failing.plannedAt == 700)
+        #expect(failing.plannedAt == 750)
+        #expect(failing.tolerance == 150 && failing.dueBy == 750)
         #expect(failing.reason == "due now (shared with 1 other app); backing off after 1 failure (interval stretched to 10m)")
 
         let soon = try #require(byID["soon"])
         #expect(soon.eligibleAt == 900)
-        #expect(soon.plannedAt == 1080)
+        #expect(soon.plannedAt == 1350)
+        #expect(soon.dueBy == 1350)
         #expect(soon.reason == "waiting for its 15m interval")
 
         let later = try #require(byID["later"])
-        #expect(later.plannedAt == 4320)
+        #expect(later.plannedAt == 5400)
+        #expect(later.tolerance == 1800 && later.dueBy == 5400)
         #expect(later.reason == "waiting for its 1h interval")
 
         let off = try #require(byID["off"])
         #expect(off.plannedAt == nil)
         #expect(off.reason == "background fetch is off (minimum_interval = never)")
+        #expect(off.tolerance == nil && off.dueBy == nil)
     }
 
     @Test("a lone app in a future window is 'in the next wake window'")
     func planNextWindow() throws {
         let plans = planner.plans([Self.app("a", every: 600, last: 0)], now: 100)
-        #expect(plans == [FetchPlanner.AppPlan(id: "a", eligibleAt: 600, plannedAt: 720, reason: "in the next wake window")])
+        #expect(plans == [FetchPlanner.AppPlan(id: "a", eligibleAt: 600, plannedAt: 900, reason: "in the next wake window",
+                                               tolerance: 300, dueBy: 900)])
     }
 
     @Test("a backing-off app outside the window says how far its interval stretched")
@@ -258,7 +304,8 @@ struct FetchPlannerTests {
         let plans = planner.plans(apps, now: 60)
         let bad = try #require(plans.first { $0.id == "bad" })
         #expect(bad.eligibleAt == 480)
-        #expect(bad.plannedAt == 492)
+        #expect(bad.plannedAt == 510)
+        #expect(bad.dueBy == 510)
         #expect(bad.reason == "waiting for its 1m interval; backing off after 3 failures (interval stretched to 8m)")
     }
 
@@ -267,7 +314,7 @@ struct FetchPlannerTests {
         let apps = (0..<4).map { Self.app("a\($0)", every: 600, last: 0) }
         let plans = planner.plans(apps, now: 600)
         #expect(plans.allSatisfy { $0.reason == "eligible; waiting for the wake window (shared with 3 other apps)" })
-        #expect(Set(plans.compactMap(\.plannedAt)) == [720])
+        #expect(Set(plans.compactMap(\.plannedAt)) == [900])
     }
 }
 

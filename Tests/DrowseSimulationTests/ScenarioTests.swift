@@ -43,6 +43,7 @@ struct ScenarioTests {
             minimum_interval = "20m"
             handler_deadline = "10s"
             daily_budget = "5m"
+            tolerance = "20%"
 
             [conditions]
             battery_low_percent = 30
@@ -52,6 +53,7 @@ struct ScenarioTests {
             interval = "15m"
             duration = "1s-4s"
             results = ["new", "no", "failed", "timeout"]
+            updates = "30m"
             uses = ["07:30", "18:00:30"]
             jitter = "5m"
             use_days = ["weekdays", "sun"]
@@ -88,6 +90,8 @@ struct ScenarioTests {
         #expect(s.minimumInterval == 1200)
         #expect(s.handlerDeadline == 10)
         #expect(s.dailyBudget == 300)
+        #expect(s.tolerance == 0.2)
+        #expect(Simulator(s).policy.toleranceFraction == 0.2 && Simulator(s).policy.dailyBudget == 300)
         #expect(s.batteryLowPercent == 30)
         #expect(s.apps.map(\.id) == ["weather", "eager", "quiet"])
         let w = s.apps[0]
@@ -97,6 +101,8 @@ struct ScenarioTests {
         let expectedUses: [Double] = [27000, 64830]
         #expect(w.uses == expectedUses)
         #expect(w.jitter == 300)
+        #expect(w.updates == 1800)
+        #expect(s.apps[1].updates == nil)
         #expect(w.useDays == [0, 1, 2, 3, 4, 6])
         #expect(s.apps[1].interval == .minimum)
         #expect(s.intervalSeconds(s.apps[1]) == 1200)
@@ -121,6 +127,8 @@ struct ScenarioTests {
         #expect(s.minimumInterval == 600)
         #expect(s.handlerDeadline == 30)
         #expect(s.dailyBudget == 600)
+        #expect(s.tolerance == nil)
+        #expect(Simulator(s).policy.toleranceFraction == FetchPlanner().toleranceFraction)
         #expect(s.batteryLowPercent == 20)
         #expect(s.apps[0].duration == 2...2)
         #expect(s.apps[0].results == [.new])
@@ -210,6 +218,8 @@ struct ScenarioTests {
          "s.toml:8: key 'power[1].battery': must be between 0 and 100, found 150"),
         ("duration = \"1d\"\n[scheduler]\nhandler_deadline = \"0s\"\n[[app]]\nid = \"a\"\ninterval = \"5m\"",
          "s.toml:3: key 'scheduler.handler_deadline': must be at least 1s"),
+        ("duration = \"1d\"\n[scheduler]\ntolerance = \"150%\"\n[[app]]\nid = \"a\"\ninterval = \"5m\"",
+         "s.toml:3: key 'scheduler.tolerance': '150%' is not a percentage from 0% to 100% (e.g. \"50%\")"),
         ("duration = \"1d\"\n[[app]]\nid = \"a\"\ninterval = \"5m\"\n[[app]]\nid = 'x\n",
          "s.toml:6: unterminated string"),
     ])

@@ -15,6 +15,19 @@ private func fetchRun(_ app: String, _ result: FetchResult, at t: Double, trigge
     RunRecord(app: app, event: .fetch, trigger: trigger, result: result, ending: "exit status 0", startedAt: t, endedAt: t + 1)
 }
 
+/// The fetch record as the scheduler keeps it: `previous` after a run of `result` at `t`.
+private func fetchRecord(_ previous: FetchScheduler.Record, _ result: FetchResult, at t: Double, timedOut: Bool = false) -> FetchScheduler.Record {
+    previous.after(result, timedOut: timedOut, start: t)
+}
+
+extension AppRecord {
+    /// The fetch bookkeeping of this record, as the scheduler's `Record`.
+    var fetch: FetchScheduler.Record {
+        FetchScheduler.Record(lastFetch: lastFetch, lastResult: lastResult, consecutiveFailures: consecutiveFailures,
+                              consecutiveNoData: consecutiveNoData, lastTimedOut: lastTimedOut)
+    }
+}
+
 @Suite("Store")
 struct StoreTests {
     // MARK: Opening
@@ -72,31 +85,68 @@ struct StoreTests {
         }
     }
 
-    @Test("fetch runs move last_fetch and last_result; failures count up and reset on success")
+    @Test("fetch runs keep the scheduler's record: last_fetch, last_result and its streaks, run after run")
     func fetchBookkeeping() throws {
         try withStorePath { path in
             let store = try Store(path: path)
             _ = try store.app("weather", now: 0)
+            // What the scheduler computes after each run, and the store must keep exactly.
+            var record = FetchScheduler.Record()
+            func run(_ result: FetchResult, at t: Double, timedOut: Bool = false) throws -> AppRecord {
+                record = fetchRecord(record, result, at: t, timedOut: timedOut)
+                try store.record(fetchRun("weather", result, at: t), fetch: record)
+                let app = try store.app("weather", now: 0)
+                #expect(app.fetch == record, "after \(result) at \(t)")
+                return app
+            }
 
-            try store.record(fetchRun("weather", .newData, at: 100))
-            var app = try store.app("weather", now: 0)
-            #expect(app.lastFetch == 100)
-            #expect(app.lastResult == .newData)
-            #expect(app.consecutiveFailures == 0)
+            var app = try run(.newData, at: 100)
+            #expect(app.lastFetch == 100 && app.lastResult == .newData)
+            #expect(app.consecutiveFailures == 0 && app.consecutiveNoData == 0 && !app.lastTimedOut)
 
-            try store.record(fetchRun("weather", .failed, at: 200))
-            try store.record(fetchRun("weather", .failed, at: 300))
-            try store.record(fetchRun("weather", .failed, at: 400))
-            app = try store.app("weather", now: 0)
+            app = try run(.noData, at: 150)
+            app = try run(.noData, at: 175)
+            #expect(app.consecutiveNoData == 2 && app.consecutiveFailures == 0)
+
+            _ = try run(.failed, at: 200)
+            _ = try run(.failed, at: 300, timedOut: true)
+            app = try run(.failed, at: 400)
             #expect(app.lastFetch == 400)
             #expect(app.lastResult == .failed)
             #expect(app.consecutiveFailures == 3)
+            // A failure leaves the no-data streak as it was; only the last run's deadline kill counts.
+            #expect(app.consecutiveNoData == 2 && !app.lastTimedOut)
 
-            try store.record(fetchRun("weather", .noData, at: 500))
-            app = try store.app("weather", now: 0)
+            app = try run(.failed, at: 450, timedOut: true)
+            #expect(app.consecutiveFailures == 4 && app.lastTimedOut)
+
+            app = try run(.noData, at: 500)
             #expect(app.lastFetch == 500)
             #expect(app.lastResult == .noData)
-            #expect(app.consecutiveFailures == 0)
+            #expect(app.consecutiveFailures == 0 && app.consecutiveNoData == 3 && !app.lastTimedOut)
+
+            app = try run(.newData, at: 600)
+            #expect(app.consecutiveFailures == 0 && app.consecutiveNoData == 0)
+        }
+    }
+
+    @Test("the store keeps the scheduler's counters as given, without computing its own")
+    func fetchRecordKeptVerbatim() throws {
+        try withStorePath { path in
+            let store = try Store(path: path)
+            _ = try store.app("weather", now: 0)
+            // A record the run's result alone would not give: the store must not recount.
+            let given = FetchScheduler.Record(lastFetch: 90, lastResult: .noData, consecutiveFailures: 7, consecutiveNoData: 11,
+                                              lastTimedOut: true)
+            try store.record(fetchRun("weather", .newData, at: 100), fetch: given)
+            #expect(try store.app("weather", now: 0).fetch == given)
+            // A fetch run recorded without a record (drowsed stopping) leaves the bookkeeping alone.
+            try store.record(fetchRun("weather", .failed, at: 200))
+            #expect(try store.app("weather", now: 0).fetch == given)
+            #expect(try store.runs(app: "weather").map(\.startedAt) == [200, 100])
+            // A record with nothing in it clears it.
+            try store.record(fetchRun("weather", .newData, at: 300), fetch: FetchScheduler.Record())
+            #expect(try store.app("weather", now: 0).fetch == FetchScheduler.Record())
         }
     }
 
@@ -105,13 +155,15 @@ struct StoreTests {
         try withStorePath { path in
             let store = try Store(path: path)
             _ = try store.app("weather", now: 0)
-            try store.record(fetchRun("weather", .failed, at: 100))
+            let record = fetchRecord(FetchScheduler.Record(), .failed, at: 100)
+            try store.record(fetchRun("weather", .failed, at: 100), fetch: record)
             try store.record(RunRecord(
                 app: "weather", event: .notification, trigger: "mqtt", result: .failed, ending: "killed at its deadline",
-                startedAt: 200, endedAt: 230))
+                startedAt: 200, endedAt: 230, timedOut: true))
             let app = try store.app("weather", now: 0)
             #expect(app.lastFetch == 100)
             #expect(app.consecutiveFailures == 1)
+            #expect(app.fetch == record)
         }
     }
 
@@ -121,10 +173,65 @@ struct StoreTests {
             let store = try Store(path: path)
             _ = try store.app("a", now: 0)
             _ = try store.app("b", now: 0)
-            try store.record(fetchRun("a", .failed, at: 10))
+            try store.record(fetchRun("a", .failed, at: 10), fetch: fetchRecord(FetchScheduler.Record(), .failed, at: 10))
             let b = try store.app("b", now: 0)
             #expect(b.lastFetch == nil && b.lastResult == nil && b.consecutiveFailures == 0)
             #expect(try store.runs(app: "b").isEmpty)
+            #expect(try store.app("a", now: 0).consecutiveFailures == 1)
+        }
+    }
+
+    @Test("schedulerApp loads the record, the runs of the last day and the uses")
+    func schedulerApp() throws {
+        try withStorePath { path in
+            let store = try Store(path: path)
+            let day = 86400.0
+            let t0 = 1_700_000_000.0
+            _ = try store.app("weather", now: t0)
+            _ = try store.app("other", now: t0)
+            // A brand-new app: its registration time and nothing else.
+            let fresh = try store.schedulerApp("other", interval: 600, now: t0 + 10)
+            #expect(fresh == FetchScheduler.App(id: "other", interval: 600, registeredAt: t0))
+
+            var record = FetchScheduler.Record()
+            record = fetchRecord(record, .noData, at: t0 + 100)
+            try store.record(fetchRun("weather", .noData, at: t0 + 100), fetch: record)   // more than a day before `now`
+            record = fetchRecord(record, .failed, at: t0 + day + 200, timedOut: true)
+            try store.record(
+                RunRecord(app: "weather", event: .fetch, trigger: "window", result: .failed, ending: "killed at its deadline",
+                          startedAt: t0 + day + 200, endedAt: t0 + day + 230, timedOut: true),
+                fetch: record)
+            try store.record(RunRecord(app: "weather", event: .notification, trigger: "mqtt", result: .newData, ending: "exit status 0",
+                                       startedAt: t0 + day + 300, endedAt: t0 + day + 302.5))
+            // Runs that end before they start count nothing; no run counts more than a day.
+            try store.record(RunRecord(app: "weather", event: .transfers, trigger: "session s", result: .newData, ending: "exit status 0",
+                                       startedAt: t0 + day + 400, endedAt: t0 + day + 390))
+            try store.record(fetchRun("other", .newData, at: t0 + day + 250), fetch: fetchRecord(FetchScheduler.Record(), .newData, at: t0 + day + 250))
+            try store.recordUse(app: "weather", at: t0 + 13 * 3600)
+            try store.recordUse(app: "weather", at: t0 + day + 13 * 3600)
+            try store.recordUse(app: "other", at: t0 + 5)
+
+            let now = t0 + day + 500
+            let app = try store.schedulerApp("weather", interval: 900, now: now)
+            #expect(app.id == "weather" && app.interval == 900 && app.registeredAt == t0)
+            #expect(app.record == record)
+            #expect(app.record == FetchScheduler.Record(lastFetch: t0 + day + 200, lastResult: .failed, consecutiveFailures: 1,
+                                                        consecutiveNoData: 1, lastTimedOut: true))
+            // The run at t0 + 100 is more than a day before now: it no longer counts.
+            #expect(app.recentRuns == [
+                FetchScheduler.Span(start: t0 + day + 200, seconds: 30),
+                FetchScheduler.Span(start: t0 + day + 300, seconds: 2.5),
+                FetchScheduler.Span(start: t0 + day + 400, seconds: 0),
+            ])
+            #expect(app.uses == [t0 + 13 * 3600, t0 + day + 13 * 3600])
+            // A day later still, none of them count; a never app loads with no interval.
+            let later = try store.schedulerApp("weather", interval: nil, now: t0 + 3 * day)
+            #expect(later.recentRuns.isEmpty && later.interval == nil && later.record == record)
+            // What it loads is what the scheduler plans with: eligible after the doubled (deadline) interval.
+            var s = FetchScheduler()
+            _ = s.handle(.started(apps: [app], conditions: .init(online: true, radioTail: 0), now: now))
+            let promise = try #require(s.promise("weather", now: now))
+            #expect(promise.eligibleAt == t0 + day + 200 + 900 * 4)
         }
     }
 
@@ -341,7 +448,7 @@ struct StoreTests {
             do {
                 let store = try Store(path: path)
                 _ = try store.app("weather", now: 100)
-                try store.record(fetchRun("weather", .failed, at: 200))
+                try store.record(fetchRun("weather", .failed, at: 200), fetch: fetchRecord(FetchScheduler.Record(), .failed, at: 200))
                 try store.recordUse(app: "weather", at: 250)
                 seq = try #require(try store.recordNotification(app: "weather", dedupeKey: "n1", payload: "P", at: 300))
                 try store.save(Self.fullTransfer())
