@@ -85,13 +85,14 @@ struct FetchPlannerAdaptationTests {
         // ... and when the usual time would miss it, shift this fetch (within its tolerance) so a
         // later one can: last 11:20, eligible 12:20, use 14:40 so the fetch before it at 14:35.
         // From 12:50 that is 1 h 45 min: more than one interval plus its tolerance (1 h 30 min),
-        // less than two intervals (2 h). Two intervals before 14:35 is 12:35: run then.
+        // less than two intervals (2 h), so 12:50 would miss it. From 12:20 (eligibility, where an
+        // app runs when others open windows) it is 2 h 15 min: two fetches can land on it. Run then.
         let shift = Self.app("a", every: 3600, last: 11 * h + 1200, use: 14 * h + 2400)
         let at = try #require(p.nextWindow([shift], now: 12 * h + 1200)).at
-        #expect(at == 12 * h + 2100)
+        #expect(at == 12 * h + 1200)
         #expect(at >= 12 * h + 1200 && at <= 12 * h + 1200 + 1800)
         #expect(p.plans([shift], now: 12 * h + 1200)[0].reason.hasPrefix("prefetch for usage"))
-        // The chain then lands: at 12:35 + 1 h the next fetch is eligible (13:35) and runs at once
+        // The chain then lands: at 12:20 + 1 h the next fetch is eligible (13:20) and runs at once
         // (the one after must be eligible by 14:35), and that one's successor runs at 14:35.
         let next = Self.app("a", every: 3600, last: at, use: 14 * h + 2400)
         #expect(try #require(p.nextWindow([next], now: at + 3600)).at == at + 3600)
