@@ -174,7 +174,9 @@ extension Agent {
         let dir = config.stateDir + "/inbox/\(appID)"
         try? FileSystem.makeDirectories(dir, mode: 0o700)
         if let user = apps[appID]?.user, let account = UserAccount.lookup(name: user) {
-            Permissions.giveTo(dir, uid: account.uid, gid: account.gid)
+            if let e = Permissions.giveTo(dir, uid: account.uid, gid: account.gid) {
+                logger.warning("inbox: \(e)", metadata: ["app.id": "\(appID)"])
+            }
         }
         return dir
     }

@@ -207,7 +207,12 @@ public struct ProcessLauncher: HandlerLaunching {
 
     private static func supervise(pid: pid_t, stdinFD: Int32, stdoutFD: Int32, stderrFD: Int32, req: LaunchRequest,
                                   output: @escaping @Sendable (String, Bool) -> Void) -> HandlerOutcome.Ending {
-        for fd in [stdinFD, stdoutFD, stderrFD] { _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) }
+        for fd in [stdinFD, stdoutFD, stderrFD] {
+            // A pipe left blocking could stall this thread on a read; say so in the handler's log.
+            if let e = CCheck.noted("fcntl(O_NONBLOCK) on a handler pipe", { Int(fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)) }) {
+                output("drowsed: \(e)", true)
+            }
+        }
         let pidfd = drowse_pidfd_open(pid)
         var inFD: Int32 = stdinFD
         var written = 0
@@ -331,7 +336,7 @@ public struct ProcessLauncher: HandlerLaunching {
             var fds: [pollfd] = []
             if outFD >= 0 { fds.append(pollfd(fd: outFD, events: Int16(POLLIN), revents: 0)) }
             if errFD >= 0 { fds.append(pollfd(fd: errFD, events: Int16(POLLIN), revents: 0)) }
-            _ = poll(&fds, nfds_t(fds.count), 100)
+            CCheck.poll(&fds, timeoutMs: 100)
             drain(&outFD)
             drain(&errFD)
         }

@@ -44,13 +44,15 @@ public final class EventFD: Sendable {
 
     public func signal() {
         var one: UInt64 = 1
-        _ = write(fd, &one, 8)
+        // EAGAIN only when the counter is full: a wake-up is pending anyway.
+        _ = CCheck.noted("eventfd write") { write(fd, &one, 8) }
     }
 
     /// Clears pending signals (call after poll reports the fd readable).
     public func drain() {
         var v: UInt64 = 0
-        _ = read(fd, &v, 8)
+        // EAGAIN when nothing was pending: nothing to clear.
+        _ = CCheck.noted("eventfd read") { read(fd, &v, 8) }
     }
 }
 

@@ -66,8 +66,9 @@ public enum Permissions {
         return true
     }
 
-    /// Hands a file to a user (after drowsed, as root, wrote it for them).
-    public static func giveTo(_ path: String, uid: uid_t, gid: gid_t) {
-        if geteuid() == 0 { _ = chown(path, uid, gid) }
+    /// Hands a file drowsed made (as root) to a user; the error, if it could not.
+    public static func giveTo(_ path: String, uid: uid_t, gid: gid_t) -> SystemError? {
+        guard geteuid() == 0 else { return nil }
+        return CCheck.noted("chown \(path)") { Int(chown(path, uid, gid)) }
     }
 }

@@ -34,7 +34,8 @@ public struct UserAccount: Sendable, Equatable {
         var groups = [gid_t](repeating: 0, count: Int(count))
         if getgrouplist(pw.pw_name, pw.pw_gid, &groups, &count) < 0 {
             groups = [gid_t](repeating: 0, count: Int(count))
-            _ = getgrouplist(pw.pw_name, pw.pw_gid, &groups, &count)
+            // Still failing (the groups changed in between): the primary group alone, never garbage.
+            if getgrouplist(pw.pw_name, pw.pw_gid, &groups, &count) < 0 { groups = [pw.pw_gid]; count = 1 }
         }
         return UserAccount(
             name: name, uid: pw.pw_uid, gid: pw.pw_gid, home: String(cString: pw.pw_dir),

@@ -45,8 +45,8 @@ final class Syncer: Sendable {
 
     private func run() {
         while true {
-            var p = pollfd(fd: wake.fd, events: Int16(POLLIN), revents: 0)
-            _ = poll(&p, 1, -1)
+            var p = [pollfd(fd: wake.fd, events: Int16(POLLIN), revents: 0)]
+            CCheck.poll(&p, timeoutMs: 100)
             wake.drain()
             while true {
                 let job: Job? = queue.withLock { q in q.isEmpty ? nil : q.removeFirst() }

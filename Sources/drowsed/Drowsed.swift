@@ -100,7 +100,9 @@ struct Drowsed: AsyncParsableCommand {
         }
         let api = APIServer(path: mainConfig.socket, router: APIRouter(agent: agent), logger: logger)
         let service = AgentService(agent: agent, logger: logger) {
-            _ = drowse_sd_notify("READY=1")
+            // An errno: NOTIFY_SOCKET is set but unusable; systemd will time the start out, so say why.
+            let err = drowse_sd_notify("READY=1")
+            if err != 0 { logger.warning("sd_notify READY=1 failed: \(String(cString: strerror(err)))") }
         }
         let group = ServiceGroup(
             configuration: .init(
