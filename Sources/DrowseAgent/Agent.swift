@@ -20,7 +20,7 @@ public actor Agent {
     let store: Store
     var planner = FetchPlanner()
     let probe: ConditionsProbe
-    var conditions: Conditions
+    var conditions: Conditions { didSet { mqtt?.setNetwork(online: conditions.network != .none) } }
     let policy: ConditionsPolicy
     var monitor: ConditionsMonitor?
 
