@@ -62,7 +62,7 @@ let package = Package(
         .testTarget(name: "DrowseCoreTests", dependencies: ["DrowseCore"], exclude: ["toml-test"]),
         .testTarget(name: "DrowseStoreTests", dependencies: ["DrowseStore", "DrowseCore"]),
         .testTarget(name: "DrowseSystemTests", dependencies: ["DrowseSystem", "DrowseCore"]),
-        .testTarget(name: "DrowseMQTTTests", dependencies: ["DrowseMQTT", "DrowseCore", "DrowseSystem", "CMosquitto", .product(name: "Logging", package: "swift-log")]),
+        .testTarget(name: "DrowseMQTTTests", dependencies: ["DrowseMQTT", "CMosquitto", .product(name: "Logging", package: "swift-log")]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -128,7 +128,8 @@ public struct MQTTConnectionMachine: Sendable {
         guard phase == .idle else { return [] }
         phase = .waiting
         nextAttempt = now
-        return attemptIfDue(now: now) + timerActions(now: now)
+        let waiting: [Action] = mayConnect ? [] : [.log(.info, "no network: connecting once there is one")]
+        return waiting + attemptIfDue(now: now) + timerActions(now: now)
     }
 
     /// The connection was opened (the CONNECT packet is queued).

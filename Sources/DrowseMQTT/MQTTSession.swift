@@ -295,7 +295,6 @@ public final class MQTTSession: Sendable {
         var options: MQTTSessionOptions { session.options }
         /// The machine's one timer (monotonic seconds).
         var timerAt: Double?
-        var finished = false
         /// The message a `.publish` action sends.
         var outgoing: (topic: String, payload: [UInt8], retain: Bool)?
 
@@ -462,7 +461,7 @@ public final class MQTTSession: Sendable {
             case .log(let level, let text):
                 logger.log(level: level == .warning ? .warning : .info, "mqtt: \(text)")
             case .finish:
-                finished = true
+                break  // The thread ends once stop's actions are carried out.
             }
             return []
         }

@@ -239,6 +239,7 @@ struct MQTTConnectionMachineTests {
         h.feed(h.m.networkChanged(online: false, now: h.now))
         let start = h.feed(h.m.start(now: h.now))
         #expect(!start.contains(.connect))
+        #expect(start == [.log(.info, "no network: connecting once there is one")])
         #expect(h.timer == nil, "nothing to wait for while offline")
         // Hours pass: no attempt (nothing to fire, and a stray wakeup decides nothing).
         h.advance(3600)
