@@ -65,8 +65,9 @@ let package = Package(
         .testTarget(name: "DrowseCoreTests", dependencies: ["DrowseCore"], exclude: ["toml-test"]),
         .testTarget(name: "DrowseSimulationTests", dependencies: ["DrowseSimulation", "DrowseCore", "DrowseSystem"]),
         .testTarget(name: "DrowseStoreTests", dependencies: ["DrowseStore", "DrowseCore"]),
-        .testTarget(name: "DrowseSystemTests", dependencies: ["DrowseSystem", "DrowseCore"]),
+        .testTarget(name: "DrowseSystemTests", dependencies: ["DrowseSystem", "DrowseCore", .product(name: "Logging", package: "swift-log")]),
         .testTarget(name: "DrowseTransfersTests", dependencies: ["DrowseTransfers", "DrowseCore", "CCurl", .product(name: "Logging", package: "swift-log")]),
+        .testTarget(name: "DrowseMQTTTests", dependencies: ["DrowseMQTT", "CMosquitto", .product(name: "Logging", package: "swift-log")]),
     ],
     swiftLanguageModes: [.v6]
 )

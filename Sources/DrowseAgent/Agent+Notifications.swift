@@ -23,6 +23,7 @@ extension Agent {
         mqtt = session
         session.setSubscriptions(apps.keys.sorted().map { Topics.notify(prefix: m.topicPrefix, device: config.deviceID, app: $0) })
         session.setPublishOnConnect([(statusTopic, Array(statusPayload().serialized.utf8))])
+        session.setNetwork(online: conditions.network != .none)
         session.start()
         background.append(Task {
             for await event in stream { await self.mqttEvent(event) }

@@ -23,7 +23,7 @@ public actor Agent {
     /// `--scheduler-trace`: what the scheduler was fed and answered.
     let trace: SchedulerTrace?
     let probe: ConditionsProbe
-    var conditions: Conditions
+    var conditions: Conditions { didSet { mqtt?.setNetwork(online: conditions.network != .none) } }
     let policy: ConditionsPolicy
     var monitor: ConditionsMonitor?
 

@@ -20,16 +20,22 @@ public enum MQTTPublisher {
         host: String, port: Int, tls: Bool, caFile: String?, certFile: String?, keyFile: String?,
         username: String?, password: String?, topic: String, payload: [UInt8], retain: Bool = false, timeout: Double = 10
     ) throws(Failure) {
-        mosquitto_lib_init()
+        // Every failure below is the one-shot's failure: nothing was published (or nothing is known
+        // to be), so the command says why and exits non-zero.
+        do throws(MosquittoError) {
+            try MosquittoError.check(mosquitto_lib_init(), "mosquitto_lib_init")
+        } catch { throw Failure(description: error.description) }
         let state = State()
         let ptr = Unmanaged.passUnretained(state).toOpaque()
-        guard let mosq = mosquitto_new(nil, true, ptr) else { throw Failure(description: "mosquitto_new failed") }
+        guard let mosq = mosquitto_new(nil, true, ptr) else { throw Failure(description: "mosquitto_new failed: \(String(cString: strerror(errno)))") }
         defer { mosquitto_destroy(mosq) }
-        _ = cmosq_int_option(mosq, MOSQ_OPT_PROTOCOL_VERSION, Int32(MQTT_PROTOCOL_V311))
-        if let username { mosquitto_username_pw_set(mosq, username, password) }
+        do throws(MosquittoError) {
+            try MosquittoError.check(cmosq_int_option(mosq, MOSQ_OPT_PROTOCOL_VERSION, Int32(MQTT_PROTOCOL_V311)), "mosquitto_int_option(PROTOCOL_VERSION)")
+            if let username { try MosquittoError.check(mosquitto_username_pw_set(mosq, username, password), "mosquitto_username_pw_set") }
+        } catch { throw Failure(description: error.description) }
         if tls {
             let rc = mosquitto_tls_set(mosq, caFile, caFile == nil ? "/etc/ssl/certs" : nil, certFile, keyFile, nil)
-            guard rc == MOSQ_ERR_SUCCESS.rawValue else { throw Failure(description: "TLS setup: \(String(cString: mosquitto_strerror(rc)))") }
+            if let e = MosquittoError(rc: rc, call: "mosquitto_tls_set") { throw Failure(description: "TLS setup: \(e.detail)") }
         }
         mosquitto_connect_callback_set(mosq) { _, obj, rc in
             let s = Unmanaged<State>.fromOpaque(obj!).takeUnretainedValue()
@@ -38,27 +44,29 @@ public enum MQTTPublisher {
         mosquitto_publish_callback_set(mosq) { _, obj, _ in
             Unmanaged<State>.fromOpaque(obj!).takeUnretainedValue().published = true
         }
-        var rc = mosquitto_connect(mosq, host, Int32(port), 30)
-        guard rc == MOSQ_ERR_SUCCESS.rawValue else {
-            let why = rc == MOSQ_ERR_ERRNO.rawValue ? String(cString: strerror(errno)) : String(cString: mosquitto_strerror(rc))
-            throw Failure(description: "cannot connect to \(host):\(port): \(why)")
+        if let e = MosquittoError(rc: mosquitto_connect(mosq, host, Int32(port), 30), call: "mosquitto_connect") {
+            throw Failure(description: "cannot connect to \(host):\(port): \(e.detail)")
         }
         let end = Self.now() + timeout
         while !state.connected {
             if let e = state.connackError { throw Failure(description: "broker refused: \(String(cString: mosquitto_connack_string(e)))") }
             guard Self.now() < end else { throw Failure(description: "timed out waiting for the broker") }
-            rc = mosquitto_loop(mosq, 200, 1)
-            guard rc == MOSQ_ERR_SUCCESS.rawValue else { throw Failure(description: String(cString: mosquitto_strerror(rc))) }
+            if let e = MosquittoError(rc: mosquitto_loop(mosq, 200, 1), call: "mosquitto_loop") {
+                // A refused CONNACK also fails the loop: the refusal says more.
+                if let c = state.connackError { throw Failure(description: "broker refused: \(String(cString: mosquitto_connack_string(c)))") }
+                throw Failure(description: e.detail)
+            }
         }
-        rc = payload.withUnsafeBytes { mosquitto_publish(mosq, nil, topic, Int32($0.count), $0.baseAddress, 1, retain) }
-        guard rc == MOSQ_ERR_SUCCESS.rawValue else { throw Failure(description: "publish: \(String(cString: mosquitto_strerror(rc)))") }
+        let rc = payload.withUnsafeBytes { mosquitto_publish(mosq, nil, topic, Int32($0.count), $0.baseAddress, 1, retain) }
+        if let e = MosquittoError(rc: rc, call: "mosquitto_publish") { throw Failure(description: "publish: \(e.detail)") }
         while !state.published {
             guard Self.now() < end else { throw Failure(description: "timed out waiting for PUBACK") }
-            rc = mosquitto_loop(mosq, 200, 1)
-            guard rc == MOSQ_ERR_SUCCESS.rawValue else { throw Failure(description: String(cString: mosquitto_strerror(rc))) }
+            if let e = MosquittoError(rc: mosquitto_loop(mosq, 200, 1), call: "mosquitto_loop") { throw Failure(description: e.detail) }
         }
-        mosquitto_disconnect(mosq)
-        _ = mosquitto_loop(mosq, 100, 1)
+        // PUBACK came: the message is the broker's. A failed goodbye changes nothing for the caller.
+        if MosquittoError(rc: mosquitto_disconnect(mosq), call: "mosquitto_disconnect") == nil {
+            _ = MosquittoError(rc: mosquitto_loop(mosq, 100, 1), call: "mosquitto_loop")
+        }
     }
 
     static func now() -> Double {

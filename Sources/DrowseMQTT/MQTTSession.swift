@@ -81,6 +81,10 @@ public final class MQTTReceipt: Sendable {
 /// `mosquitto_loop_read/write` when the socket is ready and `loop_misc` only at the keepalive
 /// deadline. libmosquitto's own threaded or blocking loops are not used: they wake every second.
 ///
+/// Every decision (when to connect, the CONNACK timeout, keepalive pings and riding wake
+/// windows, dead links, reconnect backoff, no attempts while offline) is
+/// `MQTTConnectionMachine`'s; this type feeds it what happened and carries out its actions.
+///
 /// Acknowledge after record: libmosquitto queues a QoS 1 PUBACK *before* it calls the message
 /// callback, and in its default mode writes it at once. The session runs libmosquitto in
 /// "external thread" mode instead (`mosquitto_threaded_set`), where queued packets leave only
@@ -102,10 +106,12 @@ public final class MQTTSession: Sendable {
     private let wake = EventFD()
     /// Topics to (re)subscribe on every connect, and the retained status to publish.
     private let desired = Mutex<(topics: [String], onConnect: [(String, [UInt8])])>(([], []))
+    /// Whether the board has a network, as last told (`setNetwork`).
+    private let online = Atomic<Bool>(true)
     private let isConnected = Atomic<Bool>(false)
     /// The receipts of the current connection: while any is unsettled nothing is written; a
     /// rejection drops the connection without writing. `connection` counts connections.
-    private let receipts = Mutex<ReceiptState>(ReceiptState())
+    let receipts = Mutex<ReceiptState>(ReceiptState())
 
     struct ReceiptState {
         var connection = 0
@@ -142,6 +148,14 @@ public final class MQTTSession: Sendable {
         desired.withLock { $0.onConnect = messages }
     }
 
+    /// Whether the board has a network (a default route). Without one no connection is
+    /// attempted (except to a broker on this machine); when it comes back the session connects
+    /// at once. May be called before `start`.
+    public func setNetwork(online: Bool) {
+        guard self.online.exchange(online, ordering: .relaxed) != online else { return }
+        wake.signal()
+    }
+
     /// The radio is awake for a wake window: if the keepalive would need a ping in the second
     /// half of its period, send traffic now instead, so the broker's timer restarts and no
     /// separate wakeup is needed for it later.
@@ -173,43 +187,46 @@ public final class MQTTSession: Sendable {
 
     // MARK: session thread
 
+    /// What libmosquitto's callbacks said during the last loop call.
     final class Context {
         unowned let session: MQTTSession
-        var connectedFlag = false
+        /// The CONNACK's return code, until the loop hands it to the machine.
+        var connack: Int32?
+        /// Why the disconnect callback says the connection ended.
         var lostReason: String?
         init(_ s: MQTTSession) { session = s }
     }
 
     private func run() {
-        mosquitto_lib_init()
         let ctx = Context(self)
-        let ctxPtr = Unmanaged.passUnretained(ctx).toOpaque()
-        guard let mosq = mosquitto_new(options.clientID, false, ctxPtr) else {
-            logger.error("mqtt: mosquitto_new failed", metadata: ["errno": "\(errno)"])
+        guard let mosq = makeClient(ctx) else {
+            // Nothing to connect with: still answer `stop`, so the owner's shutdown does not hang.
+            waitForStop()
             return
         }
         defer { mosquitto_destroy(mosq) }
-        _ = cmosq_int_option(mosq, MOSQ_OPT_PROTOCOL_VERSION, Int32(MQTT_PROTOCOL_V311))
-        _ = cmosq_int_option(mosq, MOSQ_OPT_TCP_NODELAY, 1)
-        // Queue outgoing packets instead of writing them from inside libmosquitto: see the type's doc.
-        mosquitto_threaded_set(mosq, true)
-        if let will = options.will {
-            _ = will.payload.withUnsafeBytes { mosquitto_will_set(mosq, will.topic, Int32($0.count), $0.baseAddress, 1, true) }
+        Driver(session: self, mosq: mosq, ctx: ctx).run()
+    }
+
+    /// A configured client, or nil (logged) when it cannot be made as configured: a session
+    /// without its TLS, credentials or acknowledge-after-record mode must not connect at all.
+    private func makeClient(_ ctx: Context) -> OpaquePointer? {
+        guard logger.mosquitto(mosquitto_lib_init(), "mosquitto_lib_init", level: .error, "MQTT is off") else { return nil }
+        let ctxPtr = Unmanaged.passUnretained(ctx).toOpaque()
+        guard let mosq = mosquitto_new(options.clientID, false, ctxPtr) else {
+            logger.error("mqtt: mosquitto_new failed: \(String(cString: strerror(errno))); MQTT is off")
+            return nil
         }
-        if let u = options.username { mosquitto_username_pw_set(mosq, u, options.password) }
-        if options.tls {
-            let rc = mosquitto_tls_set(mosq, options.caFile, options.caFile == nil ? "/etc/ssl/certs" : nil, options.certFile, options.keyFile, nil)
-            if rc != MOSQ_ERR_SUCCESS.rawValue {
-                logger.error("mqtt: TLS setup failed: \(String(cString: mosquitto_strerror(rc)))")
-            }
+        let ok = configure(mosq)
+        if !ok {
+            mosquitto_destroy(mosq)
+            return nil
         }
         mosquitto_connect_callback_set(mosq) { _, obj, rc in
-            let ctx = Unmanaged<Context>.fromOpaque(obj!).takeUnretainedValue()
-            if rc == 0 { ctx.connectedFlag = true } else { ctx.lostReason = String(cString: mosquitto_connack_string(rc)) }
+            Unmanaged<Context>.fromOpaque(obj!).takeUnretainedValue().connack = rc
         }
         mosquitto_disconnect_callback_set(mosq) { _, obj, rc in
             let ctx = Unmanaged<Context>.fromOpaque(obj!).takeUnretainedValue()
-            ctx.connectedFlag = false
             ctx.lostReason = rc == 0 ? "disconnected" : String(cString: mosquitto_strerror(rc))
         }
         mosquitto_message_callback_set(mosq) { _, obj, msg in
@@ -226,195 +243,255 @@ public final class MQTTSession: Sendable {
             }
             ctx.session.onEvent(.message(topic: topic, payload: payload, receipt: receipt))
         }
+        return mosq
+    }
 
-        var backoff = Backoff(base: 1, cap: 60)
-        var socketUp = false
-        var announced = false
-        var nextAttempt = 0.0
-        var lastIn = 0.0, lastOut = 0.0
-        let keepalive = Double(options.keepalive)
-        /// When we last sent PINGREQ, until an answer arrives: a dead link is declared half a
-        /// keepalive later, so it is found within 1.5× keepalive of the last traffic.
-        var pingSentAt: Double?
-        /// TCP is up but no CONNACK yet (a hung broker accepts connections and says nothing).
-        var connectingSince: Double?
-        var stopDone: (@Sendable () -> Void)?
-        /// The last connection was dropped because a message could not be recorded: the backoff
-        /// keeps growing across reconnects until a record succeeds again (a full disk must not
-        /// make the device reconnect every second).
-        var lostToRejection = false
+    /// Options, will, credentials and TLS; false (logged) when one that matters failed.
+    private func configure(_ mosq: OpaquePointer) -> Bool {
+        // The library's default is 3.1.1 too, and without Nagle only small packets wait: log and go on.
+        logger.mosquitto(cmosq_int_option(mosq, MOSQ_OPT_PROTOCOL_VERSION, Int32(MQTT_PROTOCOL_V311)), "mosquitto_int_option(PROTOCOL_VERSION)", level: .warning)
+        logger.mosquitto(cmosq_int_option(mosq, MOSQ_OPT_TCP_NODELAY, 1), "mosquitto_int_option(TCP_NODELAY)", level: .warning)
+        // Queue outgoing packets instead of writing them from inside libmosquitto: see the type's
+        // doc. Without it a PUBACK could leave before its message is recorded.
+        guard logger.mosquitto(mosquitto_threaded_set(mosq, true), "mosquitto_threaded_set", level: .error, "MQTT is off") else { return false }
+        if let will = options.will {
+            // Without the will an unclean drop leaves "online" retained; a clean stop still says offline.
+            let rc = will.payload.withUnsafeBytes { mosquitto_will_set(mosq, will.topic, Int32($0.count), $0.baseAddress, 1, true) }
+            logger.mosquitto(rc, "mosquitto_will_set", level: .warning, "no offline status on an unclean drop")
+        }
+        if let u = options.username {
+            // Connecting without the credentials would only be refused, again and again.
+            guard logger.mosquitto(mosquitto_username_pw_set(mosq, u, options.password), "mosquitto_username_pw_set", level: .error, "MQTT is off") else { return false }
+        }
+        if options.tls {
+            // Never fall back to plain text: the password and the notifications would travel in clear.
+            let rc = mosquitto_tls_set(mosq, options.caFile, options.caFile == nil ? "/etc/ssl/certs" : nil, options.certFile, options.keyFile, nil)
+            guard logger.mosquitto(rc, "mosquitto_tls_set", level: .error, "TLS setup failed; MQTT is off") else { return false }
+        }
+        return true
+    }
+
+    /// The session could not be set up: answer `stop` and nothing else.
+    private func waitForStop() {
+        while true {
+            var fd = pollfd(fd: wake.fd, events: Int16(POLLIN), revents: 0)
+            _ = poll(&fd, 1, -1)
+            wake.drain()
+            let pending = commands.withLock { q -> [Command] in defer { q.removeAll() }; return q }
+            for case .stop(let done) in pending {
+                done()
+                return
+            }
+        }
+    }
+
+    /// Runs on the session thread: feeds the machine what happened and carries out its actions.
+    private final class Driver {
+        let session: MQTTSession
+        let mosq: OpaquePointer
+        let ctx: Context
+        var machine: MQTTConnectionMachine
+        var logger: Logger { session.logger }
+        var options: MQTTSessionOptions { session.options }
+        /// The machine's one timer (monotonic seconds).
+        var timerAt: Double?
+        /// The message a `.publish` action sends.
+        var outgoing: (topic: String, payload: [UInt8], retain: Bool)?
+
+        init(session: MQTTSession, mosq: OpaquePointer, ctx: Context) {
+            self.session = session
+            self.mosq = mosq
+            self.ctx = ctx
+            machine = MQTTConnectionMachine(
+                keepalive: Double(session.options.keepalive), peer: "\(session.options.host):\(session.options.port)",
+                peerIsLoopback: MQTTConnectionMachine.isLoopback(host: session.options.host), seed: UInt64.random(in: 0...UInt64.max))
+        }
+
+        func now() -> Double { WallClock.monotonic() }
 
         /// Whether queued packets may leave: not while a received message is unsettled.
         func mayWrite() -> Bool {
-            receipts.withLock { $0.unsettled == 0 && !$0.rejected }
+            session.receipts.withLock { $0.unsettled == 0 && !$0.rejected }
+        }
+
+        func run() {
+            perform(machine.networkChanged(online: session.online.load(ordering: .relaxed), now: now()))
+            perform(machine.start(now: now()))
+            var stopDone: (@Sendable () -> Void)?
+            while stopDone == nil {
+                if machine.online != session.online.load(ordering: .relaxed) {
+                    perform(machine.networkChanged(online: session.online.load(ordering: .relaxed), now: now()))
+                }
+                if machine.isOpen, session.receipts.withLock({ $0.rejected }) {
+                    perform(machine.messageRejected(now: now()))
+                    continue
+                }
+                if machine.lostToRejection, session.receipts.withLock({ $0.acknowledged }) { machine.messageRecorded() }
+
+                var fds = [pollfd(fd: session.wake.fd, events: Int16(POLLIN), revents: 0)]
+                let sock = machine.isOpen ? mosquitto_socket(mosq) : -1
+                if sock >= 0 {
+                    var ev = Int16(POLLIN)
+                    if mayWrite(), mosquitto_want_write(mosq) { ev |= Int16(POLLOUT) }
+                    fds.append(pollfd(fd: sock, events: ev, revents: 0))
+                }
+                let timeoutMS: Int32 = timerAt.map { Int32(max(0, min(Double(Int32.max / 2), ($0 - now()) * 1000)).rounded(.up)) } ?? -1
+                let n = poll(&fds, nfds_t(fds.count), timeoutMS)
+                if n < 0 && errno != EINTR { logger.error("mqtt: poll failed: \(String(cString: strerror(errno)))"); break }
+
+                if fds[0].revents != 0 {
+                    session.wake.drain()
+                    let pending = session.commands.withLock { q -> [Command] in defer { q.removeAll() }; return q }
+                    for c in pending {
+                        switch c {
+                        case .rideWindow:
+                            perform(machine.windowOpened(now: now()))
+                        case .subscribe:
+                            perform(machine.subscriptionsChanged(now: now()))
+                        case .publish(let topic, let payload, let retain):
+                            outgoing = (topic, payload, retain)
+                            perform(machine.publishRequested(now: now()))
+                            outgoing = nil
+                        case .stop(let done):
+                            stopDone = done
+                        }
+                    }
+                }
+                if fds.count > 1, machine.isOpen {
+                    let re = fds[1].revents
+                    if re & Int16(POLLIN | POLLHUP | POLLERR) != 0 {
+                        let rc = mosquitto_loop_read(mosq, 1)
+                        perform(machine.packetReceived(now: now()))
+                        // A refused CONNACK also fails the read: the refusal says more.
+                        if let connack = ctx.connack {
+                            ctx.connack = nil
+                            perform(machine.connack(rc: Int(connack), reason: String(cString: mosquitto_connack_string(connack)), now: now()))
+                        }
+                        if let e = MosquittoError(rc: rc, call: "mosquitto_loop_read") {
+                            perform(machine.disconnected(reason: ctx.lostReason ?? e.detail, now: now()))
+                            continue
+                        }
+                    }
+                    if machine.isOpen, mayWrite(), mosquitto_want_write(mosq) || re & Int16(POLLOUT) != 0 {
+                        if let e = MosquittoError(rc: mosquitto_loop_write(mosq, 1), call: "mosquitto_loop_write") {
+                            perform(machine.disconnected(reason: ctx.lostReason ?? e.detail, now: now()))
+                            continue
+                        }
+                        perform(machine.packetSent(now: now()))
+                    }
+                }
+                if let t = timerAt, now() >= t { perform(machine.timerFired(now: now())) }
+            }
+            // Give messages already handed over a moment to be recorded, so their PUBACKs can go;
+            // past that, or after a rejection, close without writing (the broker redelivers).
+            let settleBy = now() + 2
+            while session.receipts.withLock({ $0.unsettled > 0 && !$0.rejected }), now() < settleBy {
+                var fd = pollfd(fd: session.wake.fd, events: Int16(POLLIN), revents: 0)
+                _ = poll(&fd, 1, 100)
+                session.wake.drain()
+            }
+            perform(machine.stop(mayWrite: mayWrite()))
+            session.isConnected.store(false, ordering: .relaxed)
+            stopDone?()
+        }
+
+        /// Carries out `actions`; what an action's I/O reports back is fed to the machine and its
+        /// actions run after the rest of the batch (so a later `setTimer` wins).
+        func perform(_ actions: [MQTTConnectionMachine.Action]) {
+            var batch = actions
+            while !batch.isEmpty {
+                var next: [MQTTConnectionMachine.Action] = []
+                for a in batch { next += carryOut(a) }
+                batch = next
+            }
+        }
+
+        func carryOut(_ action: MQTTConnectionMachine.Action) -> [MQTTConnectionMachine.Action] {
+            switch action {
+            case .connect:
+                ctx.connack = nil
+                ctx.lostReason = nil
+                let rc = mosquitto_connect(mosq, options.host, Int32(options.port), Int32(options.keepalive))
+                if let e = MosquittoError(rc: rc, call: "mosquitto_connect") {
+                    return machine.connectFailed(reason: e.detail, now: now())
+                }
+                return machine.connectIssued(now: now())
+            case .close(let sendDisconnect):
+                close(sendDisconnect: sendDisconnect)
+            case .sendPing:
+                // libmosquitto sends PINGREQ (or gives up on a dead link) and restarts its own clock.
+                let rc = mosquitto_loop_misc(mosq)
+                if let e = MosquittoError(rc: rc, call: "mosquitto_loop_misc") {
+                    return machine.disconnected(reason: ctx.lostReason ?? "keepalive: \(e.detail)", now: now())
+                }
+                if mosquitto_socket(mosq) < 0 {
+                    return machine.disconnected(reason: ctx.lostReason ?? "keepalive: no answer from the broker", now: now())
+                }
+                if mayWrite(), mosquitto_want_write(mosq) {
+                    if let e = MosquittoError(rc: mosquitto_loop_write(mosq, 1), call: "mosquitto_loop_write") {
+                        return machine.disconnected(reason: ctx.lostReason ?? e.detail, now: now())
+                    }
+                }
+            case .subscribe:
+                // A failed subscribe on a live connection is logged; a dead one is found by the loop.
+                for t in session.desired.withLock({ $0.topics }) {
+                    logger.mosquitto(mosquitto_subscribe(mosq, nil, t, 1), "mosquitto_subscribe", level: .warning, t)
+                }
+            case .publishStatus:
+                for (topic, payload) in session.desired.withLock({ $0.onConnect }) {
+                    publish(topic: topic, payload: payload, retain: true)
+                }
+            case .publish:
+                if let m = outgoing { publish(topic: m.topic, payload: m.payload, retain: m.retain) }
+            case .publishOffline:
+                if let will = options.will {
+                    publish(topic: will.topic, payload: will.payload, retain: true)
+                    logger.mosquitto(mosquitto_loop_write(mosq, 1), "mosquitto_loop_write", level: .debug, "offline status at stop")
+                }
+            case .setTimer(let at, _):
+                timerAt = at
+            case .cancelTimer:
+                timerAt = nil
+            case .report(.connected):
+                session.isConnected.store(true, ordering: .relaxed)
+                session.onEvent(.connected)
+            case .report(.disconnected(let reason)):
+                session.isConnected.store(false, ordering: .relaxed)
+                session.onEvent(.disconnected(reason: reason))
+            case .log(let level, let text):
+                logger.log(level: level == .warning ? .warning : .info, "mqtt: \(text)")
+            case .finish:
+                break  // The thread ends once stop's actions are carried out.
+            }
+            return []
+        }
+
+        func publish(topic: String, payload: [UInt8], retain: Bool) {
+            let rc = payload.withUnsafeBytes { mosquitto_publish(mosq, nil, topic, Int32($0.count), $0.baseAddress, 1, retain) }
+            logger.mosquitto(rc, "mosquitto_publish", level: .warning, topic)
         }
 
         /// Ends the connection: what is queued goes out if it may (a DISCONNECT, say), then the
         /// socket is shut down at once rather than at the next attempt. Receipts of this
         /// connection no longer count.
-        func lose(_ why: String) {
+        func close(sendDisconnect: Bool) {
+            if sendDisconnect {
+                // Not connected any more is fine here: the socket closes either way.
+                logger.mosquitto(mosquitto_disconnect(mosq), "mosquitto_disconnect", level: .debug)
+            }
             let fd = mosquitto_socket(mosq)
             if fd >= 0 {
-                if mayWrite(), mosquitto_want_write(mosq) { _ = mosquitto_loop_write(mosq, 1) }
+                if mayWrite(), mosquitto_want_write(mosq) {
+                    logger.mosquitto(mosquitto_loop_write(mosq, 1), "mosquitto_loop_write", level: .debug, "while closing")
+                }
                 _ = shutdown(fd, Int32(SHUT_RDWR))
             }
-            receipts.withLock { $0 = ReceiptState(connection: $0.connection + 1) }
+            session.receipts.withLock { $0 = ReceiptState(connection: $0.connection + 1) }
             // Writing to a dead socket above may have run the disconnect callback: that reason
             // belongs to this connection, not to the next one's CONNACK.
             ctx.lostReason = nil
-            pingSentAt = nil
-            if announced { onEvent(.disconnected(reason: why)) }
-            if socketUp || announced { logger.warning("mqtt: connection lost: \(why)") }
-            isConnected.store(false, ordering: .relaxed)
-            socketUp = false
-            announced = false
-            ctx.connectedFlag = false
-            let delay = backoff.next(unit: Double.random(in: 0..<1))
-            nextAttempt = WallClock.monotonic() + delay
-            logger.info("mqtt: reconnecting in \(Int(delay * 1000)) ms")
+            ctx.connack = nil
+            session.isConnected.store(false, ordering: .relaxed)
         }
-
-        while stopDone == nil {
-            let now = WallClock.monotonic()
-            if !socketUp && now >= nextAttempt {
-                let rc = announced ? mosquitto_reconnect(mosq) : mosquitto_connect(mosq, options.host, Int32(options.port), Int32(options.keepalive))
-                if rc == MOSQ_ERR_SUCCESS.rawValue {
-                    ctx.lostReason = nil
-                    socketUp = true
-                    lastIn = WallClock.monotonic()
-                    lastOut = lastIn
-                    connectingSince = lastIn
-                } else {
-                    let why = rc == MOSQ_ERR_ERRNO.rawValue ? String(cString: strerror(errno)) : String(cString: mosquitto_strerror(rc))
-                    logger.warning("mqtt: cannot connect to \(options.host):\(options.port): \(why)")
-                    lose(why)
-                }
-            }
-            if socketUp, receipts.withLock({ $0.rejected }) {
-                // Close without writing: the queued PUBACK dies with the socket, and
-                // mosquitto_reconnect discards what is left of the queue.
-                lostToRejection = true
-                lose("a received message could not be recorded; the broker will deliver it again")
-                continue
-            }
-            if lostToRejection, receipts.withLock({ $0.acknowledged }) {
-                lostToRejection = false
-                backoff.reset()
-            }
-            var fds = [pollfd(fd: wake.fd, events: Int16(POLLIN), revents: 0)]
-            let sock = socketUp ? mosquitto_socket(mosq) : -1
-            if sock >= 0 {
-                var ev = Int16(POLLIN)
-                if mayWrite(), mosquitto_want_write(mosq) { ev |= Int16(POLLOUT) }
-                fds.append(pollfd(fd: sock, events: ev, revents: 0))
-            }
-            var deadline = socketUp ? min(lastIn, lastOut) + keepalive + 0.05 : nextAttempt
-            if socketUp, let p = pingSentAt { deadline = min(deadline, p + keepalive / 2) }
-            if socketUp, !announced, let c = connectingSince { deadline = min(deadline, c + min(30, keepalive)) }
-            let timeoutMS = Int32(max(0, min(Double(Int32.max / 2), (deadline - WallClock.monotonic()) * 1000)).rounded(.up))
-            let n = poll(&fds, nfds_t(fds.count), timeoutMS)
-            if n < 0 && errno != EINTR { logger.error("mqtt: poll failed: \(errno)"); break }
-
-            if fds[0].revents != 0 {
-                wake.drain()
-                let pending = commands.withLock { q -> [Command] in defer { q.removeAll() }; return q }
-                for c in pending {
-                    switch c {
-                    case .rideWindow:
-                        if announced, WallClock.monotonic() - min(lastIn, lastOut) > keepalive / 2 {
-                            let onConnect = desired.withLock { $0.onConnect }
-                            for (topic, payload) in onConnect {
-                                _ = payload.withUnsafeBytes { mosquitto_publish(mosq, nil, topic, Int32($0.count), $0.baseAddress, 1, true) }
-                            }
-                            lastOut = WallClock.monotonic()
-                        }
-                    case .subscribe(let topics):
-                        if announced { for t in topics { mosquitto_subscribe(mosq, nil, t, 1) }; lastOut = WallClock.monotonic() }
-                    case .publish(let topic, let payload, let retain):
-                        if socketUp {
-                            _ = payload.withUnsafeBytes { mosquitto_publish(mosq, nil, topic, Int32($0.count), $0.baseAddress, 1, retain) }
-                            lastOut = WallClock.monotonic()
-                        }
-                    case .stop(let done):
-                        stopDone = done
-                    }
-                }
-            }
-            if socketUp, fds.count > 1 {
-                let re = fds[1].revents
-                if re & Int16(POLLIN | POLLHUP | POLLERR) != 0 {
-                    let rc = mosquitto_loop_read(mosq, 1)
-                    lastIn = WallClock.monotonic()
-                    pingSentAt = nil
-                    if rc != MOSQ_ERR_SUCCESS.rawValue { lose(ctx.lostReason ?? String(cString: mosquitto_strerror(rc))); continue }
-                }
-                if mayWrite(), mosquitto_want_write(mosq) || re & Int16(POLLOUT) != 0 {
-                    let rc = mosquitto_loop_write(mosq, 1)
-                    lastOut = WallClock.monotonic()
-                    if rc != MOSQ_ERR_SUCCESS.rawValue { lose(String(cString: mosquitto_strerror(rc))); continue }
-                }
-            }
-            if socketUp, !announced, let c = connectingSince, WallClock.monotonic() >= c + min(30, keepalive) {
-                connectingSince = nil
-                mosquitto_disconnect(mosq)
-                lose("no CONNACK from the broker")
-                continue
-            }
-            if socketUp, let p = pingSentAt, WallClock.monotonic() >= p + keepalive / 2 {
-                pingSentAt = nil
-                mosquitto_disconnect(mosq)
-                lose("no answer to PINGREQ within half a keepalive: the link is dead")
-                continue
-            }
-            if socketUp, WallClock.monotonic() >= min(lastIn, lastOut) + keepalive {
-                let rc = mosquitto_loop_misc(mosq)
-                // libmosquitto sent PINGREQ (or gave up on a dead link): it restarts its own clock now.
-                if pingSentAt == nil { pingSentAt = WallClock.monotonic() }
-                lastIn = WallClock.monotonic()
-                lastOut = lastIn
-                if rc != MOSQ_ERR_SUCCESS.rawValue || mosquitto_socket(mosq) < 0 {
-                    lose(ctx.lostReason ?? "keepalive: no answer from the broker"); continue
-                }
-                if mayWrite(), mosquitto_want_write(mosq) { _ = mosquitto_loop_write(mosq, 1) }
-            }
-            if socketUp, ctx.connectedFlag, !announced {
-                announced = true
-                connectingSince = nil
-                if !lostToRejection { backoff.reset() }
-                isConnected.store(true, ordering: .relaxed)
-                let (topics, onConnect) = desired.withLock { ($0.topics, $0.onConnect) }
-                for t in topics { mosquitto_subscribe(mosq, nil, t, 1) }
-                for (topic, payload) in onConnect {
-                    _ = payload.withUnsafeBytes { mosquitto_publish(mosq, nil, topic, Int32($0.count), $0.baseAddress, 1, true) }
-                }
-                lastOut = WallClock.monotonic()
-                logger.info("mqtt: connected to \(options.host):\(options.port) as \(options.clientID)")
-                onEvent(.connected)
-            }
-            if socketUp, !ctx.connectedFlag, let why = ctx.lostReason, !announced {
-                ctx.lostReason = nil
-                mosquitto_disconnect(mosq)
-                lose("broker refused: \(why)")
-            }
-        }
-        // Give messages already handed over a moment to be recorded, so their PUBACKs can go;
-        // past that, or after a rejection, close without writing (the broker redelivers).
-        let settleBy = WallClock.monotonic() + 2
-        while receipts.withLock({ $0.unsettled > 0 && !$0.rejected }), WallClock.monotonic() < settleBy {
-            var fd = pollfd(fd: wake.fd, events: Int16(POLLIN), revents: 0)
-            _ = poll(&fd, 1, 100)
-            wake.drain()
-        }
-        if socketUp, mayWrite() {
-            // Publish the offline status ourselves: a clean DISCONNECT suppresses the will.
-            if let will = options.will {
-                _ = will.payload.withUnsafeBytes { mosquitto_publish(mosq, nil, will.topic, Int32($0.count), $0.baseAddress, 1, true) }
-                _ = mosquitto_loop_write(mosq, 1)
-            }
-            mosquitto_disconnect(mosq)
-            _ = mosquitto_loop_write(mosq, 1)
-        }
-        isConnected.store(false, ordering: .relaxed)
-        stopDone?()
     }
 }
