@@ -111,7 +111,10 @@ public struct MQTTConnectionMachine: Sendable {
     /// Attempts since the last good connection (what the backoff has counted).
     public var failedAttempts: Int { backoff.attempt }
 
-    var mayConnect: Bool { online || peerIsLoopback }
+    /// Attempts go on without a default route too: a broker on the LAN (or this machine) needs
+    /// none, and towards any other one connect() fails at once (ENETUNREACH) without using the
+    /// radio. The backoff keeps them to one a minute at most; the network's return retries at once.
+    var mayConnect: Bool { true }
 
     /// Whether `host` names this machine ("localhost", 127.0.0.0/8, ::1), whose broker needs no network.
     public static func isLoopback(host: String) -> Bool {
@@ -238,8 +241,8 @@ public struct MQTTConnectionMachine: Sendable {
         return [.publish] + timerActions(now: now)
     }
 
-    /// Whether the board has a network (a default route). Offline, no attempt is made; back
-    /// online, a waiting session connects at once with a fresh backoff: the failures were the
+    /// Whether the board has a network (a default route). Offline, attempts go on with their
+    /// backoff (see `mayConnect`); back online, a waiting session connects at once with a fresh backoff: the failures were the
     /// missing network's. An open connection is left alone (a roam keeps it; if it died, the
     /// keepalive finds out).
     public mutating func networkChanged(online: Bool, now: Double) -> [Action] {
@@ -251,7 +254,7 @@ public struct MQTTConnectionMachine: Sendable {
             nextAttempt = now
             return [.log(.info, "network is back: connecting now")] + attemptIfDue(now: now) + timerActions(now: now)
         }
-        return [.log(.info, "no network: not reconnecting until there is one")] + timerActions(now: now)
+        return [.log(.info, "no default route: reconnect attempts go on with their backoff (a LAN broker needs none)")] + timerActions(now: now)
     }
 
     /// A received message could not be recorded: drop the connection without writing (its
