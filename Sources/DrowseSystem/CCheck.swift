@@ -27,13 +27,14 @@ package enum CCheck {
         return nil
     }
 
-    /// poll(2) that never spins: after an error other than EINTR it waits out the timeout (a
-    /// broken poll in a loop would otherwise burn a core), and reports no ready descriptors.
+    /// poll(2) that never spins: after an error other than EINTR it waits out the timeout, or 100 ms
+    /// without one (a broken poll in a loop would otherwise burn a core), and reports nothing ready.
     @discardableResult
     package static func poll(_ fds: inout [pollfd], timeoutMs: Int32) -> Int {
         let rc = Int(Glibc.poll(&fds, nfds_t(fds.count), timeoutMs))
         if rc < 0 {
-            if errno != EINTR, timeoutMs > 0 { usleep(UInt32(timeoutMs) * 1000) }
+            // Wait out the timeout (or 100 ms when there is none) rather than retry at once.
+            if errno != EINTR { usleep(timeoutMs > 0 ? UInt32(timeoutMs) * 1000 : 100_000) }
             for i in fds.indices { fds[i].revents = 0 }
             return 0
         }

@@ -46,7 +46,7 @@ final class Syncer: Sendable {
     private func run() {
         while true {
             var p = [pollfd(fd: wake.fd, events: Int16(POLLIN), revents: 0)]
-            CCheck.poll(&p, timeoutMs: 100)
+            CCheck.poll(&p, timeoutMs: -1)  // sleeps until woken: no timer
             wake.drain()
             while true {
                 let job: Job? = queue.withLock { q in q.isEmpty ? nil : q.removeFirst() }
