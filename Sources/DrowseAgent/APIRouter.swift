@@ -2,20 +2,20 @@ import DrowseCore
 import DrowseSystem
 
 /// One parsed API request.
-public struct APIRequest: Sendable {
-    public var method: String
-    public var path: String
-    public var query: [String: String]
-    public var body: [UInt8]
+package struct APIRequest: Sendable {
+    package var method: String
+    package var path: String
+    package var query: [String: String]
+    package var body: [UInt8]
 }
 
 /// Maps `/v1/...` routes to the agent (SPEC.md, "Local API").
-public struct APIRouter: Sendable {
+package struct APIRouter: Sendable {
     let agent: Agent
 
-    public init(agent: Agent) { self.agent = agent }
+    package init(agent: Agent) { self.agent = agent }
 
-    public func handle(_ req: APIRequest, caller: Caller) async -> (Int, JSON) {
+    package func handle(_ req: APIRequest, caller: Caller) async -> (Int, JSON) {
         do {
             return (200, try await route(req, caller: caller))
         } catch {

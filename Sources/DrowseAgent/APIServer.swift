@@ -12,16 +12,16 @@ import ServiceLifecycle
 /// The local API: HTTP/1.1 with JSON bodies on a Unix socket, every caller identified by
 /// SO_PEERCRED. It shares NIO's singleton event loops with Swift concurrency; they sleep
 /// in epoll when nobody calls.
-public struct APIServer: Service {
+package struct APIServer: Service {
     /// Connections open at once; more wait in the listen backlog (also 64) until one closes.
     /// A board's apps and scripts need a handful; the cap keeps any one local user from
     /// spending the daemon's file descriptors, which MQTT, SQLite and transfers need too.
-    public static let maxConnections = 64
+    package static let maxConnections = 64
     /// A connection is closed when no whole request arrives within this long of its opening or
     /// of its last response: idle keep-alive connections do not hold one of the 64 places, and
     /// a client that sends a request a byte at a time does not either. The timer exists only
     /// while a client holds a connection open, so an idle daemon still sleeps.
-    public static let idleTimeout = TimeAmount.seconds(10)
+    package static let idleTimeout = TimeAmount.seconds(10)
     /// Request line and headers: far more than any client of this API sends, far less than
     /// NIO's defaults (80 KiB per field, 80 KiB in all, 65 534 fields).
     static let decoderLimits: NIOHTTPDecoderLimitConfiguration = {
@@ -36,13 +36,13 @@ public struct APIServer: Service {
     let router: APIRouter
     let logger: Logger
 
-    public init(path: String, router: APIRouter, logger: Logger) {
+    package init(path: String, router: APIRouter, logger: Logger) {
         self.path = path
         self.router = router
         self.logger = logger
     }
 
-    public func run() async throws {
+    package func run() async throws {
         let group = MultiThreadedEventLoopGroup.singleton
         let folder = ConfigPath.directory(of: path)
         try FileSystem.makeDirectories(folder, mode: 0o755)

@@ -98,7 +98,7 @@ extension Agent {
     }
 
     /// `drowse fetch ID`: run now and wait for the result.
-    public func fetchNow(_ id: String, caller: Caller) async throws(APIError) -> HandlerOutcome {
+    package func fetchNow(_ id: String, caller: Caller) async throws(APIError) -> HandlerOutcome {
         let app = try app(id, for: caller)
         guard app.fetchCommand != nil else { throw APIError(409, "no_fetch_command", "app '\(id)' has no fetch command") }
         guard !stopping else { throw APIError(409, "busy", "drowsed is stopping") }
@@ -107,7 +107,7 @@ extension Agent {
         return await run.outcome()
     }
 
-    public func used(_ id: String, caller: Caller) throws(APIError) {
+    package func used(_ id: String, caller: Caller) throws(APIError) {
         _ = try app(id, for: caller)
         let t = now()
         do { try store.recordUse(app: id, at: t) } catch { throw .internal("\(error)") }

@@ -3,7 +3,7 @@ import DrowseStore
 import DrowseSystem
 
 extension Agent {
-    public func status(caller: Caller) -> JSON {
+    package func status(caller: Caller) -> JSON {
         .object([
             ("version", .string(Agent.version)), ("device_id", .string(config.deviceID)),
             ("mqtt", .object([
@@ -20,7 +20,7 @@ extension Agent {
         ])
     }
 
-    public func conditions(refresh: Bool) -> JSON {
+    package func conditions(refresh: Bool) -> JSON {
         if refresh { refreshConditions() }
         return conditions.json
     }
@@ -76,7 +76,7 @@ extension Agent {
         ])
     }
 
-    public func appsList(caller: Caller) -> JSON {
+    package func appsList(caller: Caller) -> JSON {
         let plans = Dictionary(uniqueKeysWithValues: scheduler.plans(now: now()).map { ($0.id, $0) })
         var out = apps.values.filter { visible($0, to: caller) }.sorted { $0.id < $1.id }.map {
             appJSON($0, plan: plans[$0.id], history: false)
@@ -85,7 +85,7 @@ extension Agent {
         return .array(out)
     }
 
-    public func appDetail(_ id: String, caller: Caller) throws(APIError) -> JSON {
+    package func appDetail(_ id: String, caller: Caller) throws(APIError) -> JSON {
         if apps[id] == nil, caller.isAdmin, let bad = invalidApps.first(where: { $0.id == id }) { return invalidJSON(bad) }
         let app = try app(id, for: caller)
         let plan = scheduler.plans(now: now()).first { $0.id == id }

@@ -7,23 +7,23 @@ import DrowseSystem
 import DrowseTransfers
 
 /// A request to create a transfer, from the API.
-public struct TransferRequest: Sendable {
-    public var kind: Transfer.Kind
-    public var url: String
-    public var app: String
-    public var session: String
-    public var destination: String?
-    public var sha256: String?
+package struct TransferRequest: Sendable {
+    package var kind: Transfer.Kind
+    package var url: String
+    package var app: String
+    package var session: String
+    package var destination: String?
+    package var sha256: String?
     /// Uploads: the file to send.
-    public var source: String?
-    public var uploadProtocol: UploadProtocol = .auto
+    package var source: String?
+    package var uploadProtocol: UploadProtocol = .auto
     /// Uploads: the file's media type (tus `filetype`, a PUT's Content-Type).
-    public var contentType: String?
+    package var contentType: String?
     /// `--timeout-resource`: give up if not finished in this long (default 7 days, as on iOS).
-    public var timeoutResource: Double = 7 * 86400
-    public var requirements = TransferRequirements()
+    package var timeoutResource: Double = 7 * 86400
+    package var requirements = TransferRequirements()
     /// A size announced in advance (push to transfer): the byte cap from the first byte.
-    public var expectedSize: Int64?
+    package var expectedSize: Int64?
 }
 
 extension Agent {
@@ -181,7 +181,7 @@ extension Agent {
         return dir
     }
 
-    public func createTransfer(_ req: TransferRequest, caller: Caller) throws(APIError) -> Transfer {
+    package func createTransfer(_ req: TransferRequest, caller: Caller) throws(APIError) -> Transfer {
         let app = try app(req.app, for: caller)
         guard URLParts.isTransferURL(req.url) else {
             throw .badRequest("only http and https URLs can be transferred: '\(req.url)'")
@@ -257,19 +257,19 @@ extension Agent {
 
     func withLive(_ t: Transfer) -> Transfer { transferLifecycle.shown(unsaved[t.id] ?? t) }
 
-    public func transfers(app: String?, caller: Caller) throws(APIError) -> [Transfer] {
+    package func transfers(app: String?, caller: Caller) throws(APIError) -> [Transfer] {
         let all: [Transfer]
         do { all = try store.transfers(app: app) } catch { throw .internal("\(error)") }
         return all.filter { t in apps[t.app].map { visible($0, to: caller) } ?? caller.isAdmin }.map(withLive)
     }
 
-    public func transfer(_ id: String, caller: Caller) throws(APIError) -> Transfer {
+    package func transfer(_ id: String, caller: Caller) throws(APIError) -> Transfer {
         guard let t = current(id) else { throw .notFound("no transfer '\(id)'") }
         guard caller.isAdmin || (apps[t.app].map { visible($0, to: caller) } ?? false) else { throw .notFound("no transfer '\(id)'") }
         return withLive(t)
     }
 
-    public func cancel(_ id: String, caller: Caller) throws(APIError) -> Transfer {
+    package func cancel(_ id: String, caller: Caller) throws(APIError) -> Transfer {
         let t = try transfer(id, caller: caller)
         guard !t.state.isFinished else { return t }
         drive { $0.cancelRequested(id: id, now: now()) }
@@ -277,7 +277,7 @@ extension Agent {
     }
 
     /// `drowse quit ID`: the force-quit cancels the app's unfinished transfers.
-    public func quit(_ id: String, caller: Caller) throws(APIError) -> Int {
+    package func quit(_ id: String, caller: Caller) throws(APIError) -> Int {
         let app = try app(id, for: caller)
         var n = 0
         drive { m in

@@ -11,8 +11,8 @@ import Logging
 /// The daemon's brain: apps, the fetch plan, notifications and transfers. One actor owns
 /// the store and every decision; the C libraries run on their own threads and report here
 /// through ordered streams.
-public actor Agent {
-    public static let version = "0.1.0"
+package actor Agent {
+    package static let version = "0.1.0"
 
     let config: MainConfig
     let logger: Logger
@@ -61,7 +61,7 @@ public actor Agent {
     var runningHandlers = 0
     var handlersIdle: [CheckedContinuation<Void, Never>] = []
 
-    public init(config: MainConfig, logger: Logger, launcher: HandlerLaunching = ProcessLauncher(), schedulerTrace: String? = nil) throws {
+    package init(config: MainConfig, logger: Logger, launcher: HandlerLaunching = ProcessLauncher(), schedulerTrace: String? = nil) throws {
         self.config = config
         self.logger = logger
         self.launcher = launcher
@@ -88,7 +88,7 @@ public actor Agent {
     var radio: RadioModel { RadioModel.forConfig(config.radioModel, network: conditions.network) }
 
     /// Loads apps, resumes unfinished work and connects. Returns once running.
-    public func start() {
+    package func start() {
         let monitor = ConditionsMonitor(logger: logger) { change in
             Task { await self.conditionsChanged(change) }
         }
@@ -103,7 +103,7 @@ public actor Agent {
     }
 
     /// Stops cleanly: transfer progress committed, MQTT offline status published.
-    public func shutdown() async {
+    package func shutdown() async {
         stopping = true
         windowTimer?.cancel()
         deferredTimer?.cancel()

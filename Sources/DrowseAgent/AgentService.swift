@@ -4,18 +4,18 @@ import ServiceLifecycle
 
 /// Runs the agent inside the ServiceGroup: starts it, tells systemd it is ready, and stops
 /// it cleanly on SIGTERM/SIGINT.
-public struct AgentService: Service {
+package struct AgentService: Service {
     let agent: Agent
     let logger: Logger
     let onReady: @Sendable () -> Void
 
-    public init(agent: Agent, logger: Logger, onReady: @escaping @Sendable () -> Void) {
+    package init(agent: Agent, logger: Logger, onReady: @escaping @Sendable () -> Void) {
         self.agent = agent
         self.logger = logger
         self.onReady = onReady
     }
 
-    public func run() async throws {
+    package func run() async throws {
         await agent.start()
         onReady()
         // Sleep until shutdown: no loop, no timer.

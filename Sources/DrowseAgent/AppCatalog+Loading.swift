@@ -6,7 +6,7 @@ extension AppCatalog {
     /// (or symlinks to them) are read, each up to `ConfigFile.maxSize`: a FIFO or a device
     /// would block start-up, and a cut file could pass as a whole one. Anything else becomes
     /// an invalid app with the reason, so one bad entry never stops the others.
-    public static func load(directory: String) -> AppCatalog {
+    package static func load(directory: String) -> AppCatalog {
         let names = FileSystem.listDirectory(directory).filter { $0.hasSuffix(".toml") }
         return AppCatalog(names.map { name in
             let path = directory + "/" + name

@@ -8,13 +8,13 @@ import NIOPosix
 /// thread starts a 1 Hz pool-monitor timer that then wakes the process every second for
 /// the rest of its life. drowsed runs Swift concurrency on NIO's event loops instead (see
 /// `drowsed`'s entry point), so timers must come from there too.
-public struct WakeTimer: Sendable {
+package struct WakeTimer: Sendable {
     private let scheduled: Scheduled<Void>
 
     /// Runs `body` once, `seconds` from now. Any Double is accepted: negatives fire at once,
     /// NaN and delays beyond `TimeLimits.maxTimerDelay` (ten years) wait that long, so a
     /// deadline computed from a bad stored value cannot trap or spin.
-    public static func after(_ seconds: Double, _ body: @escaping @Sendable () -> Void) -> WakeTimer {
+    package static func after(_ seconds: Double, _ body: @escaping @Sendable () -> Void) -> WakeTimer {
         let loop = MultiThreadedEventLoopGroup.singleton.any()
         return WakeTimer(scheduled: loop.scheduleTask(in: amount(seconds)) { body() })
     }
@@ -24,5 +24,5 @@ public struct WakeTimer: Sendable {
         .milliseconds(Int64(saturating: TimeLimits.timerDelay(seconds) * 1000, rounding: .up))
     }
 
-    public func cancel() { scheduled.cancel() }
+    package func cancel() { scheduled.cancel() }
 }

@@ -1,24 +1,24 @@
 /// The apps of an apps.d folder: each `*.toml` file there is one app, usable or not (SPEC.md,
 /// "App definition": an invalid app file is reported and skipped; the other apps keep working).
-public struct AppCatalog: Sendable {
+package struct AppCatalog: Sendable {
     /// An app file that cannot be used, and why.
-    public struct Invalid: Sendable, Equatable {
-        public var file: String
+    package struct Invalid: Sendable, Equatable {
+        package var file: String
         /// The file's name without `.toml`: what `drowse apps` lists it as, since its own id
         /// may be missing, unreadable or shared.
-        public var id: String
-        public var error: ConfigError
+        package var id: String
+        package var error: ConfigError
     }
 
     /// Usable apps by id.
-    public private(set) var apps: [String: AppDefinition] = [:]
+    package private(set) var apps: [String: AppDefinition] = [:]
     /// Unusable app files, in the order given.
-    public private(set) var invalid: [Invalid] = []
+    package private(set) var invalid: [Invalid] = []
 
     /// `files` are the app files' paths, each with its text or why it could not be read.
     /// Two files declaring the same id are both refused: picking one (the first by name, say)
     /// would let a stray copy silently replace an app or leave it, depending on file names.
-    public init(_ files: [(path: String, text: Result<String, ConfigError>)]) {
+    package init(_ files: [(path: String, text: Result<String, ConfigError>)]) {
         var parsed: [(path: String, app: Result<AppDefinition, ConfigError>)] = []
         var filesByID: [String: [String]] = [:]
         for (path, text) in files {

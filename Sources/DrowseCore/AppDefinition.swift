@@ -1,12 +1,12 @@
 /// How often an app wants its fetch handler run (`fetch.minimum_interval`).
-public enum FetchInterval: Sendable, Equatable, CustomStringConvertible {
+package enum FetchInterval: Sendable, Equatable, CustomStringConvertible {
     /// Never fetched in the background (the default, as on iOS).
     case never
     /// As often as the planner allows.
     case minimum
     case every(Duration)
 
-    public var description: String {
+    package var description: String {
         switch self {
         case .never: "never"
         case .minimum: "minimum"
@@ -16,23 +16,23 @@ public enum FetchInterval: Sendable, Equatable, CustomStringConvertible {
 }
 
 /// `apps.d/<id>.toml` (SPEC.md, "App definition").
-public struct AppDefinition: Sendable, Equatable {
-    public var id: String
-    public var file: String
+package struct AppDefinition: Sendable, Equatable {
+    package var id: String
+    package var file: String
     /// The line of `id = ...`, for errors about the id that only show beside other files.
-    public var idLine: Int?
-    public var user: String?
-    public var workingDirectory: String?
-    public var fetchCommand: [String]?
-    public var fetchInterval: FetchInterval
-    public var notificationCommand: [String]?
-    public var notificationPublicKey: String?
-    public var allowDownload: Bool
-    public var eventsCommand: [String]?
-    public var sendsLaunchEvents: Bool
+    package var idLine: Int?
+    package var user: String?
+    package var workingDirectory: String?
+    package var fetchCommand: [String]?
+    package var fetchInterval: FetchInterval
+    package var notificationCommand: [String]?
+    package var notificationPublicKey: String?
+    package var allowDownload: Bool
+    package var eventsCommand: [String]?
+    package var sendsLaunchEvents: Bool
 
     /// The command for an event kind, with the SPEC's fallbacks.
-    public func command(for event: HandlerEvent) -> [String]? {
+    package func command(for event: HandlerEvent) -> [String]? {
         switch event {
         case .fetch: fetchCommand
         case .notification: notificationCommand ?? fetchCommand
@@ -40,7 +40,7 @@ public struct AppDefinition: Sendable, Equatable {
         }
     }
 
-    public static func parse(_ text: String, file: String) throws(ConfigError) -> AppDefinition {
+    package static func parse(_ text: String, file: String) throws(ConfigError) -> AppDefinition {
         let table: TOMLTable
         do { table = try TOMLParser.parse(text) } catch {
             throw ConfigError(file: file, line: error.line, problem: error.reason)
@@ -105,6 +105,6 @@ public struct AppDefinition: Sendable, Equatable {
 }
 
 /// The events a handler is launched for (`DROWSE_EVENT`).
-public enum HandlerEvent: String, Sendable, CaseIterable {
+package enum HandlerEvent: String, Sendable, CaseIterable {
     case fetch, notification, transfers
 }

@@ -1,11 +1,11 @@
 /// Capped exponential backoff with full jitter: attempt n waits a random time in
 /// [base·2ⁿ/2, base·2ⁿ], never more than `cap`. The random source is injected for tests.
-public struct Backoff: Sendable {
-    public var base: Double
-    public var cap: Double
-    public private(set) var attempt = 0
+package struct Backoff: Sendable {
+    package var base: Double
+    package var cap: Double
+    package private(set) var attempt = 0
 
-    public init(base: Double, cap: Double) {
+    package init(base: Double, cap: Double) {
         self.base = base
         self.cap = cap
     }
@@ -13,7 +13,7 @@ public struct Backoff: Sendable {
     /// The delay before the next attempt; `unit` is a uniform random number in [0, 1).
     /// Always finite and within [0, `TimeLimits.maxTimerDelay`], whatever `base` and `cap`
     /// hold: callers turn it into timers and whole seconds, where NaN or infinity would trap.
-    public mutating func next(unit: Double) -> Double {
+    package mutating func next(unit: Double) -> Double {
         let limit = TimeLimits.maxTimerDelay
         let raw = min(cap, base * Double(1 << min(attempt, 30)))
         let ceiling = raw.clamped(to: 0...limit, nanValue: limit)
@@ -22,5 +22,5 @@ public struct Backoff: Sendable {
         return ceiling / 2 + ceiling / 2 * u
     }
 
-    public mutating func reset() { attempt = 0 }
+    package mutating func reset() { attempt = 0 }
 }

@@ -1,9 +1,9 @@
 /// Base64 (RFC 4648), standard and URL-safe alphabets, without Foundation.
-public enum Base64 {
+package enum Base64 {
     private static let standard = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)
     private static let urlSafe = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
 
-    public static func encode(_ bytes: [UInt8], urlSafe: Bool = false, padding: Bool = true) -> String {
+    package static func encode(_ bytes: [UInt8], urlSafe: Bool = false, padding: Bool = true) -> String {
         let table = urlSafe ? Self.urlSafe : Self.standard
         var out: [UInt8] = []
         out.reserveCapacity((bytes.count + 2) / 3 * 4)
@@ -25,7 +25,7 @@ public enum Base64 {
     }
 
     /// Decodes either alphabet, with or without padding. Nil on any other character.
-    public static func decode(_ text: String) -> [UInt8]? {
+    package static func decode(_ text: String) -> [UInt8]? {
         var values: [UInt8] = []
         for c in text.utf8 {
             switch c {

@@ -1,26 +1,26 @@
 /// What the board has right now: power and network (SPEC.md, `drowse conditions`).
-public struct Conditions: Sendable, Equatable {
-    public enum PowerSource: String, Sendable { case ac, battery, unknown }
-    public enum Network: String, Sendable { case none, ethernet, wifi, cellular }
+package struct Conditions: Sendable, Equatable {
+    package enum PowerSource: String, Sendable { case ac, battery, unknown }
+    package enum Network: String, Sendable { case none, ethernet, wifi, cellular }
 
-    public var powerSource: PowerSource = .unknown
-    public var batteryPercent: Int?
-    public var charging: Bool?
-    public var network: Network = .none
-    public var interface: String?
-    public var metered: Bool = false
-    public var readAt: Double = 0
+    package var powerSource: PowerSource = .unknown
+    package var batteryPercent: Int?
+    package var charging: Bool?
+    package var network: Network = .none
+    package var interface: String?
+    package var metered: Bool = false
+    package var readAt: Double = 0
 
-    public init() {}
+    package init() {}
 
     /// The same facts, stamped with another read time (for comparing two readings).
-    public func withReadAt(_ t: Double) -> Conditions {
+    package func withReadAt(_ t: Double) -> Conditions {
         var c = self
         c.readAt = t
         return c
     }
 
-    public var json: JSON {
+    package var json: JSON {
         [
             "power_source": .string(powerSource.rawValue), "battery_percent": JSON(batteryPercent),
             "charging": JSON(charging), "network": .string(network.rawValue), "interface": JSON(interface),
@@ -30,14 +30,14 @@ public struct Conditions: Sendable, Equatable {
 }
 
 /// One entry of /sys/class/power_supply, as read.
-public struct PowerSupplyReading: Sendable, Equatable {
-    public var name: String
-    public var type: String?
-    public var online: Bool?
-    public var capacity: Int?
-    public var status: String?
+package struct PowerSupplyReading: Sendable, Equatable {
+    package var name: String
+    package var type: String?
+    package var online: Bool?
+    package var capacity: Int?
+    package var status: String?
 
-    public init(name: String, type: String?, online: Bool?, capacity: Int?, status: String?) {
+    package init(name: String, type: String?, online: Bool?, capacity: Int?, status: String?) {
         self.name = name
         self.type = type
         self.online = online
@@ -46,7 +46,7 @@ public struct PowerSupplyReading: Sendable, Equatable {
     }
 
     /// Combines every supply into one power picture. No supply at all: external power.
-    public static func combine(_ supplies: [PowerSupplyReading], into c: inout Conditions) {
+    package static func combine(_ supplies: [PowerSupplyReading], into c: inout Conditions) {
         let batteries = supplies.filter { ($0.type ?? "").lowercased() == "battery" || ($0.type ?? "").lowercased() == "ups" }
         let external = supplies.filter { ["mains", "usb", "usb_c", "usb_pd", "usb_dcp", "usb_cdp", "wireless"].contains(($0.type ?? "").lowercased()) }
         let externalOnline = external.contains { $0.online == true }

@@ -1,12 +1,12 @@
 /// What a transfer asks of the board before it may use the network (SPEC: `--discretionary`,
 /// `--no-cellular`, `--requires-power`; iOS's `discretionary` and `allowsCellularAccess`).
-public struct TransferRequirements: Sendable, Equatable {
+package struct TransferRequirements: Sendable, Equatable {
     /// Only on an unmetered network, and on external power or a battery above the low mark.
-    public var discretionary = false
-    public var noCellular = false
-    public var requiresPower = false
+    package var discretionary = false
+    package var noCellular = false
+    package var requiresPower = false
 
-    public init(discretionary: Bool = false, noCellular: Bool = false, requiresPower: Bool = false) {
+    package init(discretionary: Bool = false, noCellular: Bool = false, requiresPower: Bool = false) {
         self.discretionary = discretionary
         self.noCellular = noCellular
         self.requiresPower = requiresPower
@@ -14,18 +14,18 @@ public struct TransferRequirements: Sendable, Equatable {
 }
 
 /// Decides whether work may run under the current conditions, and says why not. Pure.
-public struct ConditionsPolicy: Sendable {
-    public var batteryLowPercent: Int
+package struct ConditionsPolicy: Sendable {
+    package var batteryLowPercent: Int
 
-    public init(batteryLowPercent: Int) { self.batteryLowPercent = batteryLowPercent }
+    package init(batteryLowPercent: Int) { self.batteryLowPercent = batteryLowPercent }
 
     /// On battery power, below the low mark.
-    public func batteryLow(_ c: Conditions) -> Bool {
+    package func batteryLow(_ c: Conditions) -> Bool {
         c.powerSource == .battery && (c.batteryPercent ?? 100) < batteryLowPercent
     }
 
     /// nil when the work may run now; otherwise what it waits for ("no network", "metered network", ...).
-    public func blocker(_ r: TransferRequirements, _ c: Conditions) -> String? {
+    package func blocker(_ r: TransferRequirements, _ c: Conditions) -> String? {
         if c.network == .none { return "no network" }
         if r.noCellular && c.network == .cellular { return "cellular network" }
         if r.requiresPower && c.powerSource == .battery { return "on battery power" }

@@ -1,11 +1,11 @@
 /// A configuration problem: which file, which key, what is wrong.
-public struct ConfigError: Error, Equatable, Sendable, CustomStringConvertible {
-    public var file: String
-    public var key: String?
-    public var line: Int?
-    public var problem: String
+package struct ConfigError: Error, Equatable, Sendable, CustomStringConvertible {
+    package var file: String
+    package var key: String?
+    package var line: Int?
+    package var problem: String
 
-    public init(file: String, key: String? = nil, line: Int? = nil, problem: String) {
+    package init(file: String, key: String? = nil, line: Int? = nil, problem: String) {
         self.file = file
         self.key = key
         self.line = line
@@ -13,7 +13,7 @@ public struct ConfigError: Error, Equatable, Sendable, CustomStringConvertible {
     }
 
     /// One line, as `drowsed` prints it before exiting.
-    public var description: String {
+    package var description: String {
         var s = file
         if let line { s += ":\(line)" }
         if let key { s += ": key '\(key)'" }
@@ -114,20 +114,20 @@ package struct TableReader {
 }
 
 /// Limits on config files (drowse.toml and each apps.d file).
-public enum ConfigFile {
+package enum ConfigFile {
     /// Far above any real config; a bigger file is refused, never read in part.
-    public static let maxSize = 1 << 20
+    package static let maxSize = 1 << 20
 }
 
 /// Path helpers: config paths are relative to the folder of the file that names them.
-public enum ConfigPath {
-    public static func directory(of file: String) -> String {
+package enum ConfigPath {
+    package static func directory(of file: String) -> String {
         guard let slash = file.lastIndex(of: "/") else { return "." }
         let dir = String(file[..<slash])
         return dir.isEmpty ? "/" : dir
     }
 
-    public static func resolve(_ path: String, relativeTo dir: String) -> String {
+    package static func resolve(_ path: String, relativeTo dir: String) -> String {
         if path.hasPrefix("/") { return path }
         var p = path
         while p.hasPrefix("./") { p.removeFirst(2) }

@@ -7,16 +7,16 @@
 /// The rule it keeps: bytes are only ever appended to a part file when the server's answer
 /// provably continues that same file at that same offset; anything else starts from zero
 /// (never a splice of two versions).
-public struct DownloadMachine: Sendable {
+package struct DownloadMachine: Sendable {
     /// The final response's headers (after any redirects), as far as they matter here.
-    public struct Response: Sendable, Equatable {
-        public var status: Int
-        public var contentRange: String?
-        public var contentLength: Int64?
-        public var etag: String?
-        public var lastModified: String?
+    package struct Response: Sendable, Equatable {
+        package var status: Int
+        package var contentRange: String?
+        package var contentLength: Int64?
+        package var etag: String?
+        package var lastModified: String?
 
-        public init(status: Int = 0, contentRange: String? = nil, contentLength: Int64? = nil,
+        package init(status: Int = 0, contentRange: String? = nil, contentLength: Int64? = nil,
                     etag: String? = nil, lastModified: String? = nil) {
             self.status = status
             self.contentRange = contentRange
@@ -27,7 +27,7 @@ public struct DownloadMachine: Sendable {
     }
 
     /// How libcurl ended the attempt, translated from its CURLcode by the engine.
-    public enum Ending: Sendable, Equatable {
+    package enum Ending: Sendable, Equatable {
         case ok
         /// The server answered with this HTTP error status (libcurl's FAILONERROR).
         case httpError(Int)
@@ -42,7 +42,7 @@ public struct DownloadMachine: Sendable {
     }
 
     /// What becomes of the part file when an attempt fails.
-    public enum PartFile: Sendable, Equatable {
+    package enum PartFile: Sendable, Equatable {
         /// Commit every byte written: the next attempt resumes after them.
         case keep
         /// Cut back to the last commit: a full disk gets the uncommitted bytes back.
@@ -51,23 +51,23 @@ public struct DownloadMachine: Sendable {
         case discard
     }
 
-    public struct Failure: Sendable, Equatable, CustomStringConvertible {
-        public var reason: String
-        public var transient: Bool
-        public var noSpace: Bool
-        public var part: PartFile
+    package struct Failure: Sendable, Equatable, CustomStringConvertible {
+        package var reason: String
+        package var transient: Bool
+        package var noSpace: Bool
+        package var part: PartFile
 
-        public init(_ reason: String, transient: Bool, noSpace: Bool = false, part: PartFile) {
+        package init(_ reason: String, transient: Bool, noSpace: Bool = false, part: PartFile) {
             self.reason = reason
             self.transient = transient
             self.noSpace = noSpace
             self.part = part
         }
 
-        public var description: String { reason }
+        package var description: String { reason }
     }
 
-    public enum Action: Sendable, Equatable {
+    package enum Action: Sendable, Equatable {
         /// Cut the part file to this length: bytes past the committed offset may be torn.
         case truncate(to: Int64)
         /// Start over at byte zero: cut the part file to 0, reset any running hash and report
@@ -86,22 +86,22 @@ public struct DownloadMachine: Sendable {
     }
 
     /// Bytes in the part file this attempt may build on.
-    public private(set) var offset: Int64
+    package private(set) var offset: Int64
     /// The file's size, once known (announced by the server or learnt on an earlier attempt).
-    public private(set) var total: Int64?
+    package private(set) var total: Int64?
     /// Validators of the version being downloaded; recorded with each commit.
-    public private(set) var etag: String?
-    public private(set) var lastModified: String?
+    package private(set) var etag: String?
+    package private(set) var lastModified: String?
     /// The final response was checked and accepted.
-    public private(set) var validated = false
+    package private(set) var validated = false
     /// The byte cap for a body whose length was not announced.
-    public let maxUnknownSize: Int64
+    package let maxUnknownSize: Int64
     /// Why the attempt was aborted, reported at `ended`.
     var pending: Failure?
 
     /// `committed`: bytes recorded as durable by an earlier attempt; `total`, `etag` and
     /// `lastModified`: what that attempt learnt (or a size announced in advance).
-    public init(committed: Int64, total: Int64?, etag: String?, lastModified: String?, maxUnknownSize: Int64) {
+    package init(committed: Int64, total: Int64?, etag: String?, lastModified: String?, maxUnknownSize: Int64) {
         offset = max(0, committed)
         self.total = total
         self.etag = etag
@@ -110,7 +110,7 @@ public struct DownloadMachine: Sendable {
     }
 
     /// The attempt begins with a part file of `partLength` bytes on disk.
-    public mutating func start(partLength: Int64) -> [Action] {
+    package mutating func start(partLength: Int64) -> [Action] {
         var actions: [Action] = []
         if partLength < offset {
             // Shorter than what was committed: those bytes are gone, the rest cannot be trusted.
@@ -133,7 +133,7 @@ public struct DownloadMachine: Sendable {
     }
 
     /// `count` body bytes arrived, belonging to `response` (checked on the first of them).
-    public mutating func body(_ count: Int, of response: Response) -> [Action] {
+    package mutating func body(_ count: Int, of response: Response) -> [Action] {
         if pending != nil { return [.abort] }
         var actions: [Action] = []
         if !validated {
@@ -155,17 +155,17 @@ public struct DownloadMachine: Sendable {
     }
 
     /// The bytes of the last `.append` are in the part file.
-    public mutating func appended(_ count: Int) {
+    package mutating func appended(_ count: Int) {
         offset += Int64(count)
     }
 
     /// Writing the bytes of an `.append` failed.
-    public mutating func writeFailed(_ reason: String, noSpace: Bool) -> [Action] {
+    package mutating func writeFailed(_ reason: String, noSpace: Bool) -> [Action] {
         abort(Failure(reason, transient: true, noSpace: noSpace, part: noSpace ? .rollBackToCommit : .keep))
     }
 
     /// libcurl ended the attempt; `response` holds the final response's headers, if any came.
-    public mutating func ended(_ ending: Ending, response: Response) -> [Action] {
+    package mutating func ended(_ ending: Ending, response: Response) -> [Action] {
         if let pending { return [.fail(pending)] }
         switch ending {
         case .ok:
@@ -266,18 +266,18 @@ public struct DownloadMachine: Sendable {
 }
 
 /// `Content-Range: bytes START-END/TOTAL` (TOTAL may be `*`).
-public struct ContentRange: Equatable, Sendable {
-    public var start: Int64
-    public var end: Int64
-    public var total: Int64?
+package struct ContentRange: Equatable, Sendable {
+    package var start: Int64
+    package var end: Int64
+    package var total: Int64?
 
-    public init(start: Int64, end: Int64, total: Int64?) {
+    package init(start: Int64, end: Int64, total: Int64?) {
         self.start = start
         self.end = end
         self.total = total
     }
 
-    public static func parse(_ s: String) -> ContentRange? {
+    package static func parse(_ s: String) -> ContentRange? {
         let t = s.trimmingSpaces()
         guard t.lowercased().hasPrefix("bytes ") else { return nil }
         let rest = t.dropFirst(6)

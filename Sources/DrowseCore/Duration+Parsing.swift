@@ -1,7 +1,7 @@
 /// Durations in config files and on the command line: `"500ms"`, `"30s"`, `"15m"`, `"6h"`,
 /// `"7d"`, or combinations such as `"1h30m"`.
-public enum DurationText {
-    public static func parse(_ text: String) -> Duration? {
+package enum DurationText {
+    package static func parse(_ text: String) -> Duration? {
         var total: Double = 0
         var number = ""
         var sawUnit = false
@@ -31,7 +31,7 @@ public enum DurationText {
     }
 
     /// Short human form, e.g. `90s` → `1m30s`.
-    public static func format(_ d: Duration) -> String {
+    package static func format(_ d: Duration) -> String {
         let signed = d.milliseconds
         if signed == 0 { return "0s" }
         var out = signed < 0 ? "-" : ""
@@ -51,7 +51,7 @@ public enum DurationText {
 extension Duration {
     /// Whole milliseconds, saturating at `Int64.min`/`.max`: a Duration holds about ±1.7e20 s,
     /// far more milliseconds than an Int64 (and `seconds * 1000` would trap).
-    public var milliseconds: Int64 {
+    package var milliseconds: Int64 {
         let c = components
         let (ms, overflow) = c.seconds.multipliedReportingOverflow(by: 1000)
         if overflow { return c.seconds < 0 ? .min : .max }
@@ -60,14 +60,14 @@ extension Duration {
         return sum
     }
 
-    public var seconds: Double {
+    package var seconds: Double {
         let c = components
         return Double(c.seconds) + Double(c.attoseconds) / 1e18
     }
 }
 
 extension String {
-    public func trimmingSpaces() -> Substring {
+    package func trimmingSpaces() -> Substring {
         var s = self[...]
         while let f = s.first, f.isWhitespace { s = s.dropFirst() }
         while let l = s.last, l.isWhitespace { s = s.dropLast() }

@@ -15,26 +15,26 @@
 /// - on a low battery, tolerances stretch;
 /// - a window waits for apps that become eligible shortly after it, as long as every member
 ///   stays within its tolerance.
-public struct FetchPlanner: Sendable {
-    public struct AppInput: Sendable, Equatable {
-        public var id: String
+package struct FetchPlanner: Sendable {
+    package struct AppInput: Sendable, Equatable {
+        package var id: String
         /// nil: never fetched in the background.
-        public var interval: Duration?
-        public var lastFetch: Double?
+        package var interval: Duration?
+        package var lastFetch: Double?
         /// Failures (including deadline kills) since the last success.
-        public var consecutiveFailures: Int
+        package var consecutiveFailures: Int
         /// When the app was first seen, so a brand-new app is eligible at once.
-        public var registeredAt: Double
+        package var registeredAt: Double
         /// "No new data" results in a row.
-        public var consecutiveNoData: Int = 0
+        package var consecutiveNoData: Int = 0
         /// The last run was killed at its deadline.
-        public var lastTimedOut: Bool = false
+        package var lastTimedOut: Bool = false
         /// Handler run time in the last 24 h, against the daily budget.
-        public var runtimeToday: Double = 0
+        package var runtimeToday: Double = 0
         /// The next habitual use of the app's data, if one is predicted.
-        public var predictedUse: Double?
+        package var predictedUse: Double?
 
-        public init(id: String, interval: Duration?, lastFetch: Double?, consecutiveFailures: Int = 0, registeredAt: Double,
+        package init(id: String, interval: Duration?, lastFetch: Double?, consecutiveFailures: Int = 0, registeredAt: Double,
                     consecutiveNoData: Int = 0, lastTimedOut: Bool = false, runtimeToday: Double = 0, predictedUse: Double? = nil) {
             self.id = id
             self.interval = interval
@@ -49,75 +49,75 @@ public struct FetchPlanner: Sendable {
     }
 
     /// One app's place in the plan, with the reason a person can read.
-    public struct AppPlan: Sendable, Equatable {
-        public var id: String
-        public var eligibleAt: Double?
-        public var plannedAt: Double?
-        public var reason: String
+    package struct AppPlan: Sendable, Equatable {
+        package var id: String
+        package var eligibleAt: Double?
+        package var plannedAt: Double?
+        package var reason: String
         /// Seconds past eligibility the app may wait (nil: never fetches).
-        public var tolerance: Double? = nil
+        package var tolerance: Double? = nil
         /// The latest it runs by the stated rule (nil while it only joins others' windows).
-        public var dueBy: Double? = nil
+        package var dueBy: Double? = nil
     }
 
-    public struct Window: Sendable, Equatable {
-        public var at: Double
-        public var apps: [String]
+    package struct Window: Sendable, Equatable {
+        package var at: Double
+        package var apps: [String]
     }
 
     /// The tolerance as a share of the interval (`[scheduler] tolerance`).
-    public var toleranceFraction: Double = 0.5
+    package var toleranceFraction: Double = 0.5
     /// Longest tolerance, so that long intervals do not drift by hours.
-    public var maxTolerance: Double = 1800
+    package var maxTolerance: Double = 1800
     /// Failures stretch the interval by 2^n, at most this many times.
-    public var maxBackoffDoublings: Int = 5
+    package var maxBackoffDoublings: Int = 5
     /// No-data results stretch the interval by 50 % each, up to this factor.
-    public var maxNoDataStretch: Double = 4
+    package var maxNoDataStretch: Double = 4
     /// Handler seconds per app per day before its fetches only join others' windows.
-    public var dailyBudget: Double = 600
+    package var dailyBudget: Double = 600
     /// How long before a predicted use the fetch runs.
-    public var usageLead: Double = 300
+    package var usageLead: Double = 300
     /// On battery below the low mark: tolerances are multiplied by this.
-    public var lowBatteryStretch: Double = 3
-    public var lowBattery = false
+    package var lowBatteryStretch: Double = 3
+    package var lowBattery = false
     /// Until when the radio is awake anyway (activity end plus its tail), if it is.
-    public var radioAwakeUntil: Double?
-    public init() {}
+    package var radioAwakeUntil: Double?
+    package init() {}
 
-    public func effectiveInterval(_ app: AppInput) -> Double? {
+    package func effectiveInterval(_ app: AppInput) -> Double? {
         guard let interval = app.interval else { return nil }
         let doublings = min(min(app.consecutiveFailures, maxBackoffDoublings) + (app.lastTimedOut ? 1 : 0), maxBackoffDoublings)
         let stretch = min(1 + 0.5 * Double(app.consecutiveNoData), maxNoDataStretch)
         return interval.seconds * Double(1 << doublings) * (app.consecutiveFailures > 0 ? 1 : stretch)
     }
 
-    public func eligibleAt(_ app: AppInput) -> Double? {
+    package func eligibleAt(_ app: AppInput) -> Double? {
         guard let interval = effectiveInterval(app) else { return nil }
         guard let last = app.lastFetch else { return app.registeredAt }
         return last + interval
     }
 
-    public func tolerance(_ app: AppInput) -> Double {
+    package func tolerance(_ app: AppInput) -> Double {
         guard let interval = app.interval?.seconds else { return 0 }
         let base = min(max(interval * toleranceFraction, 1), maxTolerance)
         return lowBattery ? base * lowBatteryStretch : base
     }
 
-    public func overBudget(_ app: AppInput) -> Bool { app.runtimeToday >= dailyBudget }
+    package func overBudget(_ app: AppInput) -> Bool { app.runtimeToday >= dailyBudget }
 
     /// How late past eligibility an app may run: to share a window with an app that becomes
     /// eligible just after, or to reach a predicted use. The tolerance, so the rule holds.
-    public func lateness(_ app: AppInput) -> Double { tolerance(app) }
+    package func lateness(_ app: AppInput) -> Double { tolerance(app) }
 
     /// The latest time the app runs, by the stated rule (online time); nil while it only joins
     /// windows others open (daily budget spent) or never fetches.
-    public func dueBy(_ app: AppInput) -> Double? {
+    package func dueBy(_ app: AppInput) -> Double? {
         guard !overBudget(app), let e = eligibleAt(app) else { return nil }
         return e + tolerance(app)
     }
 
     /// What stretches or holds an app's schedule now, for people.
-    public func notes(_ app: AppInput) -> [String] {
+    package func notes(_ app: AppInput) -> [String] {
         var notes: [String] = []
         if app.consecutiveFailures > 0, let i = effectiveInterval(app) {
             notes.append("backing off after \(app.consecutiveFailures) failure\(app.consecutiveFailures == 1 ? "" : "s")"
@@ -158,7 +158,7 @@ public struct FetchPlanner: Sendable {
     }
 
     /// The next window at or after `now`, or nil when no app fetches in the background.
-    public func nextWindow(_ apps: [AppInput], now: Double) -> Window? {
+    package func nextWindow(_ apps: [AppInput], now: Double) -> Window? {
         // Each app with when it becomes eligible, and when it is ready to run: at eligibility,
         // or, when it holds back for a predicted use of its data, at that (later) moment — it
         // then joins no window before it, so the use finds fresh data.
@@ -195,12 +195,12 @@ public struct FetchPlanner: Sendable {
     }
 
     /// Every app's plan, for `drowse apps` and `apps show`.
-    public func plans(_ apps: [AppInput], now: Double) -> [AppPlan] {
+    package func plans(_ apps: [AppInput], now: Double) -> [AppPlan] {
         plans(apps, now: now, window: nextWindow(apps, now: now))
     }
 
     /// Every app's plan, given the window already planned.
-    public func plans(_ apps: [AppInput], now: Double, window: Window?) -> [AppPlan] {
+    package func plans(_ apps: [AppInput], now: Double, window: Window?) -> [AppPlan] {
         apps.map { app in
             guard let interval = app.interval else {
                 return AppPlan(id: app.id, eligibleAt: nil, plannedAt: nil, reason: "background fetch is off (minimum_interval = never)")

@@ -1,10 +1,10 @@
 /// The result of one handler run, from its exit status (SPEC.md, "Handler protocol").
-public enum FetchResult: String, Sendable, Equatable, CaseIterable {
+package enum FetchResult: String, Sendable, Equatable, CaseIterable {
     case newData = "new-data"
     case noData = "no-data"
     case failed
 
-    public init(exitStatus: Int32) {
+    package init(exitStatus: Int32) {
         switch exitStatus {
         case 0: self = .newData
         case 100: self = .noData
@@ -14,8 +14,8 @@ public enum FetchResult: String, Sendable, Equatable, CaseIterable {
 }
 
 /// How a handler run ended.
-public struct HandlerOutcome: Sendable, Equatable {
-    public enum Ending: Sendable, Equatable {
+package struct HandlerOutcome: Sendable, Equatable {
+    package enum Ending: Sendable, Equatable {
         case exited(Int32)
         case signaled(Int32)
         /// Killed at its deadline.
@@ -24,22 +24,22 @@ public struct HandlerOutcome: Sendable, Equatable {
         case launchFailed(String)
     }
 
-    public var ending: Ending
-    public var startedAt: Double
-    public var endedAt: Double
+    package var ending: Ending
+    package var startedAt: Double
+    package var endedAt: Double
 
-    public init(ending: Ending, startedAt: Double, endedAt: Double) {
+    package init(ending: Ending, startedAt: Double, endedAt: Double) {
         self.ending = ending
         self.startedAt = startedAt
         self.endedAt = endedAt
     }
 
-    public var result: FetchResult {
+    package var result: FetchResult {
         if case .exited(let s) = ending { return FetchResult(exitStatus: s) }
         return .failed
     }
 
-    public var summary: String {
+    package var summary: String {
         switch ending {
         case .exited(let s): "exit status \(s)"
         case .signaled(let s): "killed by signal \(s)"

@@ -4,7 +4,7 @@
 /// Times are written with full precision (shortest round-trip form), so a replay is exact.
 extension FetchScheduler {
     /// The first line of a trace: the policy and the time zone the scheduler was made with.
-    public var traceHeader: JSON {
+    package var traceHeader: JSON {
         .object([
             ("type", "config"),
             ("tolerance_fraction", JSON(policy.toleranceFraction)), ("max_tolerance", JSON(policy.maxTolerance)),
@@ -15,7 +15,7 @@ extension FetchScheduler {
     }
 
     /// A scheduler made as the one that wrote `header`.
-    public static func fromTrace(header: JSON) throws(TraceError) -> FetchScheduler {
+    package static func fromTrace(header: JSON) throws(TraceError) -> FetchScheduler {
         guard header["type"]?.stringValue == "config" else { throw TraceError("the first line is not a scheduler config") }
         func number(_ key: String) throws(TraceError) -> Double {
             guard let v = header[key]?.doubleValue, v.isFinite else { throw TraceError("config: '\(key)' is missing") }
@@ -32,9 +32,9 @@ extension FetchScheduler {
         return FetchScheduler(policy: policy, utcOffset: try number("utc_offset"))
     }
 
-    public struct TraceError: Error, Sendable, Equatable, CustomStringConvertible {
-        public var description: String
-        public init(_ d: String) { description = d }
+    package struct TraceError: Error, Sendable, Equatable, CustomStringConvertible {
+        package var description: String
+        package init(_ d: String) { description = d }
     }
 }
 
@@ -94,7 +94,7 @@ extension FetchScheduler.App {
 }
 
 extension FetchScheduler.Event {
-    public var json: JSON {
+    package var json: JSON {
         switch self {
         case let .started(apps, c, now):
             .object([("type", "started"), ("now", JSON(now)), ("conditions", c.json), ("apps", .array(apps.map(\.json)))])
@@ -113,7 +113,7 @@ extension FetchScheduler.Event {
         }
     }
 
-    public init(json j: JSON) throws(FetchScheduler.TraceError) {
+    package init(json j: JSON) throws(FetchScheduler.TraceError) {
         let type = j["type"]?.stringValue ?? ""
         let now = j["now"]?.doubleValue
         func need<T>(_ v: T?, _ what: String) throws(FetchScheduler.TraceError) -> T {
@@ -147,7 +147,7 @@ extension FetchScheduler.Event {
 }
 
 extension FetchScheduler.Action {
-    public var json: JSON {
+    package var json: JSON {
         switch self {
         case let .startFetch(apps, trigger):
             .object([("type", "start_fetch"), ("apps", .array(apps.map { .string($0) })), ("trigger", .string(trigger.rawValue))])

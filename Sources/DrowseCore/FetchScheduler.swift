@@ -9,22 +9,22 @@
 /// running, whether the board is online and on a low battery, until when the radio is awake
 /// anyway, and the one planned window. The arithmetic of eligibility, tolerance, neighbours,
 /// piggybacking and usage prediction is `FetchPlanner`'s (pure functions of that state).
-public struct FetchScheduler: Sendable {
+package struct FetchScheduler: Sendable {
     /// What decides one app's fetches; the part after a run (`Record`) is what the store keeps.
-    public struct App: Sendable, Equatable {
-        public var id: String
+    package struct App: Sendable, Equatable {
+        package var id: String
         /// Seconds; nil: never fetched in the background.
-        public var interval: Double?
+        package var interval: Double?
         /// When the app was first seen, so a brand-new app is eligible at once.
-        public var registeredAt: Double
-        public var record: Record
+        package var registeredAt: Double
+        package var record: Record
         /// Handler runs of any kind (start, seconds), oldest first; those of the last day count
         /// against the daily budget.
-        public var recentRuns: [Span]
+        package var recentRuns: [Span]
         /// Recent uses of the app's data (`drowse used`), oldest first.
-        public var uses: [Double]
+        package var uses: [Double]
 
-        public init(id: String, interval: Double?, registeredAt: Double, record: Record = Record(),
+        package init(id: String, interval: Double?, registeredAt: Double, record: Record = Record(),
                     recentRuns: [Span] = [], uses: [Double] = []) {
             self.id = id
             self.interval = interval
@@ -36,17 +36,17 @@ public struct FetchScheduler: Sendable {
     }
 
     /// The bookkeeping one fetch run moves (`apps` in the store).
-    public struct Record: Sendable, Equatable {
+    package struct Record: Sendable, Equatable {
         /// Start of the last fetch run.
-        public var lastFetch: Double?
-        public var lastResult: FetchResult?
+        package var lastFetch: Double?
+        package var lastResult: FetchResult?
         /// Failures (including deadline kills) since the last success.
-        public var consecutiveFailures = 0
-        public var consecutiveNoData = 0
+        package var consecutiveFailures = 0
+        package var consecutiveNoData = 0
         /// The last run was killed at its deadline.
-        public var lastTimedOut = false
+        package var lastTimedOut = false
 
-        public init(lastFetch: Double? = nil, lastResult: FetchResult? = nil, consecutiveFailures: Int = 0,
+        package init(lastFetch: Double? = nil, lastResult: FetchResult? = nil, consecutiveFailures: Int = 0,
                     consecutiveNoData: Int = 0, lastTimedOut: Bool = false) {
             self.lastFetch = lastFetch
             self.lastResult = lastResult
@@ -56,7 +56,7 @@ public struct FetchScheduler: Sendable {
         }
 
         /// After a fetch run that started at `start`.
-        public func after(_ result: FetchResult, timedOut: Bool, start: Double) -> Record {
+        package func after(_ result: FetchResult, timedOut: Bool, start: Double) -> Record {
             var r = self
             r.lastFetch = start
             r.lastResult = result
@@ -71,22 +71,22 @@ public struct FetchScheduler: Sendable {
         }
     }
 
-    public struct Span: Sendable, Equatable {
-        public var start: Double
-        public var seconds: Double
-        public init(start: Double, seconds: Double) {
+    package struct Span: Sendable, Equatable {
+        package var start: Double
+        package var seconds: Double
+        package init(start: Double, seconds: Double) {
             self.start = start
             self.seconds = seconds
         }
     }
 
     /// What the scheduler needs to know of the board.
-    public struct Conditions: Sendable, Equatable {
-        public var online: Bool
-        public var lowBattery: Bool
+    package struct Conditions: Sendable, Equatable {
+        package var online: Bool
+        package var lowBattery: Bool
         /// How long the radio stays up after the last packet (the current network's tail).
-        public var radioTail: Double
-        public init(online: Bool, lowBattery: Bool = false, radioTail: Double) {
+        package var radioTail: Double
+        package init(online: Bool, lowBattery: Bool = false, radioTail: Double) {
             self.online = online
             self.lowBattery = lowBattery
             self.radioTail = radioTail
@@ -94,20 +94,20 @@ public struct FetchScheduler: Sendable {
     }
 
     /// How a fetch run ended.
-    public struct FetchEnding: Sendable, Equatable {
-        public var result: FetchResult
-        public var timedOut: Bool
-        public init(result: FetchResult, timedOut: Bool = false) {
+    package struct FetchEnding: Sendable, Equatable {
+        package var result: FetchResult
+        package var timedOut: Bool
+        package init(result: FetchResult, timedOut: Bool = false) {
             self.result = result
             self.timedOut = timedOut
         }
     }
 
-    public enum Trigger: String, Sendable, Equatable {
+    package enum Trigger: String, Sendable, Equatable {
         case scheduled, manual
     }
 
-    public enum Event: Sendable, Equatable {
+    package enum Event: Sendable, Equatable {
         /// The daemon starts (or the simulation begins) with these apps, as the store remembers them.
         case started(apps: [App], conditions: Conditions, now: Double)
         /// `drowse fetch ID`.
@@ -125,7 +125,7 @@ public struct FetchScheduler: Sendable {
         case used(app: String, now: Double)
         case timerFired(now: Double)
 
-        public var now: Double {
+        package var now: Double {
             switch self {
             case .started(_, _, let t), .fetchRequested(_, let t), .fetchAbandoned(_, let t), .conditionsChanged(_, let t),
                  .radioUsed(let t), .used(_, let t), .timerFired(let t):
@@ -135,7 +135,7 @@ public struct FetchScheduler: Sendable {
         }
     }
 
-    public enum Action: Sendable, Equatable {
+    package enum Action: Sendable, Equatable {
         /// Run these apps' fetch handlers now, together (a window opens).
         case startFetch(apps: [String], trigger: Trigger)
         /// `drowse fetch` asked for an app whose fetch is already running.
@@ -149,30 +149,30 @@ public struct FetchScheduler: Sendable {
         case explain(app: String, reason: String)
     }
 
-    public private(set) var policy: FetchPlanner
+    package private(set) var policy: FetchPlanner
     /// Seconds east of UTC, for habits by time of day.
-    public let utcOffset: Double
-    public private(set) var apps: [String: App] = [:]
+    package let utcOffset: Double
+    package private(set) var apps: [String: App] = [:]
     /// Apps in id order (the order windows list them).
-    public private(set) var order: [String] = []
-    public private(set) var running: Set<String> = []
-    public private(set) var conditions = Conditions(online: true, radioTail: 0)
+    package private(set) var order: [String] = []
+    package private(set) var running: Set<String> = []
+    package private(set) var conditions = Conditions(online: true, radioTail: 0)
     /// The one planned window (nil offline or with nothing to fetch).
-    public private(set) var planned: FetchPlanner.Window?
+    package private(set) var planned: FetchPlanner.Window?
     var timerAt: Double?
     var usage: [String: UsageModel] = [:]
     /// Each app's next predicted use, valid until that use passes or a use is recorded.
     var predicted: [String: Double?] = [:]
     var explained: [String: String] = [:]
 
-    public init(policy: FetchPlanner = FetchPlanner(), utcOffset: Double = 0) {
+    package init(policy: FetchPlanner = FetchPlanner(), utcOffset: Double = 0) {
         self.policy = policy
         self.utcOffset = utcOffset
     }
 
     // MARK: - Events in, actions out
 
-    public mutating func handle(_ event: Event) -> [Action] {
+    package mutating func handle(_ event: Event) -> [Action] {
         var out: [Action] = []
         let now = event.now
         switch event {
@@ -241,7 +241,7 @@ public struct FetchScheduler: Sendable {
     }
 
     /// The planner's view of every app not fetching right now.
-    public mutating func inputs(_ now: Double) -> [FetchPlanner.AppInput] {
+    package mutating func inputs(_ now: Double) -> [FetchPlanner.AppInput] {
         order.compactMap { id -> FetchPlanner.AppInput? in
             guard !running.contains(id), let app = apps[id] else { return nil }
             return input(app, now)
@@ -323,7 +323,7 @@ public struct FetchScheduler: Sendable {
     // MARK: - Questions (for `drowse apps`, and the simulator's checks)
 
     /// Every app's plan at `now`; a running app is shown as fetching.
-    public mutating func plans(now: Double) -> [FetchPlanner.AppPlan] {
+    package mutating func plans(now: Double) -> [FetchPlanner.AppPlan] {
         let all = inputs(now)
         var plans = policy.plans(all, now: now, window: planned)
         if !conditions.online {
@@ -334,7 +334,7 @@ public struct FetchScheduler: Sendable {
 
     /// The stated rule for one app now: eligible from, and due by (nil while the app only joins
     /// others' windows, or never fetches). Offline time does not count against it.
-    public func promise(_ id: String, now: Double) -> (eligibleAt: Double, dueBy: Double?)? {
+    package func promise(_ id: String, now: Double) -> (eligibleAt: Double, dueBy: Double?)? {
         guard let app = apps[id], !running.contains(id) else { return nil }
         let input = input(app, now, nextUse: nextUse(id, now))
         guard let e = policy.eligibleAt(input) else { return nil }

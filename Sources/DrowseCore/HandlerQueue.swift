@@ -6,29 +6,29 @@
 /// After a failed start nothing more starts until a run ends (which frees descriptors and memory)
 /// or, with nothing running, until the retry delay it returns has passed (`retry()`). No timer is
 /// asked for otherwise: the queue sleeps with the daemon.
-public struct HandlerQueue<Item: Sendable>: Sendable {
-    public let limit: Int
-    public private(set) var running = 0
+package struct HandlerQueue<Item: Sendable>: Sendable {
+    package let limit: Int
+    package private(set) var running = 0
     private var waiting: [Item] = []
     private var head = 0
     /// A start failed: hold the rest until a run ends or the retry timer fires.
-    public private(set) var blocked = false
+    package private(set) var blocked = false
     private var failures = 0
 
-    public init(limit: Int) {
+    package init(limit: Int) {
         precondition(limit >= 1)
         self.limit = limit
     }
 
-    public var waitingCount: Int { waiting.count - head }
+    package var waitingCount: Int { waiting.count - head }
 
     /// Queues `item` behind the others.
-    public mutating func submit(_ item: Item) {
+    package mutating func submit(_ item: Item) {
         waiting.append(item)
     }
 
     /// The next item to start now, counted as running; nil when none may start.
-    public mutating func next() -> Item? {
+    package mutating func next() -> Item? {
         guard !blocked, running < limit, head < waiting.count else { return nil }
         let item = waiting[head]
         head += 1
@@ -42,13 +42,13 @@ public struct HandlerQueue<Item: Sendable>: Sendable {
     }
 
     /// The item `next()` gave was started.
-    public mutating func didStart() {
+    package mutating func didStart() {
         failures = 0
     }
 
     /// The item could not be started for lack of resources: it goes back to the front. Returns a
     /// delay after which to call `retry()` when no running handler will end to unblock the queue.
-    public mutating func failedToStart(_ item: Item) -> Double? {
+    package mutating func failedToStart(_ item: Item) -> Double? {
         running -= 1
         if head > 0 {
             head -= 1
@@ -63,24 +63,24 @@ public struct HandlerQueue<Item: Sendable>: Sendable {
     }
 
     /// 0.5 s, doubling, at most 30 s.
-    public static func retryDelay(failures: Int) -> Double {
+    package static func retryDelay(failures: Int) -> Double {
         min(30, 0.5 * Double(1 << min(max(failures - 1, 0), 10)))
     }
 
     /// A started run ended: its descriptors and memory are free again, so a blocked queue tries
     /// again (the caller loops on `next()`).
-    public mutating func ended() {
+    package mutating func ended() {
         running -= 1
         blocked = false
     }
 
     /// The retry delay after a failed start has passed.
-    public mutating func retry() {
+    package mutating func retry() {
         blocked = false
     }
 
     /// Shutdown: everything still waiting, in order; the queue is empty afterwards.
-    public mutating func removeAllWaiting() -> [Item] {
+    package mutating func removeAllWaiting() -> [Item] {
         defer { waiting.removeAll(); head = 0 }
         return Array(waiting[head...])
     }

@@ -1,17 +1,17 @@
 /// Why a JSON text was refused, with the byte offset where parsing stopped.
-public struct JSONParseError: Error, Equatable, CustomStringConvertible {
-    public var offset: Int
-    public var reason: String
-    public var description: String { "invalid JSON at byte \(offset): \(reason)" }
+package struct JSONParseError: Error, Equatable, CustomStringConvertible {
+    package var offset: Int
+    package var reason: String
+    package var description: String { "invalid JSON at byte \(offset): \(reason)" }
 }
 
 extension JSON {
     /// Parses one JSON text strictly: no trailing data, no comments, depth at most `maxDepth`.
-    public static func parse(_ text: String, maxDepth: Int = 64) throws(JSONParseError) -> JSON {
+    package static func parse(_ text: String, maxDepth: Int = 64) throws(JSONParseError) -> JSON {
         try parse(bytes: Array(text.utf8), maxDepth: maxDepth)
     }
 
-    public static func parse(bytes: [UInt8], maxDepth: Int = 64) throws(JSONParseError) -> JSON {
+    package static func parse(bytes: [UInt8], maxDepth: Int = 64) throws(JSONParseError) -> JSON {
         var p = JSONParser(bytes: bytes, maxDepth: maxDepth)
         p.skipWhitespace()
         let value = try p.parseValue(depth: 0)

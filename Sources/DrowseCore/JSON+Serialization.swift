@@ -1,13 +1,13 @@
 extension JSON {
     /// Compact JSON text with members in their stored order.
-    public var serialized: String {
+    package var serialized: String {
         var out = ""
         write(into: &out, indent: nil, level: 0)
         return out
     }
 
     /// Indented JSON text for people.
-    public var pretty: String {
+    package var pretty: String {
         var out = ""
         write(into: &out, indent: "  ", level: 0)
         return out

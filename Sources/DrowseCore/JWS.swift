@@ -1,18 +1,18 @@
 /// A JWS compact serialization (RFC 7515) as Drowse uses it: EdDSA (Ed25519) over a JSON
 /// notification payload. Parsing is pure; signing and verifying live in DrowseSystem.
-public struct JWS: Sendable, Equatable {
+package struct JWS: Sendable, Equatable {
     /// `BASE64URL(header) "." BASE64URL(payload)`: the bytes the signature covers.
-    public var signingInput: [UInt8]
-    public var header: JSON
-    public var payload: [UInt8]
-    public var signature: [UInt8]
+    package var signingInput: [UInt8]
+    package var header: JSON
+    package var payload: [UInt8]
+    package var signature: [UInt8]
 
-    public enum Refusal: Error, Equatable, CustomStringConvertible {
+    package enum Refusal: Error, Equatable, CustomStringConvertible {
         case notCompact
         case badEncoding(String)
         case badHeader(String)
 
-        public var description: String {
+        package var description: String {
             switch self {
             case .notCompact: "not a JWS compact serialization"
             case .badEncoding(let part): "JWS \(part) is not base64url"
@@ -22,12 +22,12 @@ public struct JWS: Sendable, Equatable {
     }
 
     /// Whether raw bytes look like a compact JWS rather than JSON (three base64url parts).
-    public static func looksCompact(_ bytes: [UInt8]) -> Bool {
+    package static func looksCompact(_ bytes: [UInt8]) -> Bool {
         guard let first = bytes.first, first != UInt8(ascii: "{"), first != UInt8(ascii: "[") else { return false }
         return bytes.filter { $0 == UInt8(ascii: ".") }.count == 2
     }
 
-    public static func parse(_ bytes: [UInt8]) throws(Refusal) -> JWS {
+    package static func parse(_ bytes: [UInt8]) throws(Refusal) -> JWS {
         let parts = bytes.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
         guard parts.count == 3 else { throw .notCompact }
         func decode(_ part: ArraySlice<UInt8>, _ name: String) throws(Refusal) -> [UInt8] {
@@ -47,7 +47,7 @@ public struct JWS: Sendable, Equatable {
     }
 
     /// The signing input for `payload` with Drowse's header; append "." and the base64url signature.
-    public static func signingInput(payload: [UInt8]) -> String {
+    package static func signingInput(payload: [UInt8]) -> String {
         let header = Base64.encode(Array(#"{"alg":"EdDSA","typ":"JWT"}"#.utf8), urlSafe: true, padding: false)
         return header + "." + Base64.encode(payload, urlSafe: true, padding: false)
     }

@@ -1,5 +1,5 @@
 /// Text from outside (handler output, URLs, MQTT topics, payload fields) made safe for one log line.
-public enum LogText {
+package enum LogText {
     /// `text` with every control character written as an escape: `\n`, `\r`, `\t`, or `\u{XX}`.
     ///
     /// Why: a handler (or a notification's sender) must not be able to forge log lines with a
@@ -8,7 +8,7 @@ public enum LogText {
     /// terminals), the Unicode line and paragraph separators, and the bidi embedding, override and
     /// isolate controls. Everything else, backslashes included, is left as it was, so ordinary
     /// output reads unchanged (the escape is for safety, not meant to be reversible).
-    public static func escape(_ text: String) -> String {
+    package static func escape(_ text: String) -> String {
         guard text.unicodeScalars.contains(where: needsEscape) else { return text }
         var out = String.UnicodeScalarView()
         for s in text.unicodeScalars {

@@ -12,8 +12,8 @@
 /// radio on anyway, the machine sends the retained status (QoS 1: its PUBACK restarts the
 /// incoming side too) once half the keepalive has gone by, so the next ping falls a whole
 /// keepalive later instead of waking the radio on its own.
-public struct MQTTConnectionMachine: Sendable {
-    public enum TimerPurpose: String, Sendable, Equatable {
+package struct MQTTConnectionMachine: Sendable {
+    package enum TimerPurpose: String, Sendable, Equatable {
         /// The backoff after a lost or failed connection is over: connect.
         case reconnect
         /// No CONNACK since the connection was opened.
@@ -24,14 +24,14 @@ public struct MQTTConnectionMachine: Sendable {
         case pingAnswer
     }
 
-    public enum LogLevel: Sendable, Equatable { case info, warning }
+    package enum LogLevel: Sendable, Equatable { case info, warning }
 
-    public enum Report: Sendable, Equatable {
+    package enum Report: Sendable, Equatable {
         case connected
         case disconnected(reason: String)
     }
 
-    public enum Action: Sendable, Equatable {
+    package enum Action: Sendable, Equatable {
         /// Open a connection (TCP, then CONNECT); answer with `connectIssued` or `connectFailed`.
         case connect
         /// End the connection: send DISCONNECT first when `sendDisconnect`, then close the socket.
@@ -66,19 +66,19 @@ public struct MQTTConnectionMachine: Sendable {
         case stopped
     }
 
-    public let keepalive: Double
+    package let keepalive: Double
     /// How long to wait for CONNACK: a hung broker accepts connections and says nothing.
-    public var connackTimeout: Double { min(30, keepalive) }
+    package var connackTimeout: Double { min(30, keepalive) }
     /// "host:port", for log texts.
-    public let peer: String
+    package let peer: String
     /// The broker is on this machine: reachable whatever the network says.
-    public let peerIsLoopback: Bool
+    package let peerIsLoopback: Bool
 
     var phase: Phase = .idle
     var backoff: Backoff
     var random: SplitMix64
-    public private(set) var online = true
-    public private(set) var nextAttempt = 0.0
+    package private(set) var online = true
+    package private(set) var nextAttempt = 0.0
     var lastIn = 0.0
     var lastOut = 0.0
     /// When PINGREQ went out, until any packet arrives.
@@ -86,10 +86,10 @@ public struct MQTTConnectionMachine: Sendable {
     /// The last connection was dropped because a received message could not be recorded: the
     /// backoff keeps growing across reconnects until a record succeeds again (a full disk must
     /// not make the device reconnect every second).
-    public private(set) var lostToRejection = false
+    package private(set) var lostToRejection = false
     var timer: (at: Double, purpose: TimerPurpose)?
 
-    public init(keepalive: Double, peer: String, peerIsLoopback: Bool = false, backoff: Backoff = Backoff(base: 1, cap: 60), seed: UInt64) {
+    package init(keepalive: Double, peer: String, peerIsLoopback: Bool = false, backoff: Backoff = Backoff(base: 1, cap: 60), seed: UInt64) {
         self.keepalive = keepalive
         self.peer = peer
         self.peerIsLoopback = peerIsLoopback
@@ -97,19 +97,19 @@ public struct MQTTConnectionMachine: Sendable {
         self.random = SplitMix64(seed: seed)
     }
 
-    public var isConnected: Bool { phase == .connected }
+    package var isConnected: Bool { phase == .connected }
     /// A connection is open (connected or waiting for CONNACK).
-    public var isOpen: Bool {
+    package var isOpen: Bool {
         switch phase {
         case .connected, .awaitingConnack: return true
         default: return false
         }
     }
-    public var isStopped: Bool { phase == .stopped }
+    package var isStopped: Bool { phase == .stopped }
     /// The timer the owner should have set now, if any.
-    public var currentTimer: (at: Double, purpose: TimerPurpose)? { timer }
+    package var currentTimer: (at: Double, purpose: TimerPurpose)? { timer }
     /// Attempts since the last good connection (what the backoff has counted).
-    public var failedAttempts: Int { backoff.attempt }
+    package var failedAttempts: Int { backoff.attempt }
 
     /// Attempts go on without a default route too: a broker on the LAN (or this machine) needs
     /// none, and towards any other one connect() fails at once (ENETUNREACH) without using the
@@ -117,7 +117,7 @@ public struct MQTTConnectionMachine: Sendable {
     var mayConnect: Bool { true }
 
     /// Whether `host` names this machine ("localhost", 127.0.0.0/8, ::1), whose broker needs no network.
-    public static func isLoopback(host: String) -> Bool {
+    package static func isLoopback(host: String) -> Bool {
         var h = host.lowercased()
         if h.hasPrefix("["), h.hasSuffix("]") { h = String(h.dropFirst().dropLast()) }
         if h == "localhost" || h.hasSuffix(".localhost") || h == "::1" || h == "0:0:0:0:0:0:0:1" { return true }
@@ -127,7 +127,7 @@ public struct MQTTConnectionMachine: Sendable {
 
     // MARK: events
 
-    public mutating func start(now: Double) -> [Action] {
+    package mutating func start(now: Double) -> [Action] {
         guard phase == .idle else { return [] }
         phase = .waiting
         nextAttempt = now
@@ -136,7 +136,7 @@ public struct MQTTConnectionMachine: Sendable {
     }
 
     /// The connection was opened (the CONNECT packet is queued).
-    public mutating func connectIssued(now: Double) -> [Action] {
+    package mutating func connectIssued(now: Double) -> [Action] {
         guard phase == .waiting else { return [] }
         phase = .awaitingConnack(since: now)
         lastIn = now
@@ -146,13 +146,13 @@ public struct MQTTConnectionMachine: Sendable {
     }
 
     /// Opening the connection failed (DNS, refused, unreachable...).
-    public mutating func connectFailed(reason: String, now: Double) -> [Action] {
+    package mutating func connectFailed(reason: String, now: Double) -> [Action] {
         guard phase == .waiting else { return [] }
         return [.log(.warning, "cannot connect to \(peer): \(reason)")] + lose(reason, now: now)
     }
 
     /// CONNACK arrived: `rc` 0 accepts, anything else refuses (`reason` says why in words).
-    public mutating func connack(rc: Int, reason: String, now: Double) -> [Action] {
+    package mutating func connack(rc: Int, reason: String, now: Double) -> [Action] {
         guard case .awaitingConnack = phase else { return [] }
         guard rc == 0 else {
             return [.close(sendDisconnect: true)] + lose("broker refused: \(reason)", now: now)
@@ -165,13 +165,13 @@ public struct MQTTConnectionMachine: Sendable {
 
     /// The connection broke (a read or write failed, the broker closed it, the client library
     /// gave up on the keepalive).
-    public mutating func disconnected(reason: String, now: Double) -> [Action] {
+    package mutating func disconnected(reason: String, now: Double) -> [Action] {
         guard isOpen else { return [] }
         return [.close(sendDisconnect: false)] + lose(reason, now: now)
     }
 
     /// A packet arrived: the broker is alive, and the keepalive's incoming side restarts.
-    public mutating func packetReceived(now: Double) -> [Action] {
+    package mutating func packetReceived(now: Double) -> [Action] {
         guard isOpen else { return [] }
         lastIn = now
         pingSentAt = nil
@@ -179,14 +179,14 @@ public struct MQTTConnectionMachine: Sendable {
     }
 
     /// A packet left.
-    public mutating func packetSent(now: Double) -> [Action] {
+    package mutating func packetSent(now: Double) -> [Action] {
         guard isOpen else { return [] }
         lastOut = now
         return timerActions(now: now)
     }
 
     /// The timer asked for last went off (or the owner woke early: nothing is due then).
-    public mutating func timerFired(now: Double) -> [Action] {
+    package mutating func timerFired(now: Double) -> [Action] {
         switch phase {
         case .idle, .stopped:
             return []
@@ -203,13 +203,13 @@ public struct MQTTConnectionMachine: Sendable {
     }
 
     /// No CONNACK within `connackTimeout` of opening the connection.
-    public mutating func connackTimeout(now: Double) -> [Action] {
+    package mutating func connackTimeout(now: Double) -> [Action] {
         guard case .awaitingConnack = phase else { return [] }
         return [.close(sendDisconnect: true)] + lose("no CONNACK from the broker", now: now)
     }
 
     /// A keepalive period passed without traffic: PINGREQ goes now.
-    public mutating func keepaliveDue(now: Double) -> [Action] {
+    package mutating func keepaliveDue(now: Double) -> [Action] {
         guard phase == .connected else { return [] }
         if pingSentAt == nil { pingSentAt = now }
         // The client library restarts its own clock when it sends the ping.
@@ -220,14 +220,14 @@ public struct MQTTConnectionMachine: Sendable {
 
     /// A wake window opened (the radio is on anyway): if the keepalive is past its half, send
     /// traffic now so the next ping falls a whole keepalive later.
-    public mutating func windowOpened(now: Double) -> [Action] {
+    package mutating func windowOpened(now: Double) -> [Action] {
         guard phase == .connected, now - min(lastIn, lastOut) > keepalive / 2 else { return [] }
         lastOut = now
         return [.publishStatus] + timerActions(now: now)
     }
 
     /// The owner changed the wanted topics.
-    public mutating func subscriptionsChanged(now: Double) -> [Action] {
+    package mutating func subscriptionsChanged(now: Double) -> [Action] {
         guard phase == .connected else { return [] }
         lastOut = now
         return [.subscribe] + timerActions(now: now)
@@ -235,7 +235,7 @@ public struct MQTTConnectionMachine: Sendable {
 
     /// The owner wants a message published. It goes on an open connection (before CONNACK the
     /// client library queues it); without one it is dropped.
-    public mutating func publishRequested(now: Double) -> [Action] {
+    package mutating func publishRequested(now: Double) -> [Action] {
         guard isOpen else { return [] }
         lastOut = now
         return [.publish] + timerActions(now: now)
@@ -245,7 +245,7 @@ public struct MQTTConnectionMachine: Sendable {
     /// backoff (see `mayConnect`); back online, a waiting session connects at once with a fresh backoff: the failures were the
     /// missing network's. An open connection is left alone (a roam keeps it; if it died, the
     /// keepalive finds out).
-    public mutating func networkChanged(online: Bool, now: Double) -> [Action] {
+    package mutating func networkChanged(online: Bool, now: Double) -> [Action] {
         let was = self.online
         self.online = online
         guard phase == .waiting, online != was, !peerIsLoopback else { return [] }
@@ -259,7 +259,7 @@ public struct MQTTConnectionMachine: Sendable {
 
     /// A received message could not be recorded: drop the connection without writing (its
     /// PUBACK dies with the socket and the broker delivers it again).
-    public mutating func messageRejected(now: Double) -> [Action] {
+    package mutating func messageRejected(now: Double) -> [Action] {
         guard isOpen else { return [] }
         lostToRejection = true
         return [.close(sendDisconnect: false)]
@@ -267,7 +267,7 @@ public struct MQTTConnectionMachine: Sendable {
     }
 
     /// A received message was recorded: records work again.
-    public mutating func messageRecorded() {
+    package mutating func messageRecorded() {
         guard lostToRejection else { return }
         lostToRejection = false
         backoff.reset()
@@ -276,7 +276,7 @@ public struct MQTTConnectionMachine: Sendable {
     /// Stop: publish the offline status and disconnect cleanly if connected, then finish.
     /// `mayWrite` false (a received message is still unsettled): close without writing, so
     /// nothing is acknowledged that nobody recorded.
-    public mutating func stop(mayWrite: Bool) -> [Action] {
+    package mutating func stop(mayWrite: Bool) -> [Action] {
         guard phase != .stopped else { return [] }
         let open = isOpen
         phase = .stopped

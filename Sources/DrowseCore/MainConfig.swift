@@ -1,73 +1,73 @@
 /// `drowse.toml`: the daemon's configuration (SPEC.md, "Main config").
-public struct MainConfig: Sendable, Equatable {
-    public var file: String
-    public var deviceID: String
-    public var stateDir: String
-    public var appsDir: String
-    public var socket: String
-    public var mqtt: MQTTConfig?
-    public var conditions: ConditionsConfig
-    public var radioModel: String
-    public var scheduler: SchedulerConfig
-    public var transfers: TransfersConfig
-    public var notifications = NotificationsConfig()
+package struct MainConfig: Sendable, Equatable {
+    package var file: String
+    package var deviceID: String
+    package var stateDir: String
+    package var appsDir: String
+    package var socket: String
+    package var mqtt: MQTTConfig?
+    package var conditions: ConditionsConfig
+    package var radioModel: String
+    package var scheduler: SchedulerConfig
+    package var transfers: TransfersConfig
+    package var notifications = NotificationsConfig()
 
-    public struct NotificationsConfig: Sendable, Equatable {
+    package struct NotificationsConfig: Sendable, Equatable {
         /// Silent notifications (priority 5) that may wake an app per hour; more wait for a window.
-        public var maxPerHour: Int = 12
+        package var maxPerHour: Int = 12
     }
 
-    public struct MQTTConfig: Sendable, Equatable {
-        public var url: String
-        public var host: String
-        public var port: Int
-        public var tls: Bool
-        public var topicPrefix: String
-        public var keepalive: Duration
-        public var clientID: String
-        public var username: String?
-        public var passwordFile: String?
-        public var caFile: String?
-        public var certFile: String?
-        public var keyFile: String?
+    package struct MQTTConfig: Sendable, Equatable {
+        package var url: String
+        package var host: String
+        package var port: Int
+        package var tls: Bool
+        package var topicPrefix: String
+        package var keepalive: Duration
+        package var clientID: String
+        package var username: String?
+        package var passwordFile: String?
+        package var caFile: String?
+        package var certFile: String?
+        package var keyFile: String?
     }
 
-    public struct ConditionsConfig: Sendable, Equatable {
-        public var batteryLowPercent: Int = 20
-        public var sysfsRoot: String = "/sys"
-        public var meteredInterfaces: [String]? = nil
+    package struct ConditionsConfig: Sendable, Equatable {
+        package var batteryLowPercent: Int = 20
+        package var sysfsRoot: String = "/sys"
+        package var meteredInterfaces: [String]? = nil
     }
 
     /// Knobs beyond the SPEC's defaults, mainly so tests can run at seconds scale.
-    public struct SchedulerConfig: Sendable, Equatable {
+    package struct SchedulerConfig: Sendable, Equatable {
         /// How long a handler may run (the SPEC's 30 s).
-        public var handlerDeadline: Duration = .seconds(30)
+        package var handlerDeadline: Duration = .seconds(30)
         /// What `minimum_interval = "minimum"` means.
-        public var minimumInterval: Duration = .seconds(600)
+        package var minimumInterval: Duration = .seconds(600)
         /// Handler run time per app per day before its fetches only join others' windows.
-        public var dailyBudget: Duration = .seconds(600)
+        package var dailyBudget: Duration = .seconds(600)
         /// Handlers (notification and fetch) running at once; more wait their turn, none is dropped.
-        public var maxConcurrentHandlers: Int = 8
+        package var maxConcurrentHandlers: Int = 8
         /// How long past eligibility a fetch may wait, as a share of its interval (capped at 30 min).
-        public var tolerance: Double = FetchPlanner().toleranceFraction
+        package var tolerance: Double = FetchPlanner().toleranceFraction
     }
 
-    public struct TransfersConfig: Sendable, Equatable {
-        public var maxConnectionsPerHost: Int = 6
-        public var commitInterval: Duration = .seconds(2)
-        public var commitBytes: Int = 8 << 20
+    package struct TransfersConfig: Sendable, Equatable {
+        package var maxConnectionsPerHost: Int = 6
+        package var commitInterval: Duration = .seconds(2)
+        package var commitBytes: Int = 8 << 20
         /// A transfer that moves no byte for this long is dropped and retried (stall detection).
-        public var stallTimeout: Duration = .seconds(60)
+        package var stallTimeout: Duration = .seconds(60)
         /// Unfinished transfers one app may have; more are refused (429) until some finish.
-        public var maxPerApp: Int = 256
+        package var maxPerApp: Int = 256
         /// Bytes a download whose length the server did not announce may grow to before it fails.
-        public var maxUnknownSize: Int64 = 2 << 30
+        package var maxUnknownSize: Int64 = 2 << 30
     }
 
-    public static let defaultPath = "/etc/drowse/drowse.toml"
+    package static let defaultPath = "/etc/drowse/drowse.toml"
 
     /// Parses `text` read from `file`. `machineID` supplies the default device id.
-    public static func parse(_ text: String, file: String, machineID: String?) throws(ConfigError) -> MainConfig {
+    package static func parse(_ text: String, file: String, machineID: String?) throws(ConfigError) -> MainConfig {
         let table: TOMLTable
         do { table = try TOMLParser.parse(text) } catch {
             throw ConfigError(file: file, line: error.line, problem: error.reason)
@@ -163,8 +163,8 @@ public struct MainConfig: Sendable, Equatable {
 }
 
 /// Names that end up in MQTT topics, file names and URLs.
-public enum Identifier {
-    public static func isValid(_ s: String) -> Bool {
+package enum Identifier {
+    package static func isValid(_ s: String) -> Bool {
         !s.isEmpty && s.count <= 64 && s.first != "." && s.allSatisfy { c in
             c.isASCII && (c.isLetter || c.isNumber || c == "-" || c == "_" || c == ".")
         }

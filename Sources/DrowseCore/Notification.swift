@@ -1,31 +1,31 @@
 /// A notification payload as received over MQTT, checked (SPEC.md, "Notifications over MQTT").
-public struct Notification: Sendable, Equatable {
-    public static let maxBytes = 4096
+package struct Notification: Sendable, Equatable {
+    package static let maxBytes = 4096
 
-    public var payload: JSON
-    public var raw: [UInt8]
-    public var contentAvailable: Bool
-    public var id: String?
-    public var collapseID: String?
-    public var expiration: Double?
-    public var priority: Int
+    package var payload: JSON
+    package var raw: [UInt8]
+    package var contentAvailable: Bool
+    package var id: String?
+    package var collapseID: String?
+    package var expiration: Double?
+    package var priority: Int
     /// A download the provider asks Drowse to make before waking the app (push to transfer).
-    public var download: DownloadRequest?
+    package var download: DownloadRequest?
 
-    public struct DownloadRequest: Sendable, Equatable {
-        public var url: String
-        public var sha256: String?
-        public var size: Int64?
-        public var session: String?
+    package struct DownloadRequest: Sendable, Equatable {
+        package var url: String
+        package var sha256: String?
+        package var size: Int64?
+        package var session: String?
     }
 
-    public enum Refusal: Error, Equatable, CustomStringConvertible {
+    package enum Refusal: Error, Equatable, CustomStringConvertible {
         case tooLarge(Int)
         case notJSON(String)
         case notAnObject
         case badKey(String, String)
 
-        public var description: String {
+        package var description: String {
             switch self {
             case .tooLarge(let n): "payload of \(n) bytes is over the \(Notification.maxBytes)-byte limit"
             case .notJSON(let why): "payload is not JSON (\(why))"
@@ -36,7 +36,7 @@ public struct Notification: Sendable, Equatable {
     }
 
     /// Checks a raw payload strictly.
-    public static func parse(_ bytes: [UInt8]) throws(Refusal) -> Notification {
+    package static func parse(_ bytes: [UInt8]) throws(Refusal) -> Notification {
         guard bytes.count <= maxBytes else { throw .tooLarge(bytes.count) }
         let json: JSON
         do { json = try JSON.parse(bytes: bytes, maxDepth: 32) } catch { throw .notJSON(error.description) }
@@ -87,15 +87,15 @@ public struct Notification: Sendable, Equatable {
 }
 
 /// MQTT topics Drowse uses (SPEC.md).
-public enum Topics {
-    public static func notify(prefix: String, device: String, app: String) -> String {
+package enum Topics {
+    package static func notify(prefix: String, device: String, app: String) -> String {
         "\(prefix)/\(device)/apps/\(app)/notify"
     }
 
-    public static func status(prefix: String, device: String) -> String { "\(prefix)/\(device)/status" }
+    package static func status(prefix: String, device: String) -> String { "\(prefix)/\(device)/status" }
 
     /// The app id in a notify topic, if the topic is one of this device's.
-    public static func app(inNotifyTopic topic: String, prefix: String, device: String) -> String? {
+    package static func app(inNotifyTopic topic: String, prefix: String, device: String) -> String? {
         let head = "\(prefix)/\(device)/apps/"
         guard topic.hasPrefix(head), topic.hasSuffix("/notify") else { return nil }
         let mid = topic.dropFirst(head.count).dropLast("/notify".count)

@@ -5,32 +5,32 @@
 /// of 256 KiB, e.g. 5000 short lines printed at once) and then 8 KiB/s, so a 30 s run logs at
 /// most about half a MiB whatever it prints.
 /// What is held back is counted and reported in one line, so the log says that output is missing.
-public struct OutputRateLimiter: Sendable {
-    public struct Dropped: Sendable, Equatable {
-        public var lines: Int
-        public var bytes: Int
+package struct OutputRateLimiter: Sendable {
+    package struct Dropped: Sendable, Equatable {
+        package var lines: Int
+        package var bytes: Int
 
-        public init(lines: Int, bytes: Int) {
+        package init(lines: Int, bytes: Int) {
             self.lines = lines
             self.bytes = bytes
         }
     }
 
-    public enum Verdict: Sendable, Equatable {
+    package enum Verdict: Sendable, Equatable {
         /// Log the line; first report what was dropped before it, if anything.
         case log(after: Dropped?)
         case drop
     }
 
-    public let burstBytes: Double
-    public let bytesPerSecond: Double
+    package let burstBytes: Double
+    package let bytesPerSecond: Double
     /// What a line costs besides its text: timestamp, level, app id. Many short lines cost too.
-    public let perLineBytes: Int
+    package let perLineBytes: Int
     private var tokens: Double
     private var last: Double?
     private var dropped = Dropped(lines: 0, bytes: 0)
 
-    public init(burstBytes: Int = 256 << 10, bytesPerSecond: Double = 8192, perLineBytes: Int = 32) {
+    package init(burstBytes: Int = 256 << 10, bytesPerSecond: Double = 8192, perLineBytes: Int = 32) {
         self.burstBytes = Double(burstBytes)
         self.bytesPerSecond = bytesPerSecond
         self.perLineBytes = perLineBytes
@@ -38,7 +38,7 @@ public struct OutputRateLimiter: Sendable {
     }
 
     /// A line of `bytes` bytes is ready at `now` (seconds, any monotonic origin).
-    public mutating func offer(bytes: Int, at now: Double) -> Verdict {
+    package mutating func offer(bytes: Int, at now: Double) -> Verdict {
         if let last, now > last { tokens = min(burstBytes, tokens + (now - last) * bytesPerSecond) }
         last = now
         let cost = Double(bytes + perLineBytes)
@@ -53,7 +53,7 @@ public struct OutputRateLimiter: Sendable {
     }
 
     /// The run ended: what was dropped since the last logged line, if anything.
-    public mutating func finish() -> Dropped? {
+    package mutating func finish() -> Dropped? {
         defer { dropped = Dropped(lines: 0, bytes: 0) }
         return dropped.lines > 0 ? dropped : nil
     }

@@ -2,23 +2,23 @@
 /// Characteristics of 4G LTE Networks", MobiSys 2012 (Table 3's promotion and tail figures
 /// for LTE, 3G and Wi-Fi). A radio idles cheaply; waking it costs a promotion; after the
 /// last byte it stays powered for the tail. Pure: used by the planner and by `drowse simulate`.
-public struct RadioModel: Sendable, Equatable {
-    public var name: String
-    public var promotionSeconds: Double
-    public var promotionWatts: Double
-    public var tailSeconds: Double
-    public var tailWatts: Double
+package struct RadioModel: Sendable, Equatable {
+    package var name: String
+    package var promotionSeconds: Double
+    package var promotionWatts: Double
+    package var tailSeconds: Double
+    package var tailWatts: Double
     /// While data moves.
-    public var activeWatts: Double
+    package var activeWatts: Double
 
-    public static let lte = RadioModel(name: "lte", promotionSeconds: 0.260, promotionWatts: 1.2107, tailSeconds: 11.576, tailWatts: 1.060, activeWatts: 1.680)
+    package static let lte = RadioModel(name: "lte", promotionSeconds: 0.260, promotionWatts: 1.2107, tailSeconds: 11.576, tailWatts: 1.060, activeWatts: 1.680)
     /// 3G: the DCH tail (8.1 s) and FACH tail (0.8 s) folded into one tail of their weighted power.
-    public static let threeG = RadioModel(name: "3g", promotionSeconds: 0.582, promotionWatts: 0.6594, tailSeconds: 8.912, tailWatts: 0.785, activeWatts: 1.000)
-    public static let wifi = RadioModel(name: "wifi", promotionSeconds: 0.079, promotionWatts: 0.1244, tailSeconds: 0.238, tailWatts: 0.1193, activeWatts: 0.400)
+    package static let threeG = RadioModel(name: "3g", promotionSeconds: 0.582, promotionWatts: 0.6594, tailSeconds: 8.912, tailWatts: 0.785, activeWatts: 1.000)
+    package static let wifi = RadioModel(name: "wifi", promotionSeconds: 0.079, promotionWatts: 0.1244, tailSeconds: 0.238, tailWatts: 0.1193, activeWatts: 0.400)
     /// A wired link has no radio states worth modelling: no promotion, no tail.
-    public static let ethernet = RadioModel(name: "ethernet", promotionSeconds: 0, promotionWatts: 0, tailSeconds: 0, tailWatts: 0, activeWatts: 0.100)
+    package static let ethernet = RadioModel(name: "ethernet", promotionSeconds: 0, promotionWatts: 0, tailSeconds: 0, tailWatts: 0, activeWatts: 0.100)
 
-    public static func named(_ name: String) -> RadioModel? {
+    package static func named(_ name: String) -> RadioModel? {
         switch name {
         case "lte": .lte
         case "3g": .threeG
@@ -29,7 +29,7 @@ public struct RadioModel: Sendable, Equatable {
     }
 
     /// The model for `[radio] model`, or for the current network when it is `auto`.
-    public static func forConfig(_ name: String, network: Conditions.Network) -> RadioModel {
+    package static func forConfig(_ name: String, network: Conditions.Network) -> RadioModel {
         if let m = named(name) { return m }
         switch network {
         case .cellular: return .lte
@@ -38,15 +38,15 @@ public struct RadioModel: Sendable, Equatable {
         }
     }
 
-    public struct Usage: Sendable, Equatable {
-        public var promotions = 0
-        public var radioOnSeconds = 0.0
-        public var joules = 0.0
+    package struct Usage: Sendable, Equatable {
+        package var promotions = 0
+        package var radioOnSeconds = 0.0
+        package var joules = 0.0
     }
 
     /// What a set of activity intervals (seconds the radio moves data) cost. Intervals that
     /// start while the radio is still in its tail share one promotion.
-    public func usage(of activities: [(start: Double, end: Double)]) -> Usage {
+    package func usage(of activities: [(start: Double, end: Double)]) -> Usage {
         var u = Usage()
         let sorted = activities.filter { $0.end >= $0.start }.sorted { $0.start < $1.start }
         var activeUntil = -Double.infinity

@@ -8,7 +8,7 @@
 extension Int64 {
     /// The nearest `Int64` to `value` rounded by `rule`: values beyond the range give
     /// `.max`/`.min`, NaN gives `nanValue` (0 unless the caller knows better).
-    public init(saturating value: Double, rounding rule: FloatingPointRoundingRule = .towardZero, nanValue: Int64 = 0) {
+    package init(saturating value: Double, rounding rule: FloatingPointRoundingRule = .towardZero, nanValue: Int64 = 0) {
         guard !value.isNaN else { self = nanValue; return }
         let r = value.rounded(rule)
         // 2⁶³ is exactly representable as a Double; Int64.max is not (it rounds up to 2⁶³).
@@ -20,42 +20,42 @@ extension Int64 {
 
 extension Int {
     /// `Int64(saturating:)` for `Int` (64 bits on every platform drowsed runs on).
-    public init(saturating value: Double, rounding rule: FloatingPointRoundingRule = .towardZero, nanValue: Int = 0) {
+    package init(saturating value: Double, rounding rule: FloatingPointRoundingRule = .towardZero, nanValue: Int = 0) {
         self = Int(truncatingIfNeeded: Int64(saturating: value, rounding: rule, nanValue: Int64(nanValue)))
     }
 }
 
 extension Double {
     /// `self` limited to `range`; NaN becomes `nanValue`.
-    public func clamped(to range: ClosedRange<Double>, nanValue: Double) -> Double {
+    package func clamped(to range: ClosedRange<Double>, nanValue: Double) -> Double {
         isNaN ? nanValue : Swift.min(Swift.max(self, range.lowerBound), range.upperBound)
     }
 }
 
 /// The bounds drowsed accepts for times and durations, wherever they come from.
-public enum TimeLimits {
+package enum TimeLimits {
     /// The longest duration a request may ask for (`--timeout-resource` and the like): about
     /// ten years. Longer is a typo or an attack; no board waits that long for a download.
-    public static let maxDuration: Double = 3650 * 86400
+    package static let maxDuration: Double = 3650 * 86400
     /// Unix times drowsed believes: 1970 up to the end of year 9999. A stored time outside
     /// this (or not finite) cannot have been written by drowsed.
-    public static let unixTimes: ClosedRange<Double> = 0...253_402_300_799
+    package static let unixTimes: ClosedRange<Double> = 0...253_402_300_799
     /// The longest a timer is set for; a later deadline is re-checked when it fires.
-    public static let maxTimerDelay: Double = maxDuration
+    package static let maxTimerDelay: Double = maxDuration
 
     /// Whether `seconds` is a duration drowsed accepts: finite, above zero, at most `maxDuration`.
-    public static func isValidDuration(_ seconds: Double) -> Bool {
+    package static func isValidDuration(_ seconds: Double) -> Bool {
         seconds.isFinite && seconds > 0 && seconds <= maxDuration
     }
 
     /// Whether `t` is a Unix time drowsed could have written.
-    public static func isValidUnixTime(_ t: Double) -> Bool {
+    package static func isValidUnixTime(_ t: Double) -> Bool {
         t.isFinite && unixTimes.contains(t)
     }
 
     /// A delay for a timer, in [0, maxTimerDelay]. NaN (a deadline computed from a bad value)
     /// waits the longest: firing at once would re-arm at once, a busy loop.
-    public static func timerDelay(_ seconds: Double) -> Double {
+    package static func timerDelay(_ seconds: Double) -> Double {
         seconds.clamped(to: 0...maxTimerDelay, nanValue: maxTimerDelay)
     }
 }

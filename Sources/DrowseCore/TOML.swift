@@ -1,7 +1,7 @@
 /// A TOML value, as far as Drowse's config files need TOML: tables, strings, integers,
 /// floats, booleans, arrays, inline tables and arrays of tables (`[[app]]`). Each value
 /// remembers its line for errors.
-public indirect enum TOMLValue: Sendable, Equatable {
+package indirect enum TOMLValue: Sendable, Equatable {
     case string(String)
     case integer(Int)
     case float(Double)
@@ -22,18 +22,18 @@ public indirect enum TOMLValue: Sendable, Equatable {
 }
 
 /// A TOML table with its keys in file order.
-public struct TOMLTable: Sendable, Equatable {
-    public private(set) var keys: [String] = []
+package struct TOMLTable: Sendable, Equatable {
+    package private(set) var keys: [String] = []
     private var values: [String: TOMLValue] = [:]
     private var lines: [String: Int] = [:]
 
-    public init() {}
+    package init() {}
 
-    public subscript(key: String) -> TOMLValue? { values[key] }
-    public func line(of key: String) -> Int? { lines[key] }
+    package subscript(key: String) -> TOMLValue? { values[key] }
+    package func line(of key: String) -> Int? { lines[key] }
     /// The line of the `[[name]]` header that opened this table, when it is an element of an
     /// array of tables (so an error about a missing key can point at the element).
-    public internal(set) var headerLine: Int?
+    package internal(set) var headerLine: Int?
 
     mutating func set(_ key: String, _ value: TOMLValue, line: Int) {
         if values[key] == nil { keys.append(key) }
@@ -72,31 +72,31 @@ extension TOMLValue {
 }
 
 /// Why a TOML text was refused.
-public struct TOMLParseError: Error, Equatable, CustomStringConvertible {
-    public var line: Int
-    public var reason: String
-    public var description: String { "line \(line): \(reason)" }
+package struct TOMLParseError: Error, Equatable, CustomStringConvertible {
+    package var line: Int
+    package var reason: String
+    package var description: String { "line \(line): \(reason)" }
 }
 
 /// A small strict TOML 1.0 parser: all of TOML but dates and times, which are refused with a
 /// message saying no setting takes one.
-public struct TOMLParser {
+package struct TOMLParser {
     /// How deep a value may sit: every key of a header or dotted key, every array and every
     /// inline table on the way counts one level. Drowse's files use 3; the limit is there because
     /// the parser recurses once per level, and 100k nested `[` would overflow the stack.
-    public static let maxDepth = 64
+    package static let maxDepth = 64
 
     private var bytes: [UInt8]
     private var i = 0
     private var line = 1
 
-    public static func parse(_ text: String) throws(TOMLParseError) -> TOMLTable {
+    package static func parse(_ text: String) throws(TOMLParseError) -> TOMLTable {
         var p = TOMLParser(bytes: Array(text.utf8))
         return try p.document()
     }
 
     /// Parses the bytes of a file, which must be UTF-8.
-    public static func parse(bytes: [UInt8]) throws(TOMLParseError) -> TOMLTable {
+    package static func parse(bytes: [UInt8]) throws(TOMLParseError) -> TOMLTable {
         guard String(validating: bytes, as: UTF8.self) != nil else {
             var line = 1
             var valid = 0
@@ -634,7 +634,7 @@ public struct TOMLParser {
 
 extension String {
     /// FoundationEssentials-free replacement of every occurrence of one string by another.
-    public func replacingOccurrences(_ target: String, with replacement: String) -> String {
+    package func replacingOccurrences(_ target: String, with replacement: String) -> String {
         guard !target.isEmpty else { return self }
         var out = ""
         var rest = self[...]

@@ -1,57 +1,57 @@
 /// A background transfer as stored and shown (SPEC.md, "Transfers").
-public struct Transfer: Sendable, Equatable {
-    public enum Kind: String, Sendable { case download, upload }
-    public enum State: String, Sendable {
+package struct Transfer: Sendable, Equatable {
+    package enum Kind: String, Sendable { case download, upload }
+    package enum State: String, Sendable {
         case waiting, running, paused, completed, failed, cancelled
-        public var isFinished: Bool { self == .completed || self == .failed || self == .cancelled }
+        package var isFinished: Bool { self == .completed || self == .failed || self == .cancelled }
     }
 
-    public var id: String
-    public var app: String
-    public var session: String
-    public var kind: Kind
-    public var state: State
-    public var url: String
+    package var id: String
+    package var app: String
+    package var session: String
+    package var kind: Kind
+    package var state: State
+    package var url: String
     /// Where the user asked the file to go (`--to`).
-    public var destination: String?
-    public var sha256: String?
-    public var bytesDone: Int64
-    public var bytesTotal: Int64?
-    public var reason: String?
+    package var destination: String?
+    package var sha256: String?
+    package var bytesDone: Int64
+    package var bytesTotal: Int64?
+    package var reason: String?
     /// Where a finished download is now.
-    public var location: String?
-    public var etag: String?
-    public var lastModified: String?
-    public var createdAt: Double
-    public var finishedAt: Double?
+    package var location: String?
+    package var etag: String?
+    package var lastModified: String?
+    package var createdAt: Double
+    package var finishedAt: Double?
     /// Whether the finished transfer has been handed to the app's events handler.
-    public var delivered: Bool
+    package var delivered: Bool
     /// Uploads: the file being sent.
-    public var source: String?
+    package var source: String?
     /// Uploads: the protocol asked for, then the one found (`auto` resolves on first contact).
-    public var uploadProtocol: String?
+    package var uploadProtocol: String?
     /// Uploads: the server-side upload resource, once created (resumes ask it for the offset).
-    public var uploadURL: String?
+    package var uploadURL: String?
     /// Unix time after which an unfinished transfer fails (`--timeout-resource`, default 7 days).
-    public var timeoutAt: Double?
+    package var timeoutAt: Double?
     /// Uploads, while running: bytes handed to the network. Not stored.
-    public var bytesSent: Int64?
+    package var bytesSent: Int64?
     /// Uploads: bytes the server confirmed (while running, `bytes_done` shows the live progress,
     /// which may run ahead of this). Not stored: it is what `bytesDone` holds in the store.
-    public var bytesConfirmed: Int64?
+    package var bytesConfirmed: Int64?
     /// Conditions it waits for.
-    public var requirements = TransferRequirements()
+    package var requirements = TransferRequirements()
     /// Who asked for it; a finished file at `--to` is handed to them (nil: root).
-    public var ownerUID: UInt32?
-    public var ownerGID: UInt32?
+    package var ownerUID: UInt32?
+    package var ownerGID: UInt32?
     /// Attempts started, retries scheduled after transient failures, and when the next runs.
     /// Uploads: the media type given with `--content-type` (tus `filetype`, a PUT's Content-Type).
-    public var contentType: String?
-    public var attempts = 0
-    public var retries = 0
-    public var nextRetryAt: Double?
+    package var contentType: String?
+    package var attempts = 0
+    package var retries = 0
+    package var nextRetryAt: Double?
 
-    public init(id: String, app: String, session: String, kind: Kind, url: String, destination: String?, sha256: String?, createdAt: Double) {
+    package init(id: String, app: String, session: String, kind: Kind, url: String, destination: String?, sha256: String?, createdAt: Double) {
         self.id = id
         self.app = app
         self.session = session
@@ -75,12 +75,12 @@ public struct Transfer: Sendable, Equatable {
 
     /// No real size reaches 2⁵³ bytes (8 PiB); above it sizes lose precision as JSON numbers
     /// and offset arithmetic (`done + chunk`) comes near Int64 overflow.
-    public static let maxBytes: Int64 = 1 << 53
+    package static let maxBytes: Int64 = 1 << 53
 
     /// Why this transfer cannot be one drowsed wrote, or nil when it can. Checked when a stored
     /// row is loaded: `state.db` can be edited (or damaged), and a value such as a timeout
     /// of 1e300 would otherwise be turned into a timer on every start.
-    public var problem: String? {
+    package var problem: String? {
         if id.isEmpty || app.isEmpty { return "id or app is empty" }
         if !URLParts.isTransferURL(url) { return "url '\(url)' is not http or https" }
         if !TimeLimits.isValidUnixTime(createdAt) { return "created_at \(createdAt) is not a Unix time" }
@@ -93,7 +93,7 @@ public struct Transfer: Sendable, Equatable {
 
     /// This transfer made safe to keep and show: failed with `reason`, every bad value dropped.
     /// What was wrong stays readable in `reason`; nothing in it can trap or arm a timer.
-    public func refused(_ why: String) -> Transfer {
+    package func refused(_ why: String) -> Transfer {
         var t = self
         t.state = .failed
         t.reason = "refused: the stored transfer is invalid (\(why))"
@@ -107,7 +107,7 @@ public struct Transfer: Sendable, Equatable {
     }
 
     /// The SPEC's `--json` shape.
-    public var json: JSON {
+    package var json: JSON {
         [
             "id": .string(id), "app": .string(app), "session": .string(session), "kind": .string(kind.rawValue),
             "state": .string(state.rawValue), "url": .string(url), "bytes_done": JSON(bytesDone),

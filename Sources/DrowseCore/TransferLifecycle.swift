@@ -10,10 +10,10 @@
 /// It holds every transfer that is unfinished, or finished but not yet handed to its app; the
 /// store holds all of them. Everything the store learns about a held transfer comes through here
 /// (committed progress, an upload's resource), so a `persist` of the whole row never rewinds it.
-public struct TransferLifecycle: Sendable {
-    public enum LogLevel: Sendable, Equatable { case info, warning }
+package struct TransferLifecycle: Sendable {
+    package enum LogLevel: Sendable, Equatable { case info, warning }
 
-    public enum Action: Sendable, Equatable {
+    package enum Action: Sendable, Equatable {
         /// Save the whole row.
         case persist(Transfer)
         /// Record durable progress (the store refuses it for a finished row).
@@ -44,7 +44,7 @@ public struct TransferLifecycle: Sendable {
     }
 
     /// How an attempt the engine ran ended.
-    public enum AttemptOutcome: Sendable, Equatable {
+    package enum AttemptOutcome: Sendable, Equatable {
         /// Verified and at `path`.
         case completed(bytes: Int64, path: String)
         /// `transient`: trying again may help; `noSpace`: the disk is full.
@@ -52,13 +52,13 @@ public struct TransferLifecycle: Sendable {
     }
 
     /// What an app has for finished sessions.
-    public struct AppEvents: Sendable, Equatable {
+    package struct AppEvents: Sendable, Equatable {
         /// It has an events handler; without one a finished session counts as delivered at once.
-        public var hasCommand: Bool
+        package var hasCommand: Bool
         /// Its handler may be launched for transfer events; if not, sessions wait undelivered.
-        public var launches: Bool
+        package var launches: Bool
 
-        public init(hasCommand: Bool, launches: Bool) {
+        package init(hasCommand: Bool, launches: Bool) {
             self.hasCommand = hasCommand
             self.launches = launches
         }
@@ -67,12 +67,12 @@ public struct TransferLifecycle: Sendable {
     /// What start-up found of a download whose partial file is gone but whose final file exists
     /// (a crash between the rename and the store update): its size, and its SHA-256 when the
     /// transfer asks for one and the size matches (see `wantsDigest`).
-    public struct FinalFile: Sendable, Equatable {
-        public var path: String
-        public var size: Int64
-        public var sha256: String?
+    package struct FinalFile: Sendable, Equatable {
+        package var path: String
+        package var size: Int64
+        package var sha256: String?
 
-        public init(path: String, size: Int64, sha256: String?) {
+        package init(path: String, size: Int64, sha256: String?) {
             self.path = path
             self.size = size
             self.sha256 = sha256
@@ -97,13 +97,13 @@ public struct TransferLifecycle: Sendable {
         var sent: Int64?
     }
 
-    public let policy: ConditionsPolicy
+    package let policy: ConditionsPolicy
     /// The board's conditions as last read; every decision to start uses these.
-    public var conditions: Conditions
+    package var conditions: Conditions
     /// `[transfers] max_per_app`: unfinished transfers one app may have.
-    public let maxPerApp: Int
+    package let maxPerApp: Int
     /// Per app id; an app not listed (removed) keeps its sessions undelivered.
-    public var apps: [String: AppEvents] = [:]
+    package var apps: [String: AppEvents] = [:]
     /// Jitter for retry backoff.
     var random: SplitMix64
     var entries: [String: Entry] = [:]
@@ -113,7 +113,7 @@ public struct TransferLifecycle: Sendable {
     /// The deadline the timeout timer is set for.
     var timeoutTimerAt: Double?
 
-    public init(policy: ConditionsPolicy, conditions: Conditions, maxPerApp: Int, seed: UInt64) {
+    package init(policy: ConditionsPolicy, conditions: Conditions, maxPerApp: Int, seed: UInt64) {
         self.policy = policy
         self.conditions = conditions
         self.maxPerApp = maxPerApp
@@ -123,31 +123,31 @@ public struct TransferLifecycle: Sendable {
     // MARK: queries
 
     /// A held transfer as it is now (unfinished, or finished and not yet delivered).
-    public func transfer(_ id: String) -> Transfer? { entries[id]?.transfer }
+    package func transfer(_ id: String) -> Transfer? { entries[id]?.transfer }
 
     /// Ids of the app's unfinished transfers, oldest first.
-    public func unfinished(app: String) -> [String] {
+    package func unfinished(app: String) -> [String] {
         ordered.filter { $0.transfer.app == app && !$0.transfer.state.isFinished }.map(\.transfer.id)
     }
 
     /// nil when the app may queue another transfer; otherwise how many unfinished it has
     /// (a cap per app, so one app or a flood of push-to-transfer notifications cannot fill
     /// the store and the engine for everyone).
-    public func refusal(app: String) -> Int? {
+    package func refusal(app: String) -> Int? {
         let n = entries.values.lazy.filter { $0.transfer.app == app && !$0.transfer.state.isFinished }.count
         return n < maxPerApp ? nil : n
     }
 
     /// Whether start-up should hash a final file of `size` bytes found for `t`: only when the
     /// size alone does not already rule it out and the transfer has a digest to compare.
-    public static func wantsDigest(_ t: Transfer, size: Int64) -> Bool {
+    package static func wantsDigest(_ t: Transfer, size: Int64) -> Bool {
         t.sha256 != nil && t.bytesTotal == size
     }
 
     /// A transfer as shown: the newest held state, with live progress while it runs. Uploads
     /// show in `bytes_done` what went out (libcurl's upload progress), in `bytes_confirmed` what
     /// the server confirmed (the offset a resume starts from), and as location their resource.
-    public func shown(_ stored: Transfer) -> Transfer {
+    package func shown(_ stored: Transfer) -> Transfer {
         let e = entries[stored.id]
         var t = e?.transfer ?? stored
         if t.kind == .upload {
@@ -172,7 +172,7 @@ public struct TransferLifecycle: Sendable {
     /// Start-up: every stored row, oldest first. Unfinished ones run again from their committed
     /// offset (or wait); a download whose verified file is already at its final path
     /// (`finalFiles`, by id) is completed; finished sessions not yet delivered are delivered.
-    public mutating func restored(_ rows: [Transfer], finalFiles: [String: FinalFile] = [:], apps: [String: AppEvents],
+    package mutating func restored(_ rows: [Transfer], finalFiles: [String: FinalFile] = [:], apps: [String: AppEvents],
                                   now: Double) -> [Action] {
         self.apps = apps
         var actions: [Action] = []
@@ -208,7 +208,7 @@ public struct TransferLifecycle: Sendable {
     }
 
     /// A new transfer, already saved (the caller checked `refusal(app:)` first).
-    public mutating func submitted(_ t: Transfer, now: Double) -> [Action] {
+    package mutating func submitted(_ t: Transfer, now: Double) -> [Action] {
         hold(t)
         var actions: [Action] = [.log(.info, "transfer queued", metadata: Self.meta(t).merging(["url": t.url]) { a, _ in a })]
         actions += begin(t.id, now: now)
@@ -218,7 +218,7 @@ public struct TransferLifecycle: Sendable {
 
     /// Power or network changed: pause what may not go on (keeping its progress), start what
     /// was waiting and now may. Transfers counting down to a retry keep their timer.
-    public mutating func conditionsChanged(_ c: Conditions, now: Double) -> [Action] {
+    package mutating func conditionsChanged(_ c: Conditions, now: Double) -> [Action] {
         conditions = c
         var actions: [Action] = []
         for e in ordered where !e.transfer.state.isFinished {
@@ -251,7 +251,7 @@ public struct TransferLifecycle: Sendable {
     }
 
     /// The engine committed progress to disk (fdatasync'ed).
-    public mutating func progressCommitted(id: String, bytesDone: Int64, bytesTotal: Int64?, etag: String?,
+    package mutating func progressCommitted(id: String, bytesDone: Int64, bytesTotal: Int64?, etag: String?,
                                            lastModified: String?) -> [Action] {
         if var e = entries[id] {
             e.live = (bytesDone, bytesTotal)
@@ -270,17 +270,17 @@ public struct TransferLifecycle: Sendable {
     }
 
     /// Live download progress, not yet durable: display only.
-    public mutating func progressed(id: String, bytesDone: Int64, bytesTotal: Int64?) {
+    package mutating func progressed(id: String, bytesDone: Int64, bytesTotal: Int64?) {
         entries[id]?.live = (bytesDone, bytesTotal)
     }
 
     /// Upload bytes handed to the network: display only.
-    public mutating func sent(id: String, bytes: Int64) {
+    package mutating func sent(id: String, bytes: Int64) {
         entries[id]?.sent = bytes
     }
 
     /// An upload's server-side resource exists (url), or `auto` settled on a protocol (url nil).
-    public mutating func uploadResourceKnown(id: String, url: String?, protocolName: String) -> [Action] {
+    package mutating func uploadResourceKnown(id: String, url: String?, protocolName: String) -> [Action] {
         if let url { entries[id]?.transfer.uploadURL = url }
         entries[id]?.transfer.uploadProtocol = protocolName
         return [.recordUploadResource(id: id, url: url, protocolName: protocolName)]
@@ -289,7 +289,7 @@ public struct TransferLifecycle: Sendable {
     /// An attempt ended. A transient failure is tried again after a backoff (`TransferRetry`:
     /// at once after a megabyte of progress, from the first step after less; a full disk pauses
     /// on its own backoff) unless the transfer's deadline has passed.
-    public mutating func attemptEnded(id: String, _ outcome: AttemptOutcome, now: Double) -> [Action] {
+    package mutating func attemptEnded(id: String, _ outcome: AttemptOutcome, now: Double) -> [Action] {
         guard var e = entries[id] else { return [] }
         // What this attempt moved: committed bytes (the engine commits before it reports a
         // failure), or for an upload what it had sent.
@@ -345,7 +345,7 @@ public struct TransferLifecycle: Sendable {
     }
 
     /// A retry timer went off.
-    public mutating func retryTimerFired(id: String, now: Double) -> [Action] {
+    package mutating func retryTimerFired(id: String, now: Double) -> [Action] {
         // A timer already cancelled (the transfer failed or was cancelled meanwhile) does nothing.
         guard entries[id]?.retryAt != nil else { return [] }
         entries[id]?.retryAt = nil
@@ -356,7 +356,7 @@ public struct TransferLifecycle: Sendable {
 
     /// The timeout timer went off: whatever has not finished by its deadline fails, running,
     /// waiting or counting down to a retry.
-    public mutating func timeoutTimerFired(now: Double) -> [Action] {
+    package mutating func timeoutTimerFired(now: Double) -> [Action] {
         timeoutTimerAt = nil
         var actions: [Action] = []
         for e in ordered where !e.transfer.state.isFinished && (e.transfer.timeoutAt ?? .infinity) <= now {
@@ -368,7 +368,7 @@ public struct TransferLifecycle: Sendable {
     }
 
     /// `drowse transfers cancel`, or the force-quit of its app (`reason` says which).
-    public mutating func cancelRequested(id: String, reason: String = "cancelled", now: Double) -> [Action] {
+    package mutating func cancelRequested(id: String, reason: String = "cancelled", now: Double) -> [Action] {
         guard let t = entries[id]?.transfer, !t.state.isFinished else { return [] }
         var actions = cancel(id, reason: reason, now: now)
         actions += checkSession(SessionKey(app: t.app, session: t.session))
@@ -377,7 +377,7 @@ public struct TransferLifecycle: Sendable {
     }
 
     /// `drowse quit APP`: cancels every unfinished transfer of the app; returns how many.
-    public mutating func appQuit(_ app: String, now: Double) -> (cancelled: Int, actions: [Action]) {
+    package mutating func appQuit(_ app: String, now: Double) -> (cancelled: Int, actions: [Action]) {
         let ids = unfinished(app: app)
         var actions: [Action] = []
         var sessions: [SessionKey] = []
@@ -394,7 +394,7 @@ public struct TransferLifecycle: Sendable {
 
     /// The app's events handler ran for a session handed over with `deliverSession`: those
     /// transfers count as delivered, and their inbox files (no `--to`) are removed.
-    public mutating func sessionDelivered(app: String, session: String) -> [Action] {
+    package mutating func sessionDelivered(app: String, session: String) -> [Action] {
         let k = SessionKey(app: app, session: session)
         guard let ids = delivering.removeValue(forKey: k) else { return [] }
         var actions: [Action] = []
@@ -414,7 +414,7 @@ public struct TransferLifecycle: Sendable {
 
     /// A session handed over with `deliverSession` could not be (its app is gone): it stays
     /// undelivered.
-    public mutating func sessionNotDelivered(app: String, session: String) {
+    package mutating func sessionNotDelivered(app: String, session: String) {
         delivering[SessionKey(app: app, session: session)] = nil
     }
 

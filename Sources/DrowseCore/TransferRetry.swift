@@ -6,20 +6,20 @@
 /// megabytes, each reconnect follows the drop instead of waiting longer and longer (a 64 MiB download over a link reset every 8 MB waited 0.9, 1.1, 3.8, 5, 14, 22, 35 and
 /// 118 s when only completion reset it). Attempts that move nothing — a dead server, a long
 /// stall — still back off exponentially up to the cap. A full disk has its own, slower backoff.
-public struct TransferRetry: Sendable, Equatable {
+package struct TransferRetry: Sendable, Equatable {
     /// Attempts started (the first one included).
-    public private(set) var attempts = 0
+    package private(set) var attempts = 0
     /// Retries scheduled after transient failures.
-    public private(set) var retries = 0
+    package private(set) var retries = 0
     /// When the scheduled retry runs (Unix time), nil when none is scheduled.
-    public private(set) var nextRetryAt: Double?
+    package private(set) var nextRetryAt: Double?
     var network: Backoff
     var disk: Backoff
     var bytesAtStart: Int64 = 0
     /// An attempt that moved at least this many bytes is retried at once.
-    public static let immediateAfter: Int64 = 1 << 20
+    package static let immediateAfter: Int64 = 1 << 20
 
-    public init(attempts: Int = 0, retries: Int = 0, network: Backoff = Backoff(base: 1, cap: 300),
+    package init(attempts: Int = 0, retries: Int = 0, network: Backoff = Backoff(base: 1, cap: 300),
                 disk: Backoff = Backoff(base: 10, cap: 60)) {
         self.attempts = attempts
         self.retries = retries
@@ -27,13 +27,13 @@ public struct TransferRetry: Sendable, Equatable {
         self.disk = disk
     }
 
-    public static func == (a: TransferRetry, b: TransferRetry) -> Bool {
+    package static func == (a: TransferRetry, b: TransferRetry) -> Bool {
         a.attempts == b.attempts && a.retries == b.retries && a.nextRetryAt == b.nextRetryAt
             && a.network.attempt == b.network.attempt && a.disk.attempt == b.disk.attempt && a.bytesAtStart == b.bytesAtStart
     }
 
     /// An attempt starts with `bytes` already done (committed, or confirmed by the server).
-    public mutating func attemptStarted(bytes: Int64) {
+    package mutating func attemptStarted(bytes: Int64) {
         attempts += 1
         bytesAtStart = bytes
         nextRetryAt = nil
@@ -41,7 +41,7 @@ public struct TransferRetry: Sendable, Equatable {
 
     /// An attempt failed transiently with `bytes` done by then (for an upload, what it had sent).
     /// Returns the delay before the next attempt; `unit` is a uniform random number in [0, 1).
-    public mutating func attemptFailed(bytes: Int64, noSpace: Bool, now: Double, unit: Double) -> Double {
+    package mutating func attemptFailed(bytes: Int64, noSpace: Bool, now: Double, unit: Double) -> Double {
         let delay: Double
         if noSpace {
             delay = disk.next(unit: unit)

@@ -1,12 +1,12 @@
 /// The parts of a URL Drowse needs to check before handing it to libcurl or libmosquitto.
-public struct URLParts: Sendable, Equatable {
-    public var scheme: String
-    public var host: String
-    public var port: Int?
-    public var path: String
+package struct URLParts: Sendable, Equatable {
+    package var scheme: String
+    package var host: String
+    package var port: Int?
+    package var path: String
 
     /// Parses `scheme://[user@]host[:port][/path]`. The scheme is lower-cased.
-    public static func parse(_ url: String) -> URLParts? {
+    package static func parse(_ url: String) -> URLParts? {
         guard let sep = url.firstRange(of: "://") else { return nil }
         let scheme = url[..<sep.lowerBound].lowercased()
         guard !scheme.isEmpty, scheme.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "+" || $0 == "-" || $0 == "." }) else { return nil }
@@ -33,13 +33,13 @@ public struct URLParts: Sendable, Equatable {
     }
 
     /// Transfers accept http and https only (SPEC.md, "Transfers").
-    public static func isTransferURL(_ url: String) -> Bool {
+    package static func isTransferURL(_ url: String) -> Bool {
         guard let p = parse(url) else { return false }
         return p.scheme == "http" || p.scheme == "https"
     }
 
     /// The last path segment without query, for naming downloaded files.
-    public var lastPathComponent: String {
+    package var lastPathComponent: String {
         let end = path.firstIndex(where: { $0 == "?" || $0 == "#" }) ?? path.endIndex
         return path[..<end].split(separator: "/").last.map(String.init) ?? ""
     }

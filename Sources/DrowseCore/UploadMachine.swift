@@ -1,5 +1,5 @@
 /// The upload protocols Drowse speaks.
-public enum UploadProtocol: String, Sendable, CaseIterable {
+package enum UploadProtocol: String, Sendable, CaseIterable {
     /// Discover: tus if the server says so, else the IETF draft, else a plain PUT.
     case auto
     /// draft-ietf-httpbis-resumable-upload, current interop version.
@@ -13,16 +13,16 @@ public enum UploadProtocol: String, Sendable, CaseIterable {
 }
 
 /// One HTTP request the upload engine should make.
-public struct UploadRequest: Sendable, Equatable {
-    public var method: String
-    public var url: String
-    public var headers: [(String, String)]
+package struct UploadRequest: Sendable, Equatable {
+    package var method: String
+    package var url: String
+    package var headers: [(String, String)]
     /// Bytes of the file to send as the body, if any.
-    public var body: Range<Int64>?
+    package var body: Range<Int64>?
     /// Ask the engine for a checksum header of the body (tus checksum extension).
-    public var checksum: Bool
+    package var checksum: Bool
 
-    public static func == (a: UploadRequest, b: UploadRequest) -> Bool {
+    package static func == (a: UploadRequest, b: UploadRequest) -> Bool {
         a.method == b.method && a.url == b.url && a.body == b.body && a.checksum == b.checksum
             && a.headers.count == b.headers.count && zip(a.headers, b.headers).allSatisfy { $0.0 == $1.0 && $0.1 == $1.1 }
     }
@@ -30,14 +30,14 @@ public struct UploadRequest: Sendable, Equatable {
 
 /// What came back: the final status and headers (lower-cased names), plus any `Location`
 /// from a 104 (Upload Resumption Supported) informational response.
-public struct UploadResponse: Sendable {
-    public var status: Int
-    public var headers: [String: String]
-    public var informationalLocation: String?
+package struct UploadResponse: Sendable {
+    package var status: Int
+    package var headers: [String: String]
+    package var informationalLocation: String?
     /// The start of the response body (a server's own words for a refusal), if any.
-    public var body: String?
+    package var body: String?
 
-    public init(status: Int, headers: [String: String], informationalLocation: String? = nil, body: String? = nil) {
+    package init(status: Int, headers: [String: String], informationalLocation: String? = nil, body: String? = nil) {
         self.status = status
         self.headers = headers
         self.informationalLocation = informationalLocation
@@ -54,8 +54,8 @@ public struct UploadResponse: Sendable {
 
 /// Decides every request of a resumable upload. Pure: the engine performs the requests and
 /// feeds back responses; this never guesses an offset — before every resume it asks.
-public struct UploadMachine: Sendable {
-    public enum Action: Sendable, Equatable {
+package struct UploadMachine: Sendable {
+    package enum Action: Sendable, Equatable {
         case request(UploadRequest)
         /// The server-side upload resource is known: record it before sending data.
         case resource(url: String, protocol: UploadProtocol)
@@ -74,26 +74,26 @@ public struct UploadMachine: Sendable {
         case discover, probeIETF, create, queryOffset, append(Int64), put, cancel, done
     }
 
-    public static let ietfInteropVersion = 8
-    public let target: String
-    public let total: Int64
-    public let fileName: String
-    public private(set) var proto: UploadProtocol
-    public private(set) var resource: String?
+    package static let ietfInteropVersion = 8
+    package let target: String
+    package let total: Int64
+    package let fileName: String
+    package private(set) var proto: UploadProtocol
+    package private(set) var resource: String?
     var phase: Phase = .discover
     var tusChecksum = false
     /// A resource given up on in this attempt, to be ended once the new one exists.
     var abandoned: String?
     var replacedOnce = false
     /// tus `filetype` metadata.
-    public var contentType = "application/octet-stream"
+    package var contentType = "application/octet-stream"
     /// The largest PATCH when the server wants checksums (the engine hashes each body first).
-    public var checksumChunk: Int64 = 16 << 20
+    package var checksumChunk: Int64 = 16 << 20
     /// Resolves a server's `Location` against the URL it answered (RFC 3986); nil refuses it.
     /// The engine gives libcurl's URL parser; the default joins plainly.
-    public var resolveLocation: @Sendable (_ location: String, _ base: String) -> String? = { UploadMachine.join($0, to: $1) }
+    package var resolveLocation: @Sendable (_ location: String, _ base: String) -> String? = { UploadMachine.join($0, to: $1) }
 
-    public init(target: String, total: Int64, fileName: String, protocol proto: UploadProtocol, resource: String?) {
+    package init(target: String, total: Int64, fileName: String, protocol proto: UploadProtocol, resource: String?) {
         self.target = target
         self.total = total
         self.fileName = fileName
@@ -102,7 +102,7 @@ public struct UploadMachine: Sendable {
     }
 
     /// The first request of an attempt (a fresh start or a resume).
-    public mutating func start() -> [Action] {
+    package mutating func start() -> [Action] {
         switch proto {
         case .auto:
             phase = .discover
@@ -120,7 +120,7 @@ public struct UploadMachine: Sendable {
     }
 
     /// The request that ends the server-side upload when the transfer is cancelled, if any.
-    public mutating func cancel() -> UploadRequest? {
+    package mutating func cancel() -> UploadRequest? {
         guard let resource else { return nil }
         phase = .cancel
         switch proto {
@@ -197,7 +197,7 @@ public struct UploadMachine: Sendable {
     static func isTrue(_ v: String?) -> Bool { v?.trimmingSpaces() == "?1" }
 
     /// Feeds the response to the last request; returns what to do next.
-    public mutating func handle(_ r: UploadResponse) -> [Action] {
+    package mutating func handle(_ r: UploadResponse) -> [Action] {
         let s = r.status
         switch phase {
         case .discover:
@@ -302,7 +302,7 @@ public struct UploadMachine: Sendable {
     func fail(_ reason: String, transient: Bool) -> [Action] { [.failed(reason: reason, transient: transient)] }
 
     /// After a dropped connection or a daemon restart: resume by asking the server first.
-    public mutating func resume() -> [Action] {
+    package mutating func resume() -> [Action] {
         if proto == .put || proto == .auto || resource == nil { return start() }
         if proto == .tus {
             // Ask again what the server offers (checksums), then for the offset.

@@ -1,21 +1,21 @@
 /// Learns when an app's data gets used (`drowse used`) and predicts the next use, so the
 /// planner can fetch just before it. Pure and small: the recent use times are kept, and a
 /// time of day (or of week) seen on at least two different days counts as a habit.
-public struct UsageModel: Sendable, Equatable {
+package struct UsageModel: Sendable, Equatable {
     /// Recent uses, oldest first (Unix time).
-    public private(set) var uses: [Double] = []
-    public var capacity = 60
+    package private(set) var uses: [Double] = []
+    package var capacity = 60
     /// How close two uses on different days must be (in time of day) to form a habit.
-    public var window: Double = 20 * 60
+    package var window: Double = 20 * 60
     /// Seconds east of UTC for "time of day".
-    public var utcOffset: Double = 0
+    package var utcOffset: Double = 0
 
-    public init(uses: [Double] = [], utcOffset: Double = 0) {
+    package init(uses: [Double] = [], utcOffset: Double = 0) {
         self.uses = Array(uses.suffix(60))
         self.utcOffset = utcOffset
     }
 
-    public mutating func record(_ t: Double) {
+    package mutating func record(_ t: Double) {
         uses.append(t)
         if uses.count > capacity { uses.removeFirst(uses.count - capacity) }
     }
@@ -24,7 +24,7 @@ public struct UsageModel: Sendable, Equatable {
     static let week = 7 * 86400.0
 
     /// The next predicted use after `now`, within `horizon` seconds, or nil without a habit.
-    public func nextUse(after now: Double, horizon: Double = 86400) -> Double? {
+    package func nextUse(after now: Double, horizon: Double = 86400) -> Double? {
         guard uses.count >= 2 else { return nil }
         var best: Double?
         for period in [Self.day, Self.week] {

@@ -5,9 +5,9 @@ import CMosquitto
 import DrowseCore
 
 /// The provider side (`drowse push`): connect, publish one QoS 1 message, wait for PUBACK.
-public enum MQTTPublisher {
-    public struct Failure: Error, CustomStringConvertible {
-        public var description: String
+package enum MQTTPublisher {
+    package struct Failure: Error, CustomStringConvertible {
+        package var description: String
     }
 
     final class State {
@@ -16,7 +16,7 @@ public enum MQTTPublisher {
         var published = false
     }
 
-    public static func publishOnce(
+    package static func publishOnce(
         host: String, port: Int, tls: Bool, caFile: String?, certFile: String?, keyFile: String?,
         username: String?, password: String?, topic: String, payload: [UInt8], retain: Bool = false, timeout: Double = 10
     ) throws(Failure) {

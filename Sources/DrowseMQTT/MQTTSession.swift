@@ -8,20 +8,20 @@ import Logging
 import Synchronization
 
 /// Settings for the device's one persistent MQTT session.
-public struct MQTTSessionOptions: Sendable {
-    public var host: String
-    public var port: Int
-    public var clientID: String
-    public var keepalive: Int
-    public var tls: Bool
-    public var username: String?
-    public var password: String?
-    public var caFile: String?
-    public var certFile: String?
-    public var keyFile: String?
-    public var will: (topic: String, payload: [UInt8])?
+package struct MQTTSessionOptions: Sendable {
+    package var host: String
+    package var port: Int
+    package var clientID: String
+    package var keepalive: Int
+    package var tls: Bool
+    package var username: String?
+    package var password: String?
+    package var caFile: String?
+    package var certFile: String?
+    package var keyFile: String?
+    package var will: (topic: String, payload: [UInt8])?
 
-    public init(host: String, port: Int, clientID: String, keepalive: Int, tls: Bool = false, username: String? = nil,
+    package init(host: String, port: Int, clientID: String, keepalive: Int, tls: Bool = false, username: String? = nil,
                 password: String? = nil, caFile: String? = nil, certFile: String? = nil, keyFile: String? = nil,
                 will: (topic: String, payload: [UInt8])? = nil) {
         self.host = host
@@ -39,7 +39,7 @@ public struct MQTTSessionOptions: Sendable {
 }
 
 /// What the session tells its owner. Called on the session's thread.
-public enum MQTTSessionEvent: Sendable {
+package enum MQTTSessionEvent: Sendable {
     case connected
     case disconnected(reason: String)
     /// A PUBLISH arrived. Its PUBACK is held until `receipt` is settled: settle it once the
@@ -54,7 +54,7 @@ public enum MQTTSessionEvent: Sendable {
 /// nothing is acknowledged that nobody recorded. A receipt belongs to the connection its message
 /// came on; once that connection is gone, settling it changes nothing (the reconnect discarded
 /// its PUBACK, and the broker delivers the message again).
-public final class MQTTReceipt: Sendable {
+package final class MQTTReceipt: Sendable {
     private let settled = Atomic<Bool>(false)
     private let session: MQTTSession?
     private let connection: Int
@@ -65,8 +65,8 @@ public final class MQTTReceipt: Sendable {
         self.connection = connection
     }
 
-    public func acknowledge() { settle(ack: true) }
-    public func reject() { settle(ack: false) }
+    package func acknowledge() { settle(ack: true) }
+    package func reject() { settle(ack: false) }
 
     private func settle(ack: Bool) {
         guard !settled.exchange(true, ordering: .acquiringAndReleasing) else { return }
@@ -91,7 +91,7 @@ public final class MQTTReceipt: Sendable {
 /// when our loop calls `mosquitto_loop_write`; the loop writes nothing while any received
 /// message's `MQTTReceipt` is unsettled. A crash before the record therefore leaves the message
 /// unacknowledged and the broker delivers it again (the persistent session).
-public final class MQTTSession: Sendable {
+package final class MQTTSession: Sendable {
     enum Command: Sendable {
         case subscribe([String])
         case rideWindow
@@ -121,15 +121,15 @@ public final class MQTTSession: Sendable {
         var acknowledged = false
     }
 
-    public var connected: Bool { isConnected.load(ordering: .relaxed) }
+    package var connected: Bool { isConnected.load(ordering: .relaxed) }
 
-    public init(options: MQTTSessionOptions, logger: Logger, onEvent: @escaping @Sendable (MQTTSessionEvent) -> Void) {
+    package init(options: MQTTSessionOptions, logger: Logger, onEvent: @escaping @Sendable (MQTTSessionEvent) -> Void) {
         self.options = options
         self.logger = logger
         self.onEvent = onEvent
     }
 
-    public func start() {
+    package func start() {
         let me = Unmanaged.passRetained(self)
         OSThread.detach(name: "mqtt") {
             me.takeUnretainedValue().run()
@@ -138,20 +138,20 @@ public final class MQTTSession: Sendable {
     }
 
     /// Sets the topics subscribed (QoS 1) now and after every reconnect.
-    public func setSubscriptions(_ topics: [String]) {
+    package func setSubscriptions(_ topics: [String]) {
         desired.withLock { $0.topics = topics }
         send(.subscribe(topics))
     }
 
     /// Retained messages to publish after every (re)connect, e.g. the device status.
-    public func setPublishOnConnect(_ messages: [(String, [UInt8])]) {
+    package func setPublishOnConnect(_ messages: [(String, [UInt8])]) {
         desired.withLock { $0.onConnect = messages }
     }
 
     /// Whether the board has a network (a default route). Without one no connection is
     /// attempted (except to a broker on this machine); when it comes back the session connects
     /// at once. May be called before `start`.
-    public func setNetwork(online: Bool) {
+    package func setNetwork(online: Bool) {
         guard self.online.exchange(online, ordering: .relaxed) != online else { return }
         wake.signal()
     }
@@ -159,14 +159,14 @@ public final class MQTTSession: Sendable {
     /// The radio is awake for a wake window: if the keepalive would need a ping in the second
     /// half of its period, send traffic now instead, so the broker's timer restarts and no
     /// separate wakeup is needed for it later.
-    public func rideWindow() { send(.rideWindow) }
+    package func rideWindow() { send(.rideWindow) }
 
-    public func publish(topic: String, payload: [UInt8], retain: Bool) {
+    package func publish(topic: String, payload: [UInt8], retain: Bool) {
         send(.publish(topic: topic, payload: payload, retain: retain))
     }
 
     /// Disconnects cleanly (the broker keeps the session) and ends the thread.
-    public func stop() async {
+    package func stop() async {
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in send(.stop({ c.resume() })) }
     }
 

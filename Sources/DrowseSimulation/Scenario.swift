@@ -41,9 +41,9 @@ import DrowseCore
 /// source = "battery"           # ac | battery
 /// battery = 15
 /// ```
-public struct Scenario: Sendable, Equatable {
+package struct Scenario: Sendable, Equatable {
     /// How a handler run ends, as the scenario scripts it.
-    public enum Outcome: String, Sendable, Equatable, CaseIterable {
+    package enum Outcome: String, Sendable, Equatable, CaseIterable {
         /// Exit 0: new data.
         case new
         /// Exit 100: no new data.
@@ -54,7 +54,7 @@ public struct Scenario: Sendable, Equatable {
         case timeout
 
         /// What the handler's exit says.
-        public var result: FetchResult {
+        package var result: FetchResult {
             switch self {
             case .new: .newData
             case .no: .noData
@@ -63,25 +63,25 @@ public struct Scenario: Sendable, Equatable {
         }
     }
 
-    public struct App: Sendable, Equatable {
-        public var id: String
-        public var interval: FetchInterval
+    package struct App: Sendable, Equatable {
+        package var id: String
+        package var interval: FetchInterval
         /// Handler run time in seconds: each run draws uniformly from this range.
-        public var duration: ClosedRange<Double>
+        package var duration: ClosedRange<Double>
         /// Cycled: run k ends with `results[k % results.count]`.
-        public var results: [Outcome]
+        package var results: [Outcome]
         /// Seconds after midnight (UTC) at which the data is read, every day in `useDays`.
-        public var uses: [Double]
+        package var uses: [Double]
         /// Each use moves by a uniform draw in ± this many seconds.
-        public var jitter: Double
+        package var jitter: Double
         /// Days of the week with uses, 0 = Monday … 6 = Sunday.
-        public var useDays: Set<Int>
+        package var useDays: Set<Int>
         /// How often the app's data source publishes (seconds), if modelled: then a run that
         /// does not fail finds new data exactly when the source published since the app's last
         /// new-data run began, whatever `results` says; nil: `results` decides.
-        public var updates: Double?
+        package var updates: Double?
 
-        public init(id: String, interval: FetchInterval, duration: ClosedRange<Double> = 2...2, results: [Outcome] = [.new],
+        package init(id: String, interval: FetchInterval, duration: ClosedRange<Double> = 2...2, results: [Outcome] = [.new],
                     uses: [Double] = [], jitter: Double = 0, useDays: Set<Int> = Set(0..<7)) {
             self.id = id
             self.interval = interval
@@ -93,22 +93,22 @@ public struct Scenario: Sendable, Equatable {
         }
     }
 
-    public struct NetworkChange: Sendable, Equatable {
+    package struct NetworkChange: Sendable, Equatable {
         /// Seconds after the start.
-        public var at: Double
-        public var kind: Conditions.Network
-        public init(at: Double, kind: Conditions.Network) {
+        package var at: Double
+        package var kind: Conditions.Network
+        package init(at: Double, kind: Conditions.Network) {
             self.at = at
             self.kind = kind
         }
     }
 
-    public struct PowerChange: Sendable, Equatable {
+    package struct PowerChange: Sendable, Equatable {
         /// Seconds after the start.
-        public var at: Double
-        public var source: Conditions.PowerSource
-        public var battery: Int?
-        public init(at: Double, source: Conditions.PowerSource, battery: Int? = nil) {
+        package var at: Double
+        package var source: Conditions.PowerSource
+        package var battery: Int?
+        package init(at: Double, source: Conditions.PowerSource, battery: Int? = nil) {
             self.at = at
             self.source = source
             self.battery = battery
@@ -116,30 +116,30 @@ public struct Scenario: Sendable, Equatable {
     }
 
     /// Monday 2026-01-05 00:00 UTC.
-    public static let defaultStart: Double = 1_767_571_200
+    package static let defaultStart: Double = 1_767_571_200
 
-    public var name: String
+    package var name: String
     /// Seconds of virtual time.
-    public var duration: Double
-    public var seed: UInt64
-    public var radio: RadioModel
-    public var start: Double
+    package var duration: Double
+    package var seed: UInt64
+    package var radio: RadioModel
+    package var start: Double
     /// Uses before this many seconds after the start feed usage learning but are left out of
     /// the staleness figures (so a report can show the learned behaviour alone).
-    public var warmup: Double
-    public var minimumInterval: Double
-    public var handlerDeadline: Double
-    public var dailyBudget: Double
+    package var warmup: Double
+    package var minimumInterval: Double
+    package var handlerDeadline: Double
+    package var dailyBudget: Double
     /// `[scheduler] tolerance`, as a fraction; nil: the default.
-    public var tolerance: Double?
-    public var batteryLowPercent: Int
-    public var apps: [App]
+    package var tolerance: Double?
+    package var batteryLowPercent: Int
+    package var apps: [App]
     /// Sorted by `at`. Before the first change the network is the radio's kind.
-    public var network: [NetworkChange]
+    package var network: [NetworkChange]
     /// Sorted by `at`. Before the first change the board is on AC power.
-    public var power: [PowerChange]
+    package var power: [PowerChange]
 
-    public init(name: String = "scenario", duration: Double, seed: UInt64 = 1, radio: RadioModel = .lte, start: Double = Scenario.defaultStart,
+    package init(name: String = "scenario", duration: Double, seed: UInt64 = 1, radio: RadioModel = .lte, start: Double = Scenario.defaultStart,
                 warmup: Double = 0, minimumInterval: Double = 600, handlerDeadline: Double = 30, dailyBudget: Double = 600,
                 batteryLowPercent: Int = 20, apps: [App], network: [NetworkChange] = [], power: [PowerChange] = []) {
         self.name = name
@@ -158,7 +158,7 @@ public struct Scenario: Sendable, Equatable {
     }
 
     /// The network before any `[[network]]` change: what the radio model is for.
-    public var initialNetwork: Conditions.Network {
+    package var initialNetwork: Conditions.Network {
         switch radio.name {
         case "wifi": .wifi
         case "ethernet": .ethernet
@@ -167,7 +167,7 @@ public struct Scenario: Sendable, Equatable {
     }
 
     /// The interval the planner gets for an app, in seconds (nil: never fetched).
-    public func intervalSeconds(_ app: App) -> Double? {
+    package func intervalSeconds(_ app: App) -> Double? {
         switch app.interval {
         case .never: nil
         case .minimum: minimumInterval
@@ -183,7 +183,7 @@ extension Scenario {
     static let dayNames = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
 
     /// Parses a scenario file. Errors name the file, the key (`app[2].interval`) and the line.
-    public static func parse(_ text: String, file: String) throws(ConfigError) -> Scenario {
+    package static func parse(_ text: String, file: String) throws(ConfigError) -> Scenario {
         let table: TOMLTable
         do { table = try TOMLParser.parse(text) } catch {
             throw ConfigError(file: file, line: error.line, problem: error.reason)

@@ -18,31 +18,31 @@ import DrowseCore
 /// `handlerEnded`, `conditionsChanged`, `used`, `timerFired`) and carries out its actions
 /// (`startFetch` starts runs, `setTimer` sets the next wake-up). Handler slots are not modelled:
 /// every fetch a window starts runs at once.
-public struct Simulator: Sendable {
+package struct Simulator: Sendable {
     /// One handler run.
-    public struct Run: Sendable, Equatable {
+    package struct Run: Sendable, Equatable {
         /// Index into `scenario.apps`.
-        public var app: Int
-        public var start: Double
-        public var end: Double
-        public var outcome: Scenario.Outcome
+        package var app: Int
+        package var start: Double
+        package var end: Double
+        package var outcome: Scenario.Outcome
         /// A naive timer fired while offline: the handler failed at once and used no radio.
-        public var offline: Bool
+        package var offline: Bool
         /// The interval the strategy waits after this run: the planner's effective interval
         /// (stretched by no-data, backed off by failures); for naive timers the configured one.
-        public var nextInterval: Double?
+        package var nextInterval: Double?
     }
 
     /// One read of an app's data.
-    public struct Use: Sendable, Equatable {
-        public var app: Int
-        public var at: Double
+    package struct Use: Sendable, Equatable {
+        package var app: Int
+        package var at: Double
     }
 
-    public let scenario: Scenario
-    public let seed: UInt64
+    package let scenario: Scenario
+    package let seed: UInt64
 
-    public init(_ scenario: Scenario, seed: UInt64? = nil) {
+    package init(_ scenario: Scenario, seed: UInt64? = nil) {
         self.scenario = scenario
         self.seed = seed ?? scenario.seed
     }
@@ -50,7 +50,7 @@ public struct Simulator: Sendable {
     var end: Double { scenario.start + scenario.duration }
 
     /// The scheduler's policy as `drowsed` configures it for this scenario.
-    public var policy: FetchPlanner {
+    package var policy: FetchPlanner {
         var p = FetchPlanner()
         p.dailyBudget = scenario.dailyBudget
         if let t = scenario.tolerance { p.toleranceFraction = t }
@@ -89,7 +89,7 @@ public struct Simulator: Sendable {
     }
 
     /// Every use of every app's data within the scenario, in time order.
-    public func uses() -> [Use] {
+    package func uses() -> [Use] {
         var out: [Use] = []
         let firstDay = (scenario.start / 86400).rounded(.down)
         let lastDay = (end / 86400).rounded(.down)
@@ -132,11 +132,11 @@ public struct Simulator: Sendable {
     // MARK: - Drowse
 
     /// The runs `drowsed` makes with its scheduler, in start order.
-    public func runDrowse() -> [Run] { drowse(policy: policy).runs }
+    package func runDrowse() -> [Run] { drowse(policy: policy).runs }
 
     /// The runs, and how often the stated tolerance rule was broken, with a given policy (so a
     /// proposed change can be measured before it is made).
-    public func drowse(policy: FetchPlanner) -> (runs: [Run], toleranceViolations: [Int]) {
+    package func drowse(policy: FetchPlanner) -> (runs: [Run], toleranceViolations: [Int]) {
         let s = scenario
         let n = s.apps.count
         let index = Dictionary(uniqueKeysWithValues: s.apps.enumerated().map { ($1.id, $0) })
@@ -241,7 +241,7 @@ public struct Simulator: Sendable {
     /// together (as AlarmManagerService delivers a batch at its start). Like naive timers, an
     /// alarm fires online or not (offline the handler fails at once, no radio), and does not start
     /// a run while the app's previous one still runs.
-    public func runAndroid() -> [Run] {
+    package func runAndroid() -> [Run] {
         struct Batch { var start: Double; var end: Double; var apps: [Int] }
         var batches: [Batch] = []  // pending, in creation order (Android scans its list in order)
         var nominal: [Double] = Array(repeating: .infinity, count: scenario.apps.count)
@@ -294,7 +294,7 @@ public struct Simulator: Sendable {
     /// Each app on its own timer: a random phase in [0, interval), then every interval, online
     /// or not (offline the handler fails at once). A timer does not start a run while the
     /// previous one still runs (as a systemd timer would not).
-    public func runNaive() -> [Run] {
+    package func runNaive() -> [Run] {
         var runs: [Run] = []
         var count = Array(repeating: 0, count: scenario.apps.count)
         var lastNew: [Double?] = Array(repeating: nil, count: scenario.apps.count)
@@ -323,9 +323,9 @@ public struct Simulator: Sendable {
 
     // MARK: - Report
 
-    public func report() -> SimulationReport { report(policy: policy) }
+    package func report() -> SimulationReport { report(policy: policy) }
 
-    public func report(policy: FetchPlanner) -> SimulationReport {
+    package func report(policy: FetchPlanner) -> SimulationReport {
         let uses = self.uses()
         let run = drowse(policy: policy)
         var drowse = measure(run.runs, uses: uses)

@@ -4,32 +4,32 @@ import DrowseCore
 /// simulator's driver: the recorded events go in with their recorded times, and each step's
 /// actions must equal what `drowsed` got at that step. It also checks that `drowsed` carried out
 /// the timer actions: every `timer_fired` came at or after the time last set, and how late.
-public struct TraceReplay: Sendable {
-    public struct Mismatch: Sendable, Equatable {
+package struct TraceReplay: Sendable {
+    package struct Mismatch: Sendable, Equatable {
         /// 1-based line in the trace.
-        public var line: Int
-        public var event: String
-        public var recorded: String
-        public var replayed: String
+        package var line: Int
+        package var event: String
+        package var recorded: String
+        package var replayed: String
     }
 
-    public struct Report: Sendable, Equatable {
-        public var events = 0
-        public var actions = 0
+    package struct Report: Sendable, Equatable {
+        package var events = 0
+        package var actions = 0
         /// Windows opened (scheduled `start_fetch` actions) and the fetches in them.
-        public var windows = 0
-        public var windowFetches = 0
-        public var timerFirings = 0
+        package var windows = 0
+        package var windowFetches = 0
+        package var timerFirings = 0
         /// The latest a timer fired after the time it was set for.
-        public var maxTimerLateness = 0.0
+        package var maxTimerLateness = 0.0
         /// Timer firings before their time, or with no timer set.
-        public var badFirings: [Int] = []
-        public var mismatches: [Mismatch] = []
-        public var identical: Bool { mismatches.isEmpty && badFirings.isEmpty }
+        package var badFirings: [Int] = []
+        package var mismatches: [Mismatch] = []
+        package var identical: Bool { mismatches.isEmpty && badFirings.isEmpty }
     }
 
     /// `text`: the trace, one JSON object a line (config first).
-    public static func run(_ text: String) throws(FetchScheduler.TraceError) -> Report {
+    package static func run(_ text: String) throws(FetchScheduler.TraceError) -> Report {
         var lines = text.split(separator: "\n", omittingEmptySubsequences: false).enumerated().filter { !$0.element.isEmpty }.makeIterator()
         guard let first = lines.next() else { throw .init("the trace is empty") }
         let header: JSON

@@ -2,15 +2,15 @@ import CSQLite
 import DrowseCore
 
 /// A failed SQLite call, with the statement and SQLite's message.
-public struct StoreError: Error, CustomStringConvertible, Sendable {
-    public var code: Int32
-    public var message: String
-    public var sql: String?
-    public var description: String { "SQLite error \(code): \(message)" + (sql.map { " (in: \($0))" } ?? "") }
+package struct StoreError: Error, CustomStringConvertible, Sendable {
+    package var code: Int32
+    package var message: String
+    package var sql: String?
+    package var description: String { "SQLite error \(code): \(message)" + (sql.map { " (in: \($0))" } ?? "") }
 }
 
 /// A value bound to or read from a statement.
-public enum SQLValue: Sendable, Equatable {
+package enum SQLValue: Sendable, Equatable {
     case null
     case int(Int64)
     case double(Double)
@@ -19,11 +19,11 @@ public enum SQLValue: Sendable, Equatable {
 
 /// A thin layer over the system libsqlite3. Not thread-safe: one owner uses it
 /// (the agent actor), which is how DESIGN.md wants every C library held.
-public final class SQLiteDatabase {
+package final class SQLiteDatabase {
     private var db: OpaquePointer?
-    public let path: String
+    package let path: String
 
-    public init(path: String) throws(StoreError) {
+    package init(path: String) throws(StoreError) {
         self.path = path
         var handle: OpaquePointer?
         let rc = sqlite3_open_v2(path, &handle, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nil)
@@ -43,7 +43,7 @@ public final class SQLiteDatabase {
     }
 
     /// Runs one or more statements without results.
-    public func exec(_ sql: String) throws(StoreError) {
+    package func exec(_ sql: String) throws(StoreError) {
         var err: UnsafeMutablePointer<CChar>?
         let rc = sqlite3_exec(db, sql, nil, nil, &err)
         if rc != SQLITE_OK {
@@ -55,7 +55,7 @@ public final class SQLiteDatabase {
 
     /// Runs one statement with bound parameters and returns every row.
     @discardableResult
-    public func query(_ sql: String, _ params: [SQLValue] = []) throws(StoreError) -> [[SQLValue]] {
+    package func query(_ sql: String, _ params: [SQLValue] = []) throws(StoreError) -> [[SQLValue]] {
         var stmt: OpaquePointer?
         var rc = sqlite3_prepare_v2(db, sql, -1, &stmt, nil)
         guard rc == SQLITE_OK else { throw fail(rc, sql) }
@@ -102,7 +102,7 @@ public final class SQLiteDatabase {
     }
 
     /// Runs `body` in one transaction (BEGIN IMMEDIATE … COMMIT, rolled back on error).
-    public func transaction<T>(_ body: () throws(StoreError) -> T) throws(StoreError) -> T {
+    package func transaction<T>(_ body: () throws(StoreError) -> T) throws(StoreError) -> T {
         try exec("BEGIN IMMEDIATE")
         do {
             let v = try body()
@@ -114,9 +114,9 @@ public final class SQLiteDatabase {
         }
     }
 
-    public var changes: Int { Int(sqlite3_changes(db)) }
+    package var changes: Int { Int(sqlite3_changes(db)) }
 
-    public var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(db) }
+    package var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(db) }
 
     /// Runs `body` with `synchronous=NORMAL`: in WAL mode its commits are written to the WAL
     /// (they survive a killed process) but not fsynced (a power cut may lose them) until
@@ -125,7 +125,7 @@ public final class SQLiteDatabase {
     /// the next ordinary commit does that instead.
     /// If putting `synchronous=FULL` back fails, that error is thrown even when `body` succeeded:
     /// the caller must not go on as if the connection were durable again.
-    public func withoutSync<T>(_ body: () throws(StoreError) -> T) throws(StoreError) -> T {
+    package func withoutSync<T>(_ body: () throws(StoreError) -> T) throws(StoreError) -> T {
         try exec("PRAGMA synchronous=NORMAL")
         sqlite3_wal_autocheckpoint(db, 0)
         let result: Result<T, StoreError>
@@ -139,7 +139,7 @@ public final class SQLiteDatabase {
     static let autocheckpointPages: Int32 = 1000
 
     /// Makes everything committed so far durable: fdatasync of the WAL through SQLite's own file.
-    public func syncJournal() throws(StoreError) {
+    package func syncJournal() throws(StoreError) {
         var file: UnsafeMutablePointer<sqlite3_file>?
         let rc = sqlite3_file_control(db, "main", SQLITE_FCNTL_JOURNAL_POINTER, &file)
         guard rc == SQLITE_OK else { throw fail(rc, "SQLITE_FCNTL_JOURNAL_POINTER") }
@@ -151,8 +151,8 @@ public final class SQLiteDatabase {
 }
 
 extension SQLValue {
-    public var string: String? { if case .text(let s) = self { return s }; return nil }
-    public var int64: Int64? {
+    package var string: String? { if case .text(let s) = self { return s }; return nil }
+    package var int64: Int64? {
         switch self {
         case .int(let v): return v
         // A REAL where an integer belongs (SQLite keeps 1e300 or 1.5 in an INTEGER column as
@@ -161,7 +161,7 @@ extension SQLValue {
         default: return nil
         }
     }
-    public var double: Double? {
+    package var double: Double? {
         switch self {
         case .double(let d): return d
         case .int(let v): return Double(v)
@@ -169,7 +169,7 @@ extension SQLValue {
         }
     }
 
-    public init(_ s: String?) { self = s.map { .text($0) } ?? .null }
-    public init(_ v: Int64?) { self = v.map { .int($0) } ?? .null }
-    public init(_ v: Double?) { self = v.map { .double($0) } ?? .null }
+    package init(_ s: String?) { self = s.map { .text($0) } ?? .null }
+    package init(_ v: Int64?) { self = v.map { .int($0) } ?? .null }
+    package init(_ v: Double?) { self = v.map { .double($0) } ?? .null }
 }

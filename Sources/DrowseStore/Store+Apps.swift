@@ -1,30 +1,30 @@
 import DrowseCore
 
 /// What the store remembers of one app between runs of the daemon.
-public struct AppRecord: Sendable, Equatable {
-    public var id: String
-    public var registeredAt: Double
-    public var lastFetch: Double?
-    public var lastResult: FetchResult?
-    public var consecutiveFailures: Int
-    public var lastUsed: Double?
-    public var consecutiveNoData: Int = 0
-    public var lastTimedOut: Bool = false
+package struct AppRecord: Sendable, Equatable {
+    package var id: String
+    package var registeredAt: Double
+    package var lastFetch: Double?
+    package var lastResult: FetchResult?
+    package var consecutiveFailures: Int
+    package var lastUsed: Double?
+    package var consecutiveNoData: Int = 0
+    package var lastTimedOut: Bool = false
 }
 
 /// One handler run, as shown by `drowse apps show`.
-public struct RunRecord: Sendable, Equatable {
-    public var app: String
-    public var event: HandlerEvent
-    public var trigger: String?
-    public var result: FetchResult
-    public var ending: String
-    public var startedAt: Double
-    public var endedAt: Double
+package struct RunRecord: Sendable, Equatable {
+    package var app: String
+    package var event: HandlerEvent
+    package var trigger: String?
+    package var result: FetchResult
+    package var ending: String
+    package var startedAt: Double
+    package var endedAt: Double
     /// Killed at its deadline (penalised by the planner).
-    public var timedOut = false
+    package var timedOut = false
 
-    public init(app: String, event: HandlerEvent, trigger: String?, result: FetchResult, ending: String, startedAt: Double, endedAt: Double,
+    package init(app: String, event: HandlerEvent, trigger: String?, result: FetchResult, ending: String, startedAt: Double, endedAt: Double,
                 timedOut: Bool = false) {
         self.timedOut = timedOut
         self.app = app
@@ -39,7 +39,7 @@ public struct RunRecord: Sendable, Equatable {
 
 extension Store {
     /// The app's record, created on first sight.
-    public func app(_ id: String, now: Double) throws(StoreError) -> AppRecord {
+    package func app(_ id: String, now: Double) throws(StoreError) -> AppRecord {
         try db.query("INSERT OR IGNORE INTO apps(id, registered_at) VALUES (?, ?)", [.text(id), .double(now)])
         let row = try db.query(
             "SELECT registered_at, last_fetch, last_result, consecutive_failures, last_used, consecutive_no_data, last_timed_out FROM apps WHERE id = ?",
@@ -68,7 +68,7 @@ extension Store {
 
     /// Records a finished run; with `fetch`, the app's fetch bookkeeping as the scheduler now has
     /// it, and with `seq`, that the notification's run handled it — one transaction, so one fsync.
-    public func record(_ run: RunRecord, fetch: FetchScheduler.Record? = nil, handlingNotification seq: Int64? = nil) throws(StoreError) {
+    package func record(_ run: RunRecord, fetch: FetchScheduler.Record? = nil, handlingNotification seq: Int64? = nil) throws(StoreError) {
         try db.transaction { () throws(StoreError) in
             if let seq {
                 try db.query("UPDATE notifications SET state = ?, handled_at = ? WHERE seq = ?",
@@ -97,7 +97,7 @@ extension Store {
 
     /// What the fetch scheduler needs of an app at start-up: its record, its handler runs of the
     /// last day (the daily budget) and its recent uses.
-    public func schedulerApp(_ id: String, interval: Double?, now: Double) throws(StoreError) -> FetchScheduler.App {
+    package func schedulerApp(_ id: String, interval: Double?, now: Double) throws(StoreError) -> FetchScheduler.App {
         let rec = try app(id, now: now)
         let spans = try db.query(
             "SELECT started_at, ended_at FROM runs WHERE app = ? AND started_at >= ? ORDER BY seq",
@@ -113,7 +113,7 @@ extension Store {
             recentRuns: spans, uses: try uses(app: id))
     }
 
-    public func runs(app: String, limit: Int = 20) throws(StoreError) -> [RunRecord] {
+    package func runs(app: String, limit: Int = 20) throws(StoreError) -> [RunRecord] {
         try db.query(
             "SELECT event, trigger, result, ending, started_at, ended_at FROM runs WHERE app = ? ORDER BY seq DESC LIMIT ?",
             [.text(app), .int(Int64(limit))]
@@ -126,7 +126,7 @@ extension Store {
     }
 
     /// Handler seconds of an app's runs since `since` (its share of the daily budget).
-    public func runtime(app: String, since: Double) throws(StoreError) -> Double {
+    package func runtime(app: String, since: Double) throws(StoreError) -> Double {
         // Each run counts between 0 and a day: a stored run with an absurd end cannot use up the budget for ever.
         let sum = try db.query(
             "SELECT COALESCE(SUM(MIN(MAX(ended_at - started_at, 0), 86400)), 0) FROM runs WHERE app = ? AND started_at >= ?",
@@ -135,13 +135,13 @@ extension Store {
     }
 
     /// The newest uses of an app's data, oldest first.
-    public func uses(app: String, limit: Int = 60) throws(StoreError) -> [Double] {
+    package func uses(app: String, limit: Int = 60) throws(StoreError) -> [Double] {
         // Usage learning divides these into periods and makes integers of them: skip what is not a Unix time.
         try db.query("SELECT at FROM usage WHERE app = ? ORDER BY seq DESC LIMIT ?", [.text(app), .int(Int64(limit))])
             .compactMap { Self.unixTime($0[0]) }.reversed()
     }
 
-    public func recordUse(app: String, at: Double) throws(StoreError) {
+    package func recordUse(app: String, at: Double) throws(StoreError) {
         try db.transaction { () throws(StoreError) in
             try db.query("INSERT INTO usage(app, at) VALUES (?, ?)", [.text(app), .double(at)])
             try db.query("UPDATE apps SET last_used = ? WHERE id = ?", [.double(at), .text(app)])

@@ -1,17 +1,17 @@
 import DrowseCore
 
 /// A notification as recorded before its handler runs.
-public struct NotificationRecord: Sendable, Equatable {
-    public var seq: Int64
-    public var app: String
-    public var payload: String
-    public var receivedAt: Double
+package struct NotificationRecord: Sendable, Equatable {
+    package var seq: Int64
+    package var app: String
+    package var payload: String
+    package var receivedAt: Double
     /// `pending` (recorded, not yet run) or `deferred` (waiting for a window or the rate budget).
-    public var state: String = "pending"
-    public var signed: Bool = false
+    package var state: String = "pending"
+    package var signed: Bool = false
     /// When it used its app's hourly budget: it was admitted to run (and may still wait for a
     /// handler slot). nil while it has not.
-    public var budgetAt: Double? = nil
+    package var budgetAt: Double? = nil
 }
 
 extension Store {
@@ -19,7 +19,7 @@ extension Store {
     /// the same dedupe key was already recorded (a QoS 1 redelivery or a provider retry).
     /// `durable: false` writes it to the WAL without waiting for the disk: it survives a killed
     /// daemon at once, and a power cut only after `syncJournal()` (or any later commit).
-    public func recordNotification(app: String, dedupeKey: String, payload: String, at: Double, signed: Bool = false,
+    package func recordNotification(app: String, dedupeKey: String, payload: String, at: Double, signed: Bool = false,
                                    collapseID: String? = nil, durable: Bool = true) throws(StoreError) -> Int64? {
         func insert() throws(StoreError) -> Int64? {
             try db.query(
@@ -32,14 +32,14 @@ extension Store {
     }
 
     /// Makes every record written so far durable (see `recordNotification(durable:)`).
-    public func syncJournal() throws(StoreError) { try db.syncJournal() }
+    package func syncJournal() throws(StoreError) { try db.syncJournal() }
 
-    public func markNotification(_ seq: Int64, state: String, at: Double) throws(StoreError) {
+    package func markNotification(_ seq: Int64, state: String, at: Double) throws(StoreError) {
         try db.query("UPDATE notifications SET state = ?, handled_at = ? WHERE seq = ?", [.text(state), .double(at), .int(seq)])
     }
 
     /// Notifications recorded but not yet handled (after a crash, they are handled on start).
-    public func pendingNotifications() throws(StoreError) -> [NotificationRecord] {
+    package func pendingNotifications() throws(StoreError) -> [NotificationRecord] {
         try db.query(
             "SELECT seq, app, payload, received_at, state, signed, budget_at FROM notifications WHERE state IN ('pending', 'deferred') ORDER BY seq"
         ).map {
@@ -50,27 +50,27 @@ extension Store {
     }
 
     /// The notification's state now (nil when it is not recorded, e.g. pruned).
-    public func notificationState(_ seq: Int64) throws(StoreError) -> String? {
+    package func notificationState(_ seq: Int64) throws(StoreError) -> String? {
         try db.query("SELECT state FROM notifications WHERE seq = ?", [.int(seq)]).first?.first?.string
     }
 
     /// Records that the notification used its app's hourly budget at `at`, and is `pending` (to
     /// run). Written like the record itself (to the WAL, synced with it before the PUBACK), so
     /// that it costs no fsync on the way to the handler's start.
-    public func chargeBudget(_ seq: Int64, at: Double) throws(StoreError) {
+    package func chargeBudget(_ seq: Int64, at: Double) throws(StoreError) {
         try db.withoutSync { () throws(StoreError) in
             _ = try db.query("UPDATE notifications SET budget_at = ?, state = 'pending' WHERE seq = ?", [.double(at), .int(seq)])
         }
     }
 
     /// When the app's notifications used its budget since `since` (what `max_per_hour` counts).
-    public func budgetUses(app: String, since: Double) throws(StoreError) -> [Double] {
+    package func budgetUses(app: String, since: Double) throws(StoreError) -> [Double] {
         try db.query("SELECT budget_at FROM notifications WHERE app = ? AND budget_at > ? ORDER BY budget_at", [.text(app), .double(since)])
             .compactMap { $0[0].double }
     }
 
     /// The payload a notification was recorded with (nil when it is not recorded, e.g. pruned).
-    public func notificationPayload(_ seq: Int64) throws(StoreError) -> String? {
+    package func notificationPayload(_ seq: Int64) throws(StoreError) -> String? {
         try db.query("SELECT payload FROM notifications WHERE seq = ?", [.int(seq)]).first?.first?.string
     }
 
@@ -79,7 +79,7 @@ extension Store {
     /// one left was received, nil when none is (`NotificationAdmission` prunes again once that
     /// one has aged).
     @discardableResult
-    public func pruneNotifications(before: Double) throws(StoreError) -> Double? {
+    package func pruneNotifications(before: Double) throws(StoreError) -> Double? {
         let handled = "state NOT IN ('pending', 'deferred')"
         try db.query("DELETE FROM notifications WHERE \(handled) AND received_at < ?", [.double(before)])
         return try db.query("SELECT MIN(received_at) FROM notifications WHERE \(handled)").first?.first?.double

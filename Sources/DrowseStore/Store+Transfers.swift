@@ -83,23 +83,23 @@ extension Store {
     }
 
     /// Inserts or replaces the whole row.
-    public func save(_ t: Transfer) throws(StoreError) {
+    package func save(_ t: Transfer) throws(StoreError) {
         try db.query("INSERT OR REPLACE INTO transfers(\(Self.columns)) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", values(t))
     }
 
     /// Commits download progress: only called after the bytes are on disk (fdatasync).
-    public func commitProgress(id: String, bytesDone: Int64, bytesTotal: Int64?, etag: String?, lastModified: String?) throws(StoreError) {
+    package func commitProgress(id: String, bytesDone: Int64, bytesTotal: Int64?, etag: String?, lastModified: String?) throws(StoreError) {
         try db.query(
             // A late commit from the sync thread never rewinds a finished transfer.
             "UPDATE transfers SET bytes_done = ?, bytes_total = ?, etag = ?, last_modified = ? WHERE id = ? AND state NOT IN ('completed', 'failed', 'cancelled')",
             [.int(bytesDone), SQLValue(bytesTotal), SQLValue(etag), SQLValue(lastModified), .text(id)])
     }
 
-    public func transfer(id: String) throws(StoreError) -> Transfer? {
+    package func transfer(id: String) throws(StoreError) -> Transfer? {
         try db.query("SELECT \(Self.columns) FROM transfers WHERE id = ?", [.text(id)]).first.map(transfer)
     }
 
-    public func transfers(app: String? = nil) throws(StoreError) -> [Transfer] {
+    package func transfers(app: String? = nil) throws(StoreError) -> [Transfer] {
         if let app {
             return try db.query("SELECT \(Self.columns) FROM transfers WHERE app = ? ORDER BY created_at", [.text(app)]).map(transfer)
         }
@@ -107,7 +107,7 @@ extension Store {
     }
 
     /// Records an upload's server-side resource as soon as it exists, before data is sent.
-    public func recordUploadResource(id: String, url: String?, protocol proto: String) throws(StoreError) {
+    package func recordUploadResource(id: String, url: String?, protocol proto: String) throws(StoreError) {
         if let url {
             try db.query("UPDATE transfers SET upload_url = ?, protocol = ? WHERE id = ?", [.text(url), .text(proto), .text(id)])
         } else {
@@ -115,7 +115,7 @@ extension Store {
         }
     }
 
-    public func deleteTransfer(id: String) throws(StoreError) {
+    package func deleteTransfer(id: String) throws(StoreError) {
         try db.query("DELETE FROM transfers WHERE id = ?", [.text(id)])
     }
 }

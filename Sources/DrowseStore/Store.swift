@@ -3,11 +3,11 @@ import DrowseCore
 /// Drowse's durable state in `state_dir/state.db`: fetch history, app bookkeeping,
 /// notifications received, transfers. WAL with `synchronous=FULL`, so a commit that
 /// returned survives a power cut. Versioned schema with forward migrations.
-public final class Store {
-    public let db: SQLiteDatabase
-    public static let schemaVersion: Int64 = 8
+package final class Store {
+    package let db: SQLiteDatabase
+    package static let schemaVersion: Int64 = 8
 
-    public init(path: String) throws(StoreError) {
+    package init(path: String) throws(StoreError) {
         db = try SQLiteDatabase(path: path)
         try db.exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;")
         try migrate()

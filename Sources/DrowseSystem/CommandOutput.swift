@@ -5,7 +5,7 @@ import CDrowseSys
 
 /// Runs a short helper command and returns its standard output (at most 64 KiB), or nil if it
 /// could not start, failed, or outlived `timeout`. For rare look-ups such as nmcli, on events.
-public func commandOutput(_ argv: [String], timeout: Double = 2) -> String? {
+package func commandOutput(_ argv: [String], timeout: Double = 2) -> String? {
     guard let path = argv.first, access(path, X_OK) == 0 else { return nil }
     var out: [Int32] = [0, 0]
     guard drowse_pipe(&out) == 0 else { return nil }

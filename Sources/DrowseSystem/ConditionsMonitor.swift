@@ -15,20 +15,20 @@ import Synchronization
 /// address configured from router advertisements is every advertisement, and those must not
 /// wake the daemon. An address that appears, goes, or becomes usable (its duplicate address
 /// detection finished) is a change.
-public final class ConditionsMonitor: Sendable {
-    public enum Change: Sendable { case network, power }
+package final class ConditionsMonitor: Sendable {
+    package enum Change: Sendable { case network, power }
 
     private let onChange: @Sendable (Change) -> Void
     private let logger: Logger
     private let wake = EventFD()
     private let stopping = Atomic<Bool>(false)
 
-    public init(logger: Logger, onChange: @escaping @Sendable (Change) -> Void) {
+    package init(logger: Logger, onChange: @escaping @Sendable (Change) -> Void) {
         self.logger = logger
         self.onChange = onChange
     }
 
-    public func start() {
+    package func start() {
         let me = Unmanaged.passRetained(self)
         OSThread.detach(name: "conditions") {
             me.takeUnretainedValue().run()

@@ -2,21 +2,21 @@ import DrowseCore
 
 /// Reads power and network facts from sysfs and procfs. Reading is cheap and happens on
 /// demand (start, `conditions --refresh`, window boundaries), never on a timer.
-public struct ConditionsProbe: Sendable {
-    public var sysfsRoot: String
-    public var procRoot: String
-    public var meteredInterfaces: [String]?
+package struct ConditionsProbe: Sendable {
+    package var sysfsRoot: String
+    package var procRoot: String
+    package var meteredInterfaces: [String]?
     /// NetworkManager's command-line client; its per-device metered flag is used when present.
-    public var nmcli: String?
+    package var nmcli: String?
 
-    public init(sysfsRoot: String, procRoot: String = "/proc", meteredInterfaces: [String]?, nmcli: String? = "/usr/bin/nmcli") {
+    package init(sysfsRoot: String, procRoot: String = "/proc", meteredInterfaces: [String]?, nmcli: String? = "/usr/bin/nmcli") {
         self.sysfsRoot = sysfsRoot
         self.procRoot = procRoot
         self.meteredInterfaces = meteredInterfaces
         self.nmcli = nmcli
     }
 
-    public func read(now: Double) -> Conditions {
+    package func read(now: Double) -> Conditions {
         var c = Conditions()
         c.readAt = now
         PowerSupplyReading.combine(powerSupplies(), into: &c)
@@ -34,7 +34,7 @@ public struct ConditionsProbe: Sendable {
         return c
     }
 
-    public func powerSupplies() -> [PowerSupplyReading] {
+    package func powerSupplies() -> [PowerSupplyReading] {
         let base = sysfsRoot + "/class/power_supply"
         return FileSystem.listDirectory(base).compactMap { name in
             let dir = base + "/" + name
@@ -50,7 +50,7 @@ public struct ConditionsProbe: Sendable {
 
     /// NetworkManager's metered flag for a device ("yes", "no", "yes (guessed)", ...), when
     /// NetworkManager manages it; nil when unknown or not installed.
-    public func networkManagerMetered(_ iface: String) -> Bool? {
+    package func networkManagerMetered(_ iface: String) -> Bool? {
         guard let nmcli, let out = commandOutput([nmcli, "-t", "-g", "GENERAL.METERED", "device", "show", iface]) else { return nil }
         let value = out.trimmingSpaces().lowercased()
         if value.hasPrefix("yes") { return true }
@@ -59,7 +59,7 @@ public struct ConditionsProbe: Sendable {
     }
 
     /// The interface behind the IPv4 (else IPv6) default route with the lowest metric.
-    public func defaultRouteInterface() -> String? {
+    package func defaultRouteInterface() -> String? {
         var best: (String, Int)?
         if let text = try? FileSystem.readText(procRoot + "/net/route") {
             for line in text.split(separator: "\n").dropFirst() {
@@ -81,7 +81,7 @@ public struct ConditionsProbe: Sendable {
     }
 
     /// The kind of an interface from its sysfs facts, never from its name.
-    public func kind(of iface: String) -> Conditions.Network {
+    package func kind(of iface: String) -> Conditions.Network {
         let dir = sysfsRoot + "/class/net/" + iface
         if FileSystem.exists(dir + "/wireless") || FileSystem.exists(dir + "/phy80211") { return .wifi }
         if let uevent = try? FileSystem.readText(dir + "/uevent", limit: 8192) {

@@ -1,9 +1,9 @@
 import CCrypto
 
 /// Ed25519 from the OpenSSL libcrypto that libcurl already loads (no second crypto library).
-public enum Ed25519 {
+package enum Ed25519 {
     /// A new key pair: (32-byte private seed, 32-byte public key).
-    public static func generate() -> (privateKey: [UInt8], publicKey: [UInt8])? {
+    package static func generate() -> (privateKey: [UInt8], publicKey: [UInt8])? {
         guard let ctx = EVP_PKEY_CTX_new_id(EVP_PKEY_ED25519, nil) else { return nil }
         defer { EVP_PKEY_CTX_free(ctx) }
         var key: OpaquePointer?
@@ -15,7 +15,7 @@ public enum Ed25519 {
         return (priv, pub)
     }
 
-    public static func sign(_ message: [UInt8], privateKey: [UInt8]) -> [UInt8]? {
+    package static func sign(_ message: [UInt8], privateKey: [UInt8]) -> [UInt8]? {
         guard privateKey.count == 32, let key = EVP_PKEY_new_raw_private_key(EVP_PKEY_ED25519, nil, privateKey, 32) else { return nil }
         defer { EVP_PKEY_free(key) }
         guard let md = EVP_MD_CTX_new() else { return nil }
@@ -26,7 +26,7 @@ public enum Ed25519 {
         return Array(sig.prefix(len))
     }
 
-    public static func verify(_ signature: [UInt8], of message: [UInt8], publicKey: [UInt8]) -> Bool {
+    package static func verify(_ signature: [UInt8], of message: [UInt8], publicKey: [UInt8]) -> Bool {
         guard publicKey.count == 32, signature.count == 64,
             let key = EVP_PKEY_new_raw_public_key(EVP_PKEY_ED25519, nil, publicKey, 32) else { return false }
         defer { EVP_PKEY_free(key) }

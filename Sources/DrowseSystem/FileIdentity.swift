@@ -10,13 +10,13 @@ import CDrowseSys
 /// or a part file swapped for a link to a root-only file, gets the EACCES the user would get.
 /// The switch lasts for one system call and never spans a suspension point, so nothing else
 /// runs on the thread meanwhile.
-public struct FileIdentity: Sendable, Equatable {
-    public var uid: uid_t
-    public var gid: gid_t
+package struct FileIdentity: Sendable, Equatable {
+    package var uid: uid_t
+    package var gid: gid_t
     /// Supplementary groups (may include `gid`).
-    public var groups: [gid_t]
+    package var groups: [gid_t]
 
-    public init(uid: uid_t, gid: gid_t, groups: [gid_t]) {
+    package init(uid: uid_t, gid: gid_t, groups: [gid_t]) {
         self.uid = uid
         self.gid = gid
         self.groups = groups
@@ -24,7 +24,7 @@ public struct FileIdentity: Sendable, Equatable {
 
     /// The identity of a local user by uid: supplementary groups from the user database, or
     /// only `gid` for a uid with no account.
-    public static func of(uid: uid_t, gid: gid_t) -> FileIdentity {
+    package static func of(uid: uid_t, gid: gid_t) -> FileIdentity {
         FileIdentity(uid: uid, gid: gid, groups: UserAccount.lookup(uid: uid)?.groups ?? [gid])
     }
 
@@ -48,7 +48,7 @@ public struct FileIdentity: Sendable, Equatable {
     }
 
     /// open(2) as `who`. Always O_CLOEXEC.
-    public static func open(_ path: String, _ flags: Int32, mode: mode_t = 0, as who: FileIdentity?) throws(SystemError) -> Int32 {
+    package static func open(_ path: String, _ flags: Int32, mode: mode_t = 0, as who: FileIdentity?) throws(SystemError) -> Int32 {
         let (fd, e) = try perform(as: who) { Glibc.open(path, flags | O_CLOEXEC, mode) }
         guard fd >= 0 else { throw SystemError("open \(path)", errno: e) }
         return fd
@@ -56,7 +56,7 @@ public struct FileIdentity: Sendable, Equatable {
 
     /// Opens a regular file for reading as `who`: never blocks on a FIFO, refuses anything
     /// that is not a regular file. Returns the descriptor and the file's size.
-    public static func openRegularForReading(_ path: String, as who: FileIdentity?) throws(SystemError) -> (fd: Int32, size: Int64) {
+    package static func openRegularForReading(_ path: String, as who: FileIdentity?) throws(SystemError) -> (fd: Int32, size: Int64) {
         let fd = try open(path, O_RDONLY | O_NONBLOCK, as: who)
         var st = stat()
         guard fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else {
@@ -67,7 +67,7 @@ public struct FileIdentity: Sendable, Equatable {
     }
 
     /// rename(2) as `who`, then fsync of the destination folder (as `who` too).
-    public static func rename(_ from: String, to: String, as who: FileIdentity?) throws(SystemError) {
+    package static func rename(_ from: String, to: String, as who: FileIdentity?) throws(SystemError) {
         let (r, e) = try perform(as: who) { Glibc.rename(from, to) }
         guard r == 0 else { throw SystemError("rename \(from) to \(to)", errno: e) }
         if let dir = try? open(ConfigPathDir.of(to), O_RDONLY | O_DIRECTORY, as: who) {
@@ -77,19 +77,19 @@ public struct FileIdentity: Sendable, Equatable {
     }
 
     /// unlink(2) as `who`; a missing file is fine.
-    public static func remove(_ path: String, as who: FileIdentity?) {
+    package static func remove(_ path: String, as who: FileIdentity?) {
         _ = try? perform(as: who) { unlink(path) }  // best effort: a leftover part file is harmless
     }
 
     /// The size of a regular file as `who` sees it (no symlink at the last component).
-    public static func regularFileSize(_ path: String, as who: FileIdentity?) -> Int64? {
+    package static func regularFileSize(_ path: String, as who: FileIdentity?) -> Int64? {
         guard let (fd, size) = try? openRegularForReading(path, as: who) else { return nil }
         close(fd)
         return size
     }
 
     /// Whether `who` sees anything at `path` (lstat: a dangling symlink counts).
-    public static func exists(_ path: String, as who: FileIdentity?) -> Bool {
+    package static func exists(_ path: String, as who: FileIdentity?) -> Bool {
         var st = stat()
         guard let (r, _) = try? perform(as: who, { lstat(path, &st) }) else { return false }
         return r == 0

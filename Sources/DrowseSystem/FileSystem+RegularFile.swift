@@ -5,10 +5,10 @@ import Musl
 #endif
 
 /// Why `FileSystem.readRegularFile` would not read a file; `reason` reads well after the file's name.
-public struct RefusedFile: Error, Equatable, CustomStringConvertible, Sendable {
-    public var reason: String
-    public init(_ reason: String) { self.reason = reason }
-    public var description: String { reason }
+package struct RefusedFile: Error, Equatable, CustomStringConvertible, Sendable {
+    package var reason: String
+    package init(_ reason: String) { self.reason = reason }
+    package var description: String { reason }
 }
 
 extension FileSystem {
@@ -17,7 +17,7 @@ extension FileSystem {
     /// since reading one could block forever, and a bigger file is refused rather than cut
     /// (`readFile` truncates at its limit, which would let half a file pass as a whole one).
     /// A symlink to a regular file is read: packages often link their app files into apps.d.
-    public static func readRegularFile(_ path: String, limit: Int) throws(RefusedFile) -> [UInt8] {
+    package static func readRegularFile(_ path: String, limit: Int) throws(RefusedFile) -> [UInt8] {
         // stat first, so that a device is never even opened (opening one can have effects).
         var st = stat()
         guard stat(path, &st) == 0 else { throw RefusedFile("cannot read: \(String(cString: strerror(errno)))") }

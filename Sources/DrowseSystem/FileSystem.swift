@@ -5,21 +5,21 @@ import Musl
 #endif
 
 /// A failed system call with what it was doing.
-public struct SystemError: Error, CustomStringConvertible, Sendable {
-    public var what: String
-    public var errno: Int32
-    public init(_ what: String, errno: Int32) {
+package struct SystemError: Error, CustomStringConvertible, Sendable {
+    package var what: String
+    package var errno: Int32
+    package init(_ what: String, errno: Int32) {
         self.what = what
         self.errno = errno
     }
-    public var description: String { "\(what): \(String(cString: strerror(errno)))" }
+    package var description: String { "\(what): \(String(cString: strerror(errno)))" }
     /// Disk full or quota exceeded: worth pausing for, not failing.
-    public var isNoSpace: Bool { errno == ENOSPC || errno == EDQUOT }
+    package var isNoSpace: Bool { errno == ENOSPC || errno == EDQUOT }
 }
 
 /// Small file-system helpers without Foundation.
-public enum FileSystem {
-    public static func readFile(_ path: String, limit: Int = 1 << 20) throws(SystemError) -> [UInt8] {
+package enum FileSystem {
+    package static func readFile(_ path: String, limit: Int = 1 << 20) throws(SystemError) -> [UInt8] {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw SystemError("open \(path)", errno: errno) }
         defer { close(fd) }
@@ -37,31 +37,31 @@ public enum FileSystem {
         return out
     }
 
-    public static func readText(_ path: String, limit: Int = 1 << 20) throws(SystemError) -> String {
+    package static func readText(_ path: String, limit: Int = 1 << 20) throws(SystemError) -> String {
         String(decoding: try readFile(path, limit: limit), as: UTF8.self)
     }
 
     /// A short sysfs attribute, trimmed; nil when missing or unreadable.
-    public static func attribute(_ path: String) -> String? {
+    package static func attribute(_ path: String) -> String? {
         guard let bytes = try? readFile(path, limit: 4096) else { return nil }
         var s = String(decoding: bytes, as: UTF8.self)
         while let l = s.last, l.isWhitespace { s.removeLast() }
         return s
     }
 
-    public static func exists(_ path: String) -> Bool { access(path, F_OK) == 0 }
+    package static func exists(_ path: String) -> Bool { access(path, F_OK) == 0 }
 
-    public static func isDirectory(_ path: String) -> Bool {
+    package static func isDirectory(_ path: String) -> Bool {
         var st = stat()
         return stat(path, &st) == 0 && (st.st_mode & S_IFMT) == S_IFDIR
     }
 
-    public static func fileSize(_ path: String) -> Int64? {
+    package static func fileSize(_ path: String) -> Int64? {
         var st = stat()
         return stat(path, &st) == 0 ? Int64(st.st_size) : nil
     }
 
-    public static func listDirectory(_ path: String) -> [String] {
+    package static func listDirectory(_ path: String) -> [String] {
         guard let dir = opendir(path) else { return [] }
         defer { closedir(dir) }
         var names: [String] = []
@@ -74,7 +74,7 @@ public enum FileSystem {
         return names.sorted()
     }
 
-    public static func makeDirectories(_ path: String, mode: mode_t = 0o755) throws(SystemError) {
+    package static func makeDirectories(_ path: String, mode: mode_t = 0o755) throws(SystemError) {
         var prefix = path.hasPrefix("/") ? "" : "."
         for part in path.split(separator: "/") {
             prefix += "/" + part
@@ -85,10 +85,10 @@ public enum FileSystem {
         }
     }
 
-    public static func remove(_ path: String) { unlink(path) }
+    package static func remove(_ path: String) { unlink(path) }
 
     /// Writes `bytes` to a temporary file, fsyncs it and renames it over `path`, then fsyncs the folder.
-    public static func writeAtomically(_ path: String, _ bytes: [UInt8], mode: mode_t = 0o644) throws(SystemError) {
+    package static func writeAtomically(_ path: String, _ bytes: [UInt8], mode: mode_t = 0o644) throws(SystemError) {
         let tmp = path + ".tmp.\(getpid())"
         let fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode)
         guard fd >= 0 else { throw SystemError("open \(tmp)", errno: errno) }
@@ -116,18 +116,18 @@ public enum FileSystem {
     }
 
     /// rename(2) then fsync of the destination folder, so the new name survives a power cut.
-    public static func rename(_ from: String, to: String) throws(SystemError) {
+    package static func rename(_ from: String, to: String) throws(SystemError) {
         guard Glibc.rename(from, to) == 0 else { throw SystemError("rename \(from) to \(to)", errno: errno) }
         syncDirectory(ConfigPathDir.of(to))
     }
 
-    public static func syncDirectory(_ dir: String) {
+    package static func syncDirectory(_ dir: String) {
         let fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         if fd >= 0 { fsync(fd); close(fd) }
     }
 
     /// The /etc/machine-id, for a default device id.
-    public static func machineID() -> String? { attribute("/etc/machine-id") }
+    package static func machineID() -> String? { attribute("/etc/machine-id") }
 }
 
 enum ConfigPathDir {
@@ -139,9 +139,9 @@ enum ConfigPathDir {
 }
 
 /// Writes to the standard streams with write(2): no shared C `FILE*` across threads.
-public enum StandardStream {
-    public static func error(_ s: String) { put(2, s) }
-    public static func output(_ s: String) { put(1, s) }
+package enum StandardStream {
+    package static func error(_ s: String) { put(2, s) }
+    package static func output(_ s: String) { put(1, s) }
 
     private static func put(_ fd: Int32, _ s: String) {
         var bytes = Array(s.utf8)

@@ -6,20 +6,20 @@ import DrowseCore
 import Synchronization
 
 /// One launch of an app's handler (SPEC.md, "Handler protocol").
-public struct LaunchRequest: Sendable {
-    public var app: String
-    public var event: HandlerEvent
-    public var argv: [String]
-    public var user: String?
-    public var workingDirectory: String?
-    public var environment: [String: String]
-    public var stdin: [UInt8]
+package struct LaunchRequest: Sendable {
+    package var app: String
+    package var event: HandlerEvent
+    package var argv: [String]
+    package var user: String?
+    package var workingDirectory: String?
+    package var environment: [String: String]
+    package var stdin: [UInt8]
     /// Unix time by which the handler must finish.
-    public var deadline: Double
+    package var deadline: Double
     /// Between SIGTERM and SIGKILL.
-    public var killGrace: Double
+    package var killGrace: Double
 
-    public init(app: String, event: HandlerEvent, argv: [String], user: String?, workingDirectory: String?,
+    package init(app: String, event: HandlerEvent, argv: [String], user: String?, workingDirectory: String?,
                 environment: [String: String], stdin: [UInt8], deadline: Double, killGrace: Double = 2) {
         self.app = app
         self.event = event
@@ -34,7 +34,7 @@ public struct LaunchRequest: Sendable {
 }
 
 /// Launches handlers. `ProcessLauncher` is the real one; tests may supply a twin.
-public protocol HandlerLaunching: Sendable {
+package protocol HandlerLaunching: Sendable {
     /// Starts the handler now, on the caller's thread, and returns its run; `output` gets each
     /// line it prints (`true` for stderr). The process exists when this returns.
     func start(_ request: LaunchRequest, output: @escaping @Sendable (String, Bool) -> Void) -> HandlerRun
@@ -42,21 +42,21 @@ public protocol HandlerLaunching: Sendable {
 
 extension HandlerLaunching {
     /// Runs the handler to its end.
-    public func run(_ request: LaunchRequest, output: @escaping @Sendable (String, Bool) -> Void) async -> HandlerOutcome {
+    package func run(_ request: LaunchRequest, output: @escaping @Sendable (String, Bool) -> Void) async -> HandlerOutcome {
         await start(request, output: output).outcome()
     }
 }
 
 /// A started handler; its outcome arrives when the handler ends (or could not start).
-public final class HandlerRun: Sendable {
+package final class HandlerRun: Sendable {
     private let state = Mutex<(outcome: HandlerOutcome?, waiter: CheckedContinuation<HandlerOutcome, Never>?)>((nil, nil))
     private let shortage = Atomic<Int32>(0)
 
-    public init() {}
+    package init() {}
 
     /// The errno when the handler could not start for lack of resources (EMFILE, ENFILE, EAGAIN,
     /// ENOMEM): nothing ran, and trying again later may work. Set before the outcome arrives.
-    public var resourceShortage: Int32? {
+    package var resourceShortage: Int32? {
         let e = shortage.load(ordering: .acquiring)
         return e == 0 ? nil : e
     }
@@ -64,7 +64,7 @@ public final class HandlerRun: Sendable {
     func markResourceShortage(_ err: Int32) { shortage.store(err, ordering: .releasing) }
 
     /// Delivers the outcome to whoever waits (once).
-    public func finish(_ outcome: HandlerOutcome) {
+    package func finish(_ outcome: HandlerOutcome) {
         let waiter = state.withLock { s -> CheckedContinuation<HandlerOutcome, Never>? in
             guard s.outcome == nil else { return nil }
             s.outcome = outcome
@@ -75,7 +75,7 @@ public final class HandlerRun: Sendable {
     }
 
     /// Waits for the end of the run. One waiter at a time.
-    public func outcome() async -> HandlerOutcome {
+    package func outcome() async -> HandlerOutcome {
         await withCheckedContinuation { (c: CheckedContinuation<HandlerOutcome, Never>) in
             let ready = state.withLock { s -> HandlerOutcome? in
                 if let o = s.outcome { return o }
@@ -101,10 +101,10 @@ public final class HandlerRun: Sendable {
 ///
 /// Output reaches `output` line by line with control characters escaped (`LogText.escape`) and
 /// rate-limited per run (`OutputRateLimiter`): it is meant for the daemon's log.
-public struct ProcessLauncher: HandlerLaunching {
-    public init() {}
+package struct ProcessLauncher: HandlerLaunching {
+    package init() {}
 
-    public func start(_ request: LaunchRequest, output: @escaping @Sendable (String, Bool) -> Void) -> HandlerRun {
+    package func start(_ request: LaunchRequest, output: @escaping @Sendable (String, Bool) -> Void) -> HandlerRun {
         let run = HandlerRun()
         _ = ProcessTree.subreaperSet
         switch Self.spawn(request) {

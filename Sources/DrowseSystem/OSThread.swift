@@ -7,7 +7,7 @@ import CDrowseSys
 
 /// A plain OS thread for work that blocks in poll(2): the C libraries' loops and handler
 /// supervision. Blocking there keeps Swift's cooperative pool free and the process asleep.
-public enum OSThread {
+package enum OSThread {
     private final class Box {
         let body: @Sendable () -> Void
         let name: String
@@ -17,7 +17,7 @@ public enum OSThread {
         }
     }
 
-    public static func detach(name: String, _ body: @escaping @Sendable () -> Void) {
+    package static func detach(name: String, _ body: @escaping @Sendable () -> Void) {
         let arg = Unmanaged.passRetained(Box(name, body)).toOpaque()
         var tid = pthread_t()
         let rc = pthread_create(&tid, nil, { raw in
@@ -32,24 +32,24 @@ public enum OSThread {
 }
 
 /// An eventfd used to wake a thread blocked in poll(2).
-public final class EventFD: Sendable {
-    public let fd: Int32
+package final class EventFD: Sendable {
+    package let fd: Int32
 
-    public init() {
+    package init() {
         fd = drowse_eventfd()
         precondition(fd >= 0, "eventfd failed: \(errno)")
     }
 
     deinit { close(fd) }
 
-    public func signal() {
+    package func signal() {
         var one: UInt64 = 1
         // EAGAIN only when the counter is full: a wake-up is pending anyway.
         _ = CCheck.noted("eventfd write") { write(fd, &one, 8) }
     }
 
     /// Clears pending signals (call after poll reports the fd readable).
-    public func drain() {
+    package func drain() {
         var v: UInt64 = 0
         // EAGAIN when nothing was pending: nothing to clear.
         _ = CCheck.noted("eventfd read") { read(fd, &v, 8) }
@@ -57,14 +57,14 @@ public final class EventFD: Sendable {
 }
 
 /// Wall-clock time as Unix seconds; the daemon's one source of "now".
-public enum WallClock {
-    public static func now() -> Double {
+package enum WallClock {
+    package static func now() -> Double {
         var ts = timespec()
         clock_gettime(CLOCK_REALTIME, &ts)
         return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
     }
 
-    public static func monotonic() -> Double {
+    package static func monotonic() -> Double {
         var ts = timespec()
         clock_gettime(CLOCK_MONOTONIC, &ts)
         return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
@@ -72,7 +72,7 @@ public enum WallClock {
 }
 
 /// Seconds east of UTC in the local time zone now (for "time of day" in usage learning).
-public func localUTCOffset() -> Int {
+package func localUTCOffset() -> Int {
     var t = time(nil)
     var tmv = tm()
     localtime_r(&t, &tmv)

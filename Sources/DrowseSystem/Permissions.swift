@@ -4,12 +4,12 @@ import Glibc
 
 /// Checks what a local user could do to a path, so that drowsed (running as root) never
 /// reads or writes a file for an API caller that the caller could not read or write itself.
-public enum Permissions {
+package enum Permissions {
     /// The caller's identity as the kernel would judge it.
-    public struct Subject: Sendable {
-        public var uid: uid_t
-        public var gids: [gid_t]
-        public init(uid: uid_t, gids: [gid_t]) {
+    package struct Subject: Sendable {
+        package var uid: uid_t
+        package var gids: [gid_t]
+        package init(uid: uid_t, gids: [gid_t]) {
             self.uid = uid
             self.gids = gids
         }
@@ -44,7 +44,7 @@ public enum Permissions {
     }
 
     /// `who` could open this regular file for reading.
-    public static func canRead(_ path: String, by who: Subject) -> Bool {
+    package static func canRead(_ path: String, by who: Subject) -> Bool {
         guard path.hasPrefix("/") else { return false }
         var st = stat()
         guard lstat(path, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else { return false }  // no symlinks, no devices
@@ -52,7 +52,7 @@ public enum Permissions {
     }
 
     /// `who` could create or replace a file at this path.
-    public static func canWrite(_ path: String, by who: Subject) -> Bool {
+    package static func canWrite(_ path: String, by who: Subject) -> Bool {
         guard path.hasPrefix("/") else { return false }
         let dir = parent(path)
         var st = stat()
@@ -67,7 +67,7 @@ public enum Permissions {
     }
 
     /// Hands a file drowsed made (as root) to a user; the error, if it could not.
-    public static func giveTo(_ path: String, uid: uid_t, gid: gid_t) -> SystemError? {
+    package static func giveTo(_ path: String, uid: uid_t, gid: gid_t) -> SystemError? {
         guard geteuid() == 0 else { return nil }
         return CCheck.noted("chown \(path)") { Int(chown(path, uid, gid)) }
     }

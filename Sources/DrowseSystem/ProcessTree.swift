@@ -11,12 +11,12 @@ import CDrowseSys
 /// `setsid` and whose parent exited (the handler adopts it). When the handler ends, what is left
 /// is adopted by drowsed; any child of drowsed that `drowse_spawn` did not start is such a
 /// leftover, from a run that is over, and is killed and reaped here.
-public enum ProcessTree {
+package enum ProcessTree {
     /// Makes drowsed the subreaper of its descendants (once, before the first handler).
     static let subreaperSet: Int32 = drowse_set_child_subreaper()
 
     /// Every descendant of `root` now (not `root` itself), parents before children.
-    public static func descendants(of root: pid_t) -> [pid_t] {
+    package static func descendants(of root: pid_t) -> [pid_t] {
         let max = 32768
         var pids = [pid_t](repeating: 0, count: max), ppids = [pid_t](repeating: 0, count: max)
         let n = Int(drowse_process_table(&pids, &ppids, Int32(max)))
@@ -45,7 +45,7 @@ public enum ProcessTree {
     /// all; a process that will not die in time (stuck in the kernel) is taken at the next call.
     /// Returns how many were killed.
     @discardableResult
-    public static func killLeftovers(within: Double = 2) -> Int {
+    package static func killLeftovers(within: Double = 2) -> Int {
         let until = WallClock.monotonic() + within
         var total = 0
         for _ in 0..<16 {

@@ -4,32 +4,32 @@ import Glibc
 import CCrypto
 
 /// Incremental SHA-256 from the OpenSSL libcrypto that libcurl already loads.
-public struct SHA256Hasher: ~Copyable {
+package struct SHA256Hasher: ~Copyable {
     private let ctx: OpaquePointer
 
-    public init() {
+    package init() {
         ctx = EVP_MD_CTX_new()
         EVP_DigestInit_ex(ctx, EVP_sha256(), nil)
     }
 
     deinit { EVP_MD_CTX_free(ctx) }
 
-    public mutating func update(_ buffer: UnsafeRawBufferPointer) {
+    package mutating func update(_ buffer: UnsafeRawBufferPointer) {
         if buffer.count > 0 { EVP_DigestUpdate(ctx, buffer.baseAddress, buffer.count) }
     }
 
-    public mutating func update(_ bytes: [UInt8]) {
+    package mutating func update(_ bytes: [UInt8]) {
         bytes.withUnsafeBytes { update($0) }
     }
 
-    public consuming func finalize() -> [UInt8] {
+    package consuming func finalize() -> [UInt8] {
         var out = [UInt8](repeating: 0, count: 32)
         var len: UInt32 = 0
         EVP_DigestFinal_ex(ctx, &out, &len)
         return out
     }
 
-    public static func hex(_ digest: [UInt8]) -> String {
+    package static func hex(_ digest: [UInt8]) -> String {
         let digits = Array("0123456789abcdef".utf8)
         var s: [UInt8] = []
         for b in digest { s.append(digits[Int(b >> 4)]); s.append(digits[Int(b & 15)]) }
@@ -37,7 +37,7 @@ public struct SHA256Hasher: ~Copyable {
     }
 
     /// The hex SHA-256 of some bytes.
-    public static func hexDigest(of bytes: [UInt8]) -> String {
+    package static func hexDigest(of bytes: [UInt8]) -> String {
         var h = SHA256Hasher()
         h.update(bytes)
         return hex(h.finalize())
@@ -45,7 +45,7 @@ public struct SHA256Hasher: ~Copyable {
 
     /// The hex SHA-256 of a file, read in 1 MiB blocks.
     /// With `who`, the file is opened as that user (FileIdentity).
-    public static func hexDigest(ofFile path: String, as who: FileIdentity? = nil) throws(SystemError) -> String {
+    package static func hexDigest(ofFile path: String, as who: FileIdentity? = nil) throws(SystemError) -> String {
         let fd = try FileIdentity.open(path, O_RDONLY | O_NONBLOCK, as: who)
         defer { close(fd) }
         var h = SHA256Hasher()

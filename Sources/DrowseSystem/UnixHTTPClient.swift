@@ -5,18 +5,18 @@ import DrowseCore
 
 /// A minimal blocking HTTP/1.1 client over a Unix socket, for the CLI: one request per
 /// connection (`Connection: close`), JSON in and out.
-public enum UnixHTTPClient {
-    public struct Response: Sendable {
-        public var status: Int
-        public var body: [UInt8]
-        public var json: JSON? { try? JSON.parse(bytes: body) }
+package enum UnixHTTPClient {
+    package struct Response: Sendable {
+        package var status: Int
+        package var body: [UInt8]
+        package var json: JSON? { try? JSON.parse(bytes: body) }
     }
 
-    public struct Failure: Error, CustomStringConvertible {
-        public var description: String
+    package struct Failure: Error, CustomStringConvertible {
+        package var description: String
     }
 
-    public static func request(socket path: String, method: String, path target: String, body: JSON? = nil,
+    package static func request(socket path: String, method: String, path target: String, body: JSON? = nil,
                                timeout: Double = 0) throws(Failure) -> Response {
         let fd = Glibc.socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw Failure(description: "socket: \(String(cString: strerror(errno)))") }

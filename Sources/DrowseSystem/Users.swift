@@ -5,14 +5,14 @@ import Musl
 #endif
 
 /// A local user account, for running handlers as the app's user.
-public struct UserAccount: Sendable, Equatable {
-    public var name: String
-    public var uid: uid_t
-    public var gid: gid_t
-    public var home: String
-    public var groups: [gid_t]
+package struct UserAccount: Sendable, Equatable {
+    package var name: String
+    package var uid: uid_t
+    package var gid: gid_t
+    package var home: String
+    package var groups: [gid_t]
 
-    public static func lookup(name: String) -> UserAccount? {
+    package static func lookup(name: String) -> UserAccount? {
         var pw = passwd()
         var result: UnsafeMutablePointer<passwd>?
         var buf = [CChar](repeating: 0, count: 16384)
@@ -20,7 +20,7 @@ public struct UserAccount: Sendable, Equatable {
         return account(pw)
     }
 
-    public static func lookup(uid: uid_t) -> UserAccount? {
+    package static func lookup(uid: uid_t) -> UserAccount? {
         var pw = passwd()
         var result: UnsafeMutablePointer<passwd>?
         var buf = [CChar](repeating: 0, count: 16384)
@@ -43,7 +43,7 @@ public struct UserAccount: Sendable, Equatable {
     }
 
     /// The gid of a group by name.
-    public static func groupID(_ name: String) -> gid_t? {
+    package static func groupID(_ name: String) -> gid_t? {
         var gr = group()
         var result: UnsafeMutablePointer<group>?
         var buf = [CChar](repeating: 0, count: 16384)
@@ -52,7 +52,7 @@ public struct UserAccount: Sendable, Equatable {
     }
 
     /// Whether `uid` is a member of group `gid` (primary or supplementary).
-    public static func isMember(uid: uid_t, primaryGID: gid_t, of gid: gid_t) -> Bool {
+    package static func isMember(uid: uid_t, primaryGID: gid_t, of gid: gid_t) -> Bool {
         if primaryGID == gid { return true }
         return lookup(uid: uid)?.groups.contains(gid) ?? false
     }

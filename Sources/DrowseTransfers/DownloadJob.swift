@@ -2,29 +2,29 @@ import DrowseCore
 import DrowseSystem
 
 /// What the engine needs to run (or resume) one download.
-public struct DownloadJob: Sendable {
-    public var id: String
-    public var url: String
+package struct DownloadJob: Sendable {
+    package var id: String
+    package var url: String
     /// Where bytes accumulate until the download is verified.
-    public var partPath: String
+    package var partPath: String
     /// Where the verified file is renamed to.
-    public var finalPath: String
+    package var finalPath: String
     /// Bytes already committed (data fdatasync'ed, offset recorded). The part file is cut back to this.
-    public var resumeFrom: Int64
-    public var etag: String?
-    public var lastModified: String?
+    package var resumeFrom: Int64
+    package var etag: String?
+    package var lastModified: String?
     /// Total size learnt on an earlier attempt.
-    public var expectedTotal: Int64?
-    public var sha256: String?
+    package var expectedTotal: Int64?
+    package var sha256: String?
     /// The user whose paths these are (a `--to` asked for by an API caller): the part file is
     /// created, reopened and renamed as that user, never by root following the caller's path.
-    public var identity: FileIdentity?
+    package var identity: FileIdentity?
     /// Hand the file to this owner (fchown on the open descriptor) before it gets its final
     /// name: an inbox file for the app's user. A chown by path after the rename could be
     /// redirected by a symlink swapped in meanwhile.
-    public var owner: (uid: UInt32, gid: UInt32)?
+    package var owner: (uid: UInt32, gid: UInt32)?
 
-    public init(id: String, url: String, partPath: String, finalPath: String, resumeFrom: Int64, etag: String?,
+    package init(id: String, url: String, partPath: String, finalPath: String, resumeFrom: Int64, etag: String?,
                 lastModified: String?, expectedTotal: Int64?, sha256: String?,
                 identity: FileIdentity? = nil, owner: (uid: UInt32, gid: UInt32)? = nil) {
         self.id = id
@@ -42,7 +42,7 @@ public struct DownloadJob: Sendable {
 }
 
 /// What the engine reports to its owner.
-public enum TransferEvent: Sendable {
+package enum TransferEvent: Sendable {
     /// Bytes up to `bytesDone` are on disk (fdatasync'ed): safe to record.
     case committed(id: String, bytesDone: Int64, bytesTotal: Int64?, etag: String?, lastModified: String?)
     /// Live progress for display; not durable.
@@ -58,17 +58,17 @@ public enum TransferEvent: Sendable {
 }
 
 /// Why a transfer attempt ended badly, and whether trying again can help.
-public struct TransferError: Error, Sendable, Equatable, CustomStringConvertible {
-    public var reason: String
-    public var transient: Bool
+package struct TransferError: Error, Sendable, Equatable, CustomStringConvertible {
+    package var reason: String
+    package var transient: Bool
     /// Disk full: wait for space rather than counting a failure.
-    public var noSpace: Bool
+    package var noSpace: Bool
 
-    public init(_ reason: String, transient: Bool, noSpace: Bool = false) {
+    package init(_ reason: String, transient: Bool, noSpace: Bool = false) {
         self.reason = reason
         self.transient = transient
         self.noSpace = noSpace
     }
 
-    public var description: String { reason }
+    package var description: String { reason }
 }

@@ -10,19 +10,19 @@ import Synchronization
 /// Runs downloads with libcurl's multi interface on one thread of its own. The thread
 /// blocks in `curl_multi_poll` with exactly the timeout libcurl asks for (none when idle)
 /// and is woken by `curl_multi_wakeup` when work is queued.
-public final class TransferEngine: Sendable {
-    public struct Options: Sendable {
-        public var maxConnectionsPerHost: Int
-        public var commitInterval: Double
-        public var commitBytes: Int64
-        public var maxRedirects: Int = 10
-        public var lowSpeedLimit: Int = 1
-        public var lowSpeedTime: Int = 60
-        public var userAgent: String = "drowsed"
+package final class TransferEngine: Sendable {
+    package struct Options: Sendable {
+        package var maxConnectionsPerHost: Int
+        package var commitInterval: Double
+        package var commitBytes: Int64
+        package var maxRedirects: Int = 10
+        package var lowSpeedLimit: Int = 1
+        package var lowSpeedTime: Int = 60
+        package var userAgent: String = "drowsed"
         /// The byte cap for a body whose length was not announced (chunked, or no Content-Length).
-        public var maxUnknownSize: Int64 = 2 << 30
+        package var maxUnknownSize: Int64 = 2 << 30
 
-        public init(maxConnectionsPerHost: Int, commitInterval: Double, commitBytes: Int64) {
+        package init(maxConnectionsPerHost: Int, commitInterval: Double, commitBytes: Int64) {
             self.maxConnectionsPerHost = maxConnectionsPerHost
             self.commitInterval = commitInterval
             self.commitBytes = commitBytes
@@ -49,9 +49,9 @@ public final class TransferEngine: Sendable {
     /// How every handle is held to http and https.
     let protocols: ProtocolRule
     /// Why this engine runs no transfers (its libcurl cannot be held to http and https).
-    public let refusal: TransferError?
+    package let refusal: TransferError?
 
-    public init(options: Options, logger: Logger, onEvent: @escaping @Sendable (TransferEvent) -> Void) {
+    package init(options: Options, logger: Logger, onEvent: @escaping @Sendable (TransferEvent) -> Void) {
         let checked = Self.checkLibcurl()
         multi = curl_multi_init()!
         self.options = options
@@ -76,7 +76,7 @@ public final class TransferEngine: Sendable {
 
     /// An engine, or why this libcurl must not run transfers (it cannot be held to http and
     /// https). `init` makes an engine all the same, one that fails every transfer with that reason.
-    public static func start(options: Options, logger: Logger,
+    package static func start(options: Options, logger: Logger,
                              onEvent: @escaping @Sendable (TransferEvent) -> Void) throws(TransferError) -> TransferEngine {
         if case .failure(let error) = checkLibcurl() { throw error }
         return TransferEngine(options: options, logger: logger, onEvent: onEvent)
@@ -91,13 +91,13 @@ public final class TransferEngine: Sendable {
         return ProtocolRule.probe()
     }
 
-    public func start(_ job: DownloadJob) { send(.start(job)) }
-    public func start(_ job: UploadJob) { send(.startUpload(job)) }
-    public func cancel(_ job: UploadJob) { send(.cancelUpload(job)) }
-    public func stop(id: String) { send(.stop(id)) }
+    package func start(_ job: DownloadJob) { send(.start(job)) }
+    package func start(_ job: UploadJob) { send(.startUpload(job)) }
+    package func cancel(_ job: UploadJob) { send(.cancelUpload(job)) }
+    package func stop(id: String) { send(.stop(id)) }
 
     /// Commits every running download's progress (reported as `.committed`) and stops the thread.
-    public func shutdown() async {
+    package func shutdown() async {
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in send(.shutdown({ c.resume() })) }
     }
 
