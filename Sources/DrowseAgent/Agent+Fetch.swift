@@ -72,9 +72,9 @@ extension Agent {
             case .cancelTimer:
                 windowTimer?.cancel()
                 windowTimer = nil
-            case let .save(app, _):
-                // Written with the run, in finishHandler's transaction; nothing left to do here.
-                _ = app
+            case .save:
+                // Written with the run, in finishHandler's one transaction.
+                break
             case let .explain(app, reason):
                 logger.info("fetch plan: \(reason)", metadata: ["app.id": "\(app)"])
             }
