@@ -183,7 +183,7 @@ extension Agent {
                 refuse("expired", app: app)
             case .record:
                 // Only `receive` asks for records; it writes them itself.
-                assertionFailure("record outside receive")
+                logger.error("notification admission asked for a record outside an arrival; ignored")
             case .duplicate(let app, let key):
                 logger.info("notification ignored: duplicate", metadata: ["app.id": "\(app)", "key": "\(LogText.escape(key))"])
             case .expire(let seq, let app):
