@@ -67,6 +67,10 @@ let package = Package(
         .testTarget(name: "DrowseStoreTests", dependencies: ["DrowseStore", "DrowseCore"]),
         .testTarget(name: "DrowseSystemTests", dependencies: ["DrowseSystem", "DrowseCore", .product(name: "Logging", package: "swift-log")]),
         .testTarget(name: "DrowseTransfersTests", dependencies: ["DrowseTransfers", "DrowseCore", "CCurl", .product(name: "Logging", package: "swift-log")]),
+        .testTarget(name: "DrowseAgentTests", dependencies: [
+            "DrowseAgent", "DrowseCore", "DrowseSimulation", "DrowseStore", "DrowseSystem",
+            .product(name: "Logging", package: "swift-log"),
+        ]),
         .testTarget(name: "DrowseMQTTTests", dependencies: ["DrowseMQTT", "CMosquitto", .product(name: "Logging", package: "swift-log")]),
     ],
     swiftLanguageModes: [.v6]
