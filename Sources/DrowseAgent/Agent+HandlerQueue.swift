@@ -91,7 +91,7 @@ extension Agent {
             return .started
         case .fetch(let appID, let trigger, let done):
             guard let app = apps[appID] else {
-                schedule(.fetchAbandoned(app: appID, now: now()))
+                fetch.abandoned(appID)
                 done.finish(HandlerOutcome(ending: .launchFailed("app '\(appID)' is gone"), startedAt: now(), endedAt: now()))
                 return .nothingToRun
             }
@@ -140,7 +140,7 @@ extension Agent {
         handlerRetryTimer = nil
         for item in handlerQueue.removeAllWaiting() {
             guard case .fetch(let appID, _, let done) = item else { continue }
-            schedule(.fetchAbandoned(app: appID, now: now()))
+            fetch.abandoned(appID)
             done.finish(HandlerOutcome(ending: .launchFailed("drowsed is stopping"), startedAt: now(), endedAt: now()))
         }
     }

@@ -162,7 +162,7 @@ extension Agent {
     }
 
     /// The next fetch window's time, as far as the fetch planner knows it now (the one read of it).
-    func nextFetchWindow() -> Double? { scheduler.planned?.at }
+    func nextFetchWindow() -> Double? { fetch.plannedWindow?.at }
 
     /// Each app's budget uses in the last hour, for the apps an admission event needs.
     func budgetUses(plus app: String? = nil) -> [String: [Double]] {

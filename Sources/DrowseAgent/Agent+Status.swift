@@ -12,10 +12,10 @@ extension Agent {
                 ("unexpected_messages", JSON(unexpectedMessages)),
             ])),
             ("conditions", conditions.json),
-            ("next_window", JSON(scheduler.planned?.at)),
-            ("next_window_apps", .array((scheduler.planned?.apps ?? []).map { .string($0) })),
+            ("next_window", JSON(fetch.plannedWindow?.at)),
+            ("next_window_apps", .array((fetch.plannedWindow?.apps ?? []).map { .string($0) })),
             ("apps", JSON(apps.count)), ("invalid_apps", JSON(invalidApps.count)),
-            ("running_handlers", JSON(scheduler.running.count)),
+            ("running_handlers", JSON(fetch.running.count)),
             ("queued_handlers", JSON(handlerQueue.waitingCount)),
         ])
     }
@@ -38,12 +38,12 @@ extension Agent {
             logger.info("conditions: \(conditions.powerSource.rawValue) power, network \(conditions.network.rawValue)\(conditions.interface.map { " (\($0))" } ?? "")\(conditions.metered ? ", metered" : "")")
         }
         applyConditions()
-        if schedulerConditions != scheduler.conditions { schedule(.conditionsChanged(schedulerConditions, now: now())) }
+        fetch.conditionsChanged(schedulerConditions)
     }
 
     func appJSON(_ app: AppDefinition, plan: FetchPlanner.AppPlan?, history: Bool) -> JSON {
         let rec = try? store.app(app.id, now: now())
-        let fetching = scheduler.running.contains(app.id)
+        let fetching = fetch.running.contains(app.id)
         var members: [(String, JSON)] = [
             ("id", .string(app.id)), ("valid", true), ("error", nil), ("file", .string(app.file)),
             ("last_result", JSON(rec?.lastResult?.rawValue)), ("last_fetch", JSON(rec?.lastFetch)),
@@ -77,7 +77,7 @@ extension Agent {
     }
 
     package func appsList(caller: Caller) -> JSON {
-        let plans = Dictionary(uniqueKeysWithValues: scheduler.plans(now: now()).map { ($0.id, $0) })
+        let plans = Dictionary(uniqueKeysWithValues: fetch.plans().map { ($0.id, $0) })
         var out = apps.values.filter { visible($0, to: caller) }.sorted { $0.id < $1.id }.map {
             appJSON($0, plan: plans[$0.id], history: false)
         }
@@ -88,7 +88,7 @@ extension Agent {
     package func appDetail(_ id: String, caller: Caller) throws(APIError) -> JSON {
         if apps[id] == nil, caller.isAdmin, let bad = invalidApps.first(where: { $0.id == id }) { return invalidJSON(bad) }
         let app = try app(id, for: caller)
-        let plan = scheduler.plans(now: now()).first { $0.id == id }
+        let plan = fetch.plans().first { $0.id == id }
         return appJSON(app, plan: plan, history: true)
     }
 }

@@ -18,10 +18,13 @@ package actor Agent {
     let logger: Logger
     let launcher: HandlerLaunching
     let store: Store
-    /// Every decision about fetch windows (the same state machine `drowse simulate` runs).
-    var scheduler: FetchScheduler
+    /// The fetch scheduler as configured, before the service takes it over.
+    let initialScheduler: FetchScheduler
     /// `--scheduler-trace`: what the scheduler was fed and answered.
     let trace: SchedulerTrace?
+    /// Fetch scheduling: the scheduler (every decision about fetch windows, the same state
+    /// machine `drowse simulate` runs), its trace and what carries out its actions.
+    lazy var fetch: FetchService = makeFetchService()
     let probe: ConditionsProbe
     var conditions: Conditions { didSet { mqtt?.setNetwork(online: conditions.network != .none) } }
     let policy: ConditionsPolicy
@@ -80,7 +83,7 @@ package actor Agent {
         fetchPolicy.dailyBudget = config.scheduler.dailyBudget.seconds
         fetchPolicy.toleranceFraction = config.scheduler.tolerance
         let fetchScheduler = FetchScheduler(policy: fetchPolicy, utcOffset: Double(localUTCOffset()))
-        scheduler = fetchScheduler
+        initialScheduler = fetchScheduler
         trace = try schedulerTrace.map { path throws(SystemError) in try SchedulerTrace(path: path, header: fetchScheduler.traceHeader) }
     }
 
@@ -223,14 +226,11 @@ package actor Agent {
             app: app.id, event: event, trigger: started.trigger, result: outcome.result, ending: outcome.summary,
             startedAt: outcome.startedAt, endedAt: outcome.endedAt, timedOut: outcome.ending == .timedOut)
         // A fetch's end moves the scheduler's bookkeeping, which is written with the run.
-        let ended = FetchScheduler.Event.handlerEnded(
+        let (record, next) = fetch.handlerEnded(
             app: app.id, fetch: event == .fetch ? FetchScheduler.FetchEnding(result: outcome.result, timedOut: outcome.ending == .timedOut) : nil,
             startedAt: outcome.startedAt, endedAt: outcome.endedAt)
-        let actions = scheduler.handle(ended)
-        trace?.write(ended, actions)
-        let record = actions.lazy.compactMap { if case .save(_, let r) = $0 { r } else { nil } }.first
         do { try store.record(run, fetch: record, handlingNotification: started.notification) } catch { logger.error("store: \(error)") }
-        perform(actions)
+        fetch.finish(next)
         let level: Logger.Level = outcome.result == .failed ? .warning : .info
         logger.log(level: level, "\(event.rawValue) handler finished: \(outcome.result.rawValue) (\(outcome.summary))",
                    metadata: ["app.id": "\(app.id)"])

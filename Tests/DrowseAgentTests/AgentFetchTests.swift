@@ -90,10 +90,10 @@ struct AgentFetchTests {
         #expect(g.lastResult == .newData && g.consecutiveFailures == 0 && g.lastFetch == good.startedAt)
         #expect(b.lastResult == .failed && b.consecutiveFailures == 2)
         // The scheduler, not the store, computed those: it now plans the failing app 4 intervals on.
-        let plans = await f.agent.scheduler.promise("bad", now: WallClock.now())
-        let wait = try #require(plans).eligibleAt - b.lastFetch!
+        let shown = try await f.agent.appDetail("bad", caller: .daemon)
+        let wait = try #require(shown["eligible_at"]?.doubleValue) - b.lastFetch!
         #expect(abs(wait - 4 * 3600) < 0.001, "eligible \(wait) s after the last fetch")
-        #expect(await f.agent.scheduler.running.isEmpty)
+        #expect(await f.agent.status(caller: .daemon)["running_handlers"]?.intValue == 0)
         let report = try TraceReplay.run(try FileSystem.readText(f.trace, limit: 1 << 20))
         #expect(report.identical && report.events >= 4, "\(report.mismatches)")
     }

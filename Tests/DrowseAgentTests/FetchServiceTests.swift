@@ -1,0 +1,146 @@
+@testable import DrowseAgent
+import DrowseCore
+import DrowseSimulation
+@testable import DrowseStore
+import DrowseSystem
+import Logging
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The fetch service over in-memory doubles: a store of apps and uses, a handler queue that
+/// only remembers what was queued, a manual clock and a wake timer the test fires. No process,
+/// socket, database or timer thread is involved.
+@Suite("Fetch service")
+struct FetchServiceTests {
+    final class MemoryStore: FetchStore {
+        var apps: [String: FetchScheduler.App] = [:]
+        var uses: [(String, Double)] = []
+        var failing = false
+        func schedulerApp(_ id: String, interval: Double?, now: Double) throws(StoreError) -> FetchScheduler.App {
+            if failing { throw StoreError(code: 13, message: "disk full", sql: "") }
+            return apps[id] ?? FetchScheduler.App(id: id, interval: interval, registeredAt: now)
+        }
+        func recordUse(app: String, at: Double) throws(StoreError) { uses.append((app, at)) }
+    }
+
+    /// The service and everything it touched.
+    final class Rig {
+        var now = 1_000_000.0
+        var queued: [(app: String, trigger: String, done: HandlerRun)] = []
+        var windows = 0
+        var wakeAt: Double?
+        var conditions = FetchScheduler.Conditions(online: true, radioTail: 10)
+        let store = MemoryStore()
+        var service: FetchService!
+
+        init(apps: [(String, Double?)], trace: SchedulerTrace? = nil) {
+            let host = FetchHost(
+                now: { [unowned self] in self.now },
+                enqueueFetch: { [unowned self] app, trigger, done in self.queued.append((app, trigger, done)) },
+                windowOpened: { [unowned self] in self.windows += 1 },
+                readConditions: { [unowned self] in self.conditions },
+                setWakeTimer: { [unowned self] at in self.wakeAt = at })
+            service = FetchService(scheduler: FetchScheduler(), store: store, host: host, trace: trace, logger: Logger(label: "test"))
+            service.start(apps: apps.map { (id: $0.0, interval: $0.1) }, conditions: conditions)
+        }
+
+        /// Advances the clock to the wake timer and fires it.
+        func fire() throws {
+            now = try #require(wakeAt)
+            wakeAt = nil
+            service.windowTimerFired()
+        }
+
+        /// Ends a queued run as the handler would, returning the record written with it.
+        func end(_ app: String, _ result: FetchResult, after seconds: Double = 2) -> FetchScheduler.Record? {
+            let start = now
+            now += seconds
+            let (record, next) = service.handlerEnded(app: app, fetch: .init(result: result), startedAt: start, endedAt: now)
+            service.finish(next)
+            return record
+        }
+    }
+
+    @Test("new apps share one window at the end of the first one's tolerance, and the window hook runs once")
+    func firstWindow() throws {
+        let rig = Rig(apps: [("a", 600), ("b", 900), ("off", nil)])
+        // Both are eligible at start; a's tolerance (300 s) is the shorter, so the window opens then.
+        #expect(rig.wakeAt == rig.now + 300)
+        try rig.fire()
+        #expect(rig.queued.map(\.app) == ["a", "b"] && rig.queued.allSatisfy { $0.trigger == "scheduled" })
+        #expect(rig.windows == 1)
+        #expect(rig.service.running == ["a", "b"])
+    }
+
+    @Test("a run's end gives back the record to write with it, and plans the next window from its start")
+    func runEnds() throws {
+        let rig = Rig(apps: [("a", 600)])
+        try rig.fire()
+        let start = rig.now
+        let record = try #require(rig.end("a", .newData))
+        #expect(record.lastFetch == start && record.lastResult == .newData && record.consecutiveFailures == 0)
+        #expect(rig.wakeAt == start + 600 + 300)
+        try rig.fire()
+        let failed = try #require(rig.end("a", .failed))
+        #expect(failed.consecutiveFailures == 1)
+        // Backing off: twice the interval, plus the tolerance.
+        #expect(rig.wakeAt == failed.lastFetch! + 1200 + 300)
+    }
+
+    @Test("drowse fetch: a running app is refused; an abandoned fetch frees it")
+    func manual() throws {
+        let rig = Rig(apps: [("a", 3600)])
+        let run = try rig.service.fetchNow("a")
+        #expect(rig.queued.last?.trigger == "manual")
+        #expect(throws: APIError.self) { try rig.service.fetchNow("a") }
+        rig.service.abandoned("a")
+        #expect(!rig.service.running.contains("a"))
+        _ = try rig.service.fetchNow("a")
+        _ = run
+    }
+
+    @Test("offline at the window: conditions are read afresh, nothing starts, the timer goes")
+    func offlineAtWindow() throws {
+        let rig = Rig(apps: [("a", 600)])
+        rig.conditions.online = false
+        try rig.fire()
+        #expect(rig.queued.isEmpty && rig.wakeAt == nil)
+        rig.conditions.online = true
+        rig.service.conditionsChanged(rig.conditions)
+        #expect(rig.wakeAt == rig.now, "overdue: at once")
+    }
+
+    @Test("a use is stored and learned; a store that fails at start leaves the app out, loudly")
+    func usesAndStoreFailure() throws {
+        let rig = Rig(apps: [("a", 3600)])
+        try rig.service.used("a")
+        #expect(rig.store.uses.count == 1 && rig.store.uses[0].0 == "a")
+        #expect(rig.service.scheduler.apps["a"]?.uses == [rig.now])
+        let broken = MemoryStore()
+        broken.failing = true
+        let host = FetchHost(now: { 0 }, enqueueFetch: { _, _, _ in }, windowOpened: {}, readConditions: { .init(online: true, radioTail: 0) },
+                             setWakeTimer: { _ in })
+        let s = FetchService(scheduler: FetchScheduler(), store: broken, host: host, trace: nil, logger: Logger(label: "test"))
+        s.start(apps: [("a", 60)], conditions: .init(online: true, radioTail: 0))
+        #expect(s.scheduler.apps.isEmpty)
+    }
+
+    @Test("what the service fed its scheduler replays to the same actions")
+    func traceReplays() throws {
+        var template = Array("/tmp/drowse-fetch-service-XXXXXX".utf8CString)
+        let dir = String(cString: try #require(mkdtemp(&template)))
+        let path = dir + "/trace"
+        let trace = try SchedulerTrace(path: path, header: FetchScheduler().traceHeader)
+        let rig = Rig(apps: [("a", 600), ("b", 900)], trace: trace)
+        for _ in 0..<5 {
+            try rig.fire()
+            for q in rig.queued { _ = rig.end(q.app, q.app == "a" ? .noData : .newData, after: 1) }
+            rig.queued = []
+            rig.service.radioUsed()
+        }
+        let report = try TraceReplay.run(try FileSystem.readText(path, limit: 1 << 20))
+        #expect(report.identical && report.windows >= 5, "\(report)")
+    }
+}
