@@ -41,11 +41,9 @@ package actor Agent {
     var transferEvents: AsyncStream<TransferEvent>.Continuation?
 
     var windowTimer: WakeTimer?
-    /// Every decision about transfers: waiting, running, paused, retries, timeouts, sessions.
-    lazy var transferLifecycle = TransferLifecycle(
-        policy: policy, conditions: conditions, maxPerApp: config.transfers.maxPerApp, seed: UInt64.random(in: 0...UInt64.max))
-    /// Transfer states the store could not write yet (disk full); shown and retried.
-    var unsaved: [String: Transfer] = [:]
+    /// Background transfers: the lifecycle (every decision about a transfer's life), the states
+    /// the store could not write yet, and what carries out the lifecycle's actions.
+    lazy var transfers: TransferService = makeTransferService()
     var retryTimers: [String: WakeTimer] = [:]
     var background: [Task<Void, Never>] = []
     var refusedNotifications = 0

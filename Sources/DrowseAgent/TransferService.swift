@@ -1,0 +1,334 @@
+import DrowseCore
+import DrowseStore
+import DrowseSystem
+import DrowseTransfers
+import Logging
+
+/// What the transfer service needs of the store.
+package protocol TransferStore: AnyObject {
+    func save(_ t: Transfer) throws(StoreError)
+    func transfer(id: String) throws(StoreError) -> Transfer?
+    func transfers(app: String?) throws(StoreError) -> [Transfer]
+    func commitProgress(id: String, bytesDone: Int64, bytesTotal: Int64?, etag: String?, lastModified: String?) throws(StoreError)
+    func recordUploadResource(id: String, url: String?, protocol proto: String) throws(StoreError)
+}
+
+extension Store: TransferStore {}
+
+/// What the transfer service asks of the engine (libcurl's thread).
+package protocol TransferEngineControl: AnyObject {
+    func start(_ job: DownloadJob)
+    func start(_ job: UploadJob)
+    func stop(id: String)
+    func cancel(_ job: UploadJob)
+}
+
+extension TransferEngine: TransferEngineControl {}
+
+/// The file system as the transfer service touches it: always as the transfer's owner when it
+/// has one (`FileIdentity`), never by following a path a user could swap.
+package protocol TransferFiles: AnyObject {
+    func exists(_ path: String, as who: FileIdentity?) -> Bool
+    func regularFileSize(_ path: String, as who: FileIdentity?) -> Int64?
+    func sha256(ofFile path: String, as who: FileIdentity?) -> String?
+    func remove(_ path: String, as who: FileIdentity?)
+    /// Makes an app's inbox folder, owned by its user when it has one; the error if it could not hand it over.
+    func makeInbox(_ dir: String, owner: (uid: UInt32, gid: UInt32)?) -> SystemError?
+    /// The uid and gid of a user name.
+    func account(_ user: String) -> (uid: UInt32, gid: UInt32)?
+}
+
+/// The real file system.
+package final class SystemTransferFiles: TransferFiles {
+    package init() {}
+    package func exists(_ path: String, as who: FileIdentity?) -> Bool { FileIdentity.exists(path, as: who) }
+    package func regularFileSize(_ path: String, as who: FileIdentity?) -> Int64? { FileIdentity.regularFileSize(path, as: who) }
+    package func sha256(ofFile path: String, as who: FileIdentity?) -> String? { try? SHA256Hasher.hexDigest(ofFile: path, as: who) }
+    package func remove(_ path: String, as who: FileIdentity?) { FileIdentity.remove(path, as: who) }
+    package func makeInbox(_ dir: String, owner: (uid: UInt32, gid: UInt32)?) -> SystemError? {
+        do { try FileSystem.makeDirectories(dir, mode: 0o700) } catch { return error }
+        guard let owner else { return nil }
+        return Permissions.giveTo(dir, uid: owner.uid, gid: owner.gid)
+    }
+    package func account(_ user: String) -> (uid: UInt32, gid: UInt32)? {
+        UserAccount.lookup(name: user).map { ($0.uid, $0.gid) }
+    }
+}
+
+/// What the transfer service needs of the rest of the daemon, as closures the agent builds on
+/// its own executor (a test builds them over doubles).
+package struct TransferHost {
+    package var now: () -> Double
+    /// The board's conditions as last read.
+    package var conditions: () -> Conditions
+    package var app: (String) -> AppDefinition?
+    /// Wake `retryFired(id)` at this time; nil cancels.
+    package var setRetryTimer: (_ id: String, _ at: Double?) -> Void
+    /// Wake `timeoutFired()` at this time; nil cancels.
+    package var setTimeoutTimer: (_ at: Double?) -> Void
+    /// Queue the app's events handler for a finished session (`key` names it in the queue).
+    package var deliverSession: (_ app: String, _ key: String, _ stdin: [UInt8], _ batch: [Transfer]) -> Void
+    /// The network was used just now: the radio is awake, due fetches may ride along.
+    package var radioUsed: () -> Void
+
+    package init(now: @escaping () -> Double, conditions: @escaping () -> Conditions, app: @escaping (String) -> AppDefinition?,
+                 setRetryTimer: @escaping (String, Double?) -> Void, setTimeoutTimer: @escaping (Double?) -> Void,
+                 deliverSession: @escaping (String, String, [UInt8], [Transfer]) -> Void, radioUsed: @escaping () -> Void) {
+        self.now = now
+        self.conditions = conditions
+        self.app = app
+        self.setRetryTimer = setRetryTimer
+        self.setTimeoutTimer = setTimeoutTimer
+        self.deliverSession = deliverSession
+        self.radioUsed = radioUsed
+    }
+}
+
+/// Background transfers as a service: it owns the `TransferLifecycle` (every decision about a
+/// transfer's life) and the states the store could not write yet, feeds the lifecycle what the
+/// engine and the API report, and carries out its actions through `TransferStore`,
+/// `TransferEngineControl`, `TransferFiles` and `TransferHost`. Used only from the agent's
+/// executor (it is not Sendable).
+package final class TransferService {
+    package private(set) var lifecycle: TransferLifecycle
+    /// Transfer states the store could not write yet (disk full); shown and retried.
+    package private(set) var unsaved: [String: Transfer] = [:]
+    let store: TransferStore
+    let files: TransferFiles
+    let host: TransferHost
+    let stateDir: String
+    let logger: Logger
+    /// Set once the engine runs (its thread starts after the service exists).
+    package var engine: TransferEngineControl?
+
+    package init(lifecycle: TransferLifecycle, store: TransferStore, files: TransferFiles, host: TransferHost, stateDir: String,
+                 logger: Logger) {
+        self.lifecycle = lifecycle
+        self.store = store
+        self.files = files
+        self.host = host
+        self.stateDir = stateDir
+        self.logger = logger
+    }
+
+    // MARK: paths and jobs
+
+    /// Where a download's bytes gather: beside its `--to` path (same file system, so the final
+    /// rename is atomic; a hidden name, so nothing appears at the final path early), else in
+    /// the state folder.
+    package func partPath(_ t: Transfer) -> String {
+        guard let dest = t.destination else { return stateDir + "/transfers/\(t.id).part" }
+        let name = dest.split(separator: "/").last.map(String.init) ?? "download"
+        return ConfigPath.directory(of: dest) + "/.\(name).\(t.id).drowse-part"
+    }
+
+    package func finalPath(_ t: Transfer) -> String {
+        if let d = t.destination { return d }
+        var name = URLParts.parse(t.url)?.lastPathComponent ?? ""
+        if name.isEmpty || !Identifier.isValid(name) { name = "download" }
+        return stateDir + "/inbox/\(t.app)/\(t.id)-\(name)"  // inbox(for:) makes the folder
+    }
+
+    /// Whose paths a transfer's files live at: the API caller who gave `--to` or the upload's
+    /// source. drowsed touches them only as that user (FileIdentity); nil for root's own paths
+    /// (a root caller, the state folder).
+    package func identity(_ t: Transfer) -> FileIdentity? {
+        guard t.destination != nil || t.kind == .upload, let uid = t.ownerUID, let gid = t.ownerGID else { return nil }
+        return FileIdentity.of(uid: uid, gid: gid)
+    }
+
+    func owner(ofApp id: String) -> (uid: UInt32, gid: UInt32)? {
+        host.app(id)?.user.flatMap(files.account)
+    }
+
+    package func job(_ t: Transfer) -> DownloadJob {
+        // An inbox file goes to the app's user, handed over before it gets its final name.
+        DownloadJob(
+            id: t.id, url: t.url, partPath: partPath(t), finalPath: finalPath(t), resumeFrom: t.bytesDone,
+            etag: t.etag, lastModified: t.lastModified, expectedTotal: t.bytesTotal, sha256: t.sha256,
+            identity: identity(t), owner: t.destination == nil ? owner(ofApp: t.app) : nil)
+    }
+
+    package func uploadJob(_ t: Transfer) -> UploadJob {
+        UploadJob(
+            id: t.id, url: t.url, sourcePath: t.source ?? "", total: t.bytesTotal ?? 0,
+            protocolName: UploadProtocol(rawValue: t.uploadProtocol ?? "auto") ?? .auto, resource: t.uploadURL,
+            identity: identity(t), contentType: t.contentType)
+    }
+
+    /// The app's own inbox folder, owned by the app's user so its events handler can read there.
+    @discardableResult
+    package func inbox(for appID: String) -> String {
+        let dir = stateDir + "/inbox/\(appID)"
+        if let e = files.makeInbox(dir, owner: owner(ofApp: appID)) {
+            logger.warning("inbox: \(e)", metadata: ["app.id": "\(appID)"])
+        }
+        return dir
+    }
+
+    // MARK: events in
+
+    /// Start-up: hands every stored transfer to the lifecycle, with what the disk says of
+    /// downloads whose verified file may already be at its final path (a crash between the
+    /// rename and the store update).
+    package func restore(apps: [String: AppDefinition]) {
+        let all: [Transfer]
+        do { all = try store.transfers(app: nil) } catch {
+            logger.error("store: transfers not resumed: \(error)")
+            return
+        }
+        var finalFiles: [String: TransferLifecycle.FinalFile] = [:]
+        for t in all where !t.state.isFinished && t.kind == .download {
+            let final = finalPath(t)
+            let who = identity(t)
+            guard !files.exists(partPath(t), as: who), let size = files.regularFileSize(final, as: who) else { continue }
+            let digest = TransferLifecycle.wantsDigest(t, size: size) ? files.sha256(ofFile: final, as: who) : nil
+            finalFiles[t.id] = .init(path: final, size: size, sha256: digest)
+        }
+        let events = apps.mapValues { TransferLifecycle.AppEvents(hasCommand: $0.eventsCommand != nil, launches: $0.sendsLaunchEvents) }
+        drive { $0.restored(all, finalFiles: finalFiles, apps: events, now: host.now()) }
+    }
+
+    /// A new transfer, checked and stored by the API's side: it starts or waits.
+    package func submitted(_ t: Transfer) {
+        drive { $0.submitted(t, now: host.now()) }
+    }
+
+    /// What the engine reports.
+    package func engineEvent(_ event: TransferEvent) {
+        switch event {
+        case let .committed(id, done, total, etag, lm):
+            drive { $0.progressCommitted(id: id, bytesDone: done, bytesTotal: total, etag: etag, lastModified: lm) }
+        case let .progress(id, done, total):
+            lifecycle.progressed(id: id, bytesDone: done, bytesTotal: total)
+        case let .sent(id, sent):
+            lifecycle.sent(id: id, bytes: sent)
+        case let .uploadResource(id, url, proto):
+            drive { $0.uploadResourceKnown(id: id, url: url, protocolName: proto) }
+        case let .completed(id, bytes, path):
+            drive { $0.attemptEnded(id: id, .completed(bytes: bytes, path: path), now: host.now()) }
+        case let .failed(id, error):
+            drive { $0.attemptEnded(id: id, .failed(reason: error.reason, transient: error.transient, noSpace: error.noSpace), now: host.now()) }
+        }
+    }
+
+    /// After a change of power or network: pause what may not go on (keeping its progress),
+    /// start what was waiting and now may.
+    package func conditionsChanged() {
+        drive { $0.conditionsChanged(host.conditions(), now: host.now()) }
+    }
+
+    package func retryFired(_ id: String) {
+        drive { $0.retryTimerFired(id: id, now: host.now()) }
+    }
+
+    package func timeoutFired() {
+        drive { $0.timeoutTimerFired(now: host.now()) }
+    }
+
+    package func cancel(_ id: String) {
+        drive { $0.cancelRequested(id: id, now: host.now()) }
+    }
+
+    /// `drowse quit ID`: the app's unfinished transfers are cancelled; how many.
+    package func quit(app: String) -> Int {
+        var n = 0
+        drive { m in
+            let (cancelled, actions) = m.appQuit(app, now: host.now())
+            n = cancelled
+            return actions
+        }
+        return n
+    }
+
+    /// The app's events handler ran for a session.
+    package func sessionDelivered(batch: [Transfer]) {
+        guard let first = batch.first else { return }
+        drive { $0.sessionDelivered(app: first.app, session: first.session) }
+    }
+
+    /// A session queued for the events handler could not be handed over (its app is gone).
+    package func sessionNotDelivered(key: String) {
+        let parts = key.split(separator: "\u{0}", maxSplits: 1, omittingEmptySubsequences: false)
+        guard parts.count == 2 else { return }
+        lifecycle.sessionNotDelivered(app: String(parts[0]), session: String(parts[1]))
+    }
+
+    // MARK: what the API shows
+
+    /// How many unfinished transfers make the app's next one refused (`max_per_app`), if it is.
+    package func refusal(app: String) -> Int? { lifecycle.refusal(app: app) }
+
+    /// The newest state of a transfer: held by the lifecycle, unsaved in memory, or as stored.
+    package func current(_ id: String) -> Transfer? { lifecycle.transfer(id) ?? unsaved[id] ?? (try? store.transfer(id: id)) }
+
+    package func withLive(_ t: Transfer) -> Transfer { lifecycle.shown(unsaved[t.id] ?? t) }
+
+    // MARK: actions out
+
+    /// Feeds one event to the lifecycle (with the conditions as last read) and carries out what
+    /// it decides, in order.
+    func drive(_ event: (inout TransferLifecycle) -> [TransferLifecycle.Action]) {
+        lifecycle.conditions = host.conditions()
+        for action in event(&lifecycle) { perform(action) }
+    }
+
+    func perform(_ action: TransferLifecycle.Action) {
+        switch action {
+        case .persist(let t):
+            persist(t)
+        case let .commitProgress(id, done, total, etag, lm):
+            do { try store.commitProgress(id: id, bytesDone: done, bytesTotal: total, etag: etag, lastModified: lm) } catch {
+                logger.error("store: \(error)")
+            }
+        case let .recordUploadResource(id, url, proto):
+            do { try store.recordUploadResource(id: id, url: url, protocol: proto) } catch { logger.error("store: \(error)") }
+        case .startEngine(let t):
+            switch t.kind {
+            case .download:
+                if t.destination == nil { inbox(for: t.app) }
+                engine?.start(job(t))
+            case .upload:
+                engine?.start(uploadJob(t))
+            }
+        case .stopEngine(let id):
+            engine?.stop(id: id)
+        case .cancelUpload(let t):
+            engine?.cancel(uploadJob(t))
+        case let .setRetryTimer(id, at):
+            host.setRetryTimer(id, at)
+        case .cancelRetryTimer(let id):
+            host.setRetryTimer(id, nil)
+        case .setTimeoutTimer(let at):
+            host.setTimeoutTimer(at)
+        case .cancelTimeoutTimer:
+            host.setTimeoutTimer(nil)
+        case .removePartFile(let t):
+            files.remove(partPath(t), as: identity(t))
+        case .removeFile(let path):
+            files.remove(path, as: nil)
+        case let .deliverSession(appID, session, batch):
+            let doc = JSON.object([
+                ("event", "transfers"), ("app", .string(appID)), ("session", .string(session)),
+                ("transfers", .array(batch.map(\.json))),
+            ])
+            host.deliverSession(appID, appID + "\u{0}" + session, Array(doc.serialized.utf8), batch)
+        case .radioBusy:
+            host.radioUsed()
+        case let .log(level, message, metadata):
+            logger.log(level: level == .warning ? .warning : .info, "\(message)", metadata: metadata.mapValues { .string($0) })
+        }
+    }
+
+    /// Saves a transfer's state. When the store cannot write (a full disk holds the database
+    /// too), the state is kept in memory so the API still tells the truth, and saved later.
+    func persist(_ t: Transfer) {
+        do {
+            try store.save(t)
+            unsaved[t.id] = nil
+        } catch {
+            logger.error("store: \(error)", metadata: ["transfer.id": "\(t.id)"])
+            unsaved[t.id] = t
+        }
+    }
+}

@@ -1,0 +1,171 @@
+@testable import DrowseAgent
+import DrowseCore
+@testable import DrowseStore
+import DrowseSystem
+import DrowseTransfers
+import Logging
+import Testing
+
+/// The transfer service over in-memory doubles: a store that can fail, an engine that only
+/// records, a file system of names and sizes, a manual clock and timers the test fires. No
+/// libcurl thread, socket, database or file is involved.
+@Suite("Transfer service")
+struct TransferServiceTests {
+    final class MemoryStore: TransferStore {
+        var rows: [String: Transfer] = [:]
+        var full = false
+        func save(_ t: Transfer) throws(StoreError) {
+            if full { throw StoreError(code: 13, message: "database or disk is full", sql: nil) }
+            rows[t.id] = t
+        }
+        func transfer(id: String) throws(StoreError) -> Transfer? { rows[id] }
+        func transfers(app: String?) throws(StoreError) -> [Transfer] { rows.values.filter { app == nil || $0.app == app }.sorted { $0.id < $1.id } }
+        func commitProgress(id: String, bytesDone: Int64, bytesTotal: Int64?, etag: String?, lastModified: String?) throws(StoreError) {
+            rows[id]?.bytesDone = bytesDone
+        }
+        func recordUploadResource(id: String, url: String?, protocol proto: String) throws(StoreError) { rows[id]?.uploadURL = url }
+    }
+
+    final class FakeEngine: TransferEngineControl {
+        var downloads: [DownloadJob] = []
+        var stopped: [String] = []
+        func start(_ job: DownloadJob) { downloads.append(job) }
+        func start(_ job: UploadJob) {}
+        func stop(id: String) { stopped.append(id) }
+        func cancel(_ job: UploadJob) {}
+    }
+
+    final class MemoryFiles: TransferFiles {
+        var sizes: [String: Int64] = [:]
+        var removed: [String] = []
+        var inboxes: [String] = []
+        func exists(_ path: String, as who: FileIdentity?) -> Bool { sizes[path] != nil }
+        func regularFileSize(_ path: String, as who: FileIdentity?) -> Int64? { sizes[path] }
+        func sha256(ofFile path: String, as who: FileIdentity?) -> String? { nil }
+        func remove(_ path: String, as who: FileIdentity?) { removed.append(path); sizes[path] = nil }
+        func makeInbox(_ dir: String, owner: (uid: UInt32, gid: UInt32)?) -> SystemError? { inboxes.append(dir); return nil }
+        func account(_ user: String) -> (uid: UInt32, gid: UInt32)? { nil }
+    }
+
+    final class Rig {
+        var now = 2_000_000.0
+        var conditions = Conditions()
+        var apps: [String: AppDefinition] = [:]
+        var retryAt: [String: Double] = [:]
+        var timeoutAt: Double?
+        var delivered: [(app: String, key: String, stdin: [UInt8])] = []
+        var radio = 0
+        let store = MemoryStore()
+        let engine = FakeEngine()
+        let files = MemoryFiles()
+        var service: TransferService!
+
+        init() throws {
+            conditions.network = .ethernet
+            conditions.powerSource = .ac
+            apps["dl"] = try AppDefinition.parse("""
+                id = "dl"
+                [transfers]
+                events_command = ["/bin/true"]
+                """, file: "/etc/drowse/apps.d/dl.toml")
+            let host = TransferHost(
+                now: { [unowned self] in self.now }, conditions: { [unowned self] in self.conditions },
+                app: { [unowned self] in self.apps[$0] },
+                setRetryTimer: { [unowned self] id, at in self.retryAt[id] = at },
+                setTimeoutTimer: { [unowned self] at in self.timeoutAt = at },
+                deliverSession: { [unowned self] app, key, stdin, _ in self.delivered.append((app, key, stdin)) },
+                radioUsed: { [unowned self] in self.radio += 1 })
+            let lifecycle = TransferLifecycle(policy: ConditionsPolicy(batteryLowPercent: 20), conditions: conditions, maxPerApp: 4, seed: 7)
+            service = TransferService(lifecycle: lifecycle, store: store, files: files, host: host, stateDir: "/state", logger: Logger(label: "test"))
+            service.engine = engine
+            service.restore(apps: apps)
+        }
+
+        func submit(_ id: String, requirements: TransferRequirements = TransferRequirements()) -> Transfer {
+            var t = Transfer(id: id, app: "dl", session: "s", kind: .download, url: "http://127.0.0.1/\(id).bin", destination: nil,
+                             sha256: nil, createdAt: now)
+            t.timeoutAt = now + 7 * 86400
+            t.requirements = requirements
+            try? store.save(t)
+            service.submitted(t)
+            return t
+        }
+    }
+
+    @Test("a download starts at once into the state folder, completes, wakes the radio and goes to the app's events handler")
+    func download() throws {
+        let rig = try Rig()
+        _ = rig.submit("t1")
+        let job = try #require(rig.engine.downloads.first)
+        #expect(job.partPath == "/state/transfers/t1.part" && job.finalPath == "/state/inbox/dl/t1-t1.bin")
+        #expect(rig.files.inboxes == ["/state/inbox/dl"])
+        #expect(rig.store.rows["t1"]?.state == .running)
+        rig.service.engineEvent(.completed(id: "t1", bytes: 42, path: job.finalPath))
+        #expect(rig.store.rows["t1"]?.state == .completed && rig.store.rows["t1"]?.bytesTotal == 42)
+        #expect(rig.radio == 1)
+        let session = try #require(rig.delivered.first)
+        #expect(session.app == "dl" && session.key == "dl\u{0}s")
+        let doc = try JSON.parse(bytes: session.stdin)
+        #expect(doc["transfers"]?.arrayValue?.first?["id"]?.stringValue == "t1")
+    }
+
+    @Test("a transient failure sets a retry timer, and the retry starts the engine again")
+    func retry() throws {
+        let rig = try Rig()
+        _ = rig.submit("t2")
+        rig.service.engineEvent(.failed(id: "t2", error: TransferError("connection reset", transient: true)))
+        let at = try #require(rig.retryAt["t2"])
+        #expect(at > rig.now && at <= rig.now + 1.001)
+        #expect(rig.store.rows["t2"]?.state == .waiting)
+        rig.now = at
+        rig.service.retryFired("t2")
+        #expect(rig.engine.downloads.count == 2 && rig.store.rows["t2"]?.attempts == 2)
+    }
+
+    @Test("a full disk keeps the newest state in memory and shows it")
+    func unsaved() throws {
+        let rig = try Rig()
+        _ = rig.submit("t3")
+        rig.store.full = true
+        rig.service.cancel("t3")
+        #expect(rig.engine.stopped == ["t3"])
+        #expect(rig.store.rows["t3"]?.state == .running, "the store could not take it")
+        #expect(rig.service.current("t3")?.state == .cancelled, "the API still tells the truth")
+        #expect(rig.files.removed.contains("/state/transfers/t3.part"))
+        #expect(rig.service.unsaved["t3"]?.state == .cancelled)
+    }
+
+    @Test("conditions that stop holding pause a running transfer; holding again resumes it")
+    func conditions() throws {
+        let rig = try Rig()
+        var needs = TransferRequirements()
+        needs.noCellular = true
+        _ = rig.submit("t5", requirements: needs)
+        rig.conditions.network = .cellular
+        rig.conditions.metered = true
+        rig.service.conditionsChanged()
+        #expect(rig.engine.stopped == ["t5"] && rig.store.rows["t5"]?.state == .paused)
+        rig.conditions.network = .wifi
+        rig.conditions.metered = false
+        rig.service.conditionsChanged()
+        #expect(rig.engine.downloads.count == 2 && rig.store.rows["t5"]?.state == .running)
+    }
+
+    @Test("at start-up a download whose verified file is already final completes without the engine")
+    func restoreFinished() throws {
+        let rig = try Rig()
+        var t = Transfer(id: "t6", app: "dl", session: "s", kind: .download, url: "http://127.0.0.1/t6.bin", destination: nil,
+                         sha256: nil, createdAt: rig.now)
+        t.state = .running
+        t.bytesTotal = 10
+        t.timeoutAt = rig.now + 86400
+        rig.store.rows["t6"] = t
+        rig.files.sizes["/state/inbox/dl/t6-t6.bin"] = 10
+        let fresh = try Rig()
+        fresh.store.rows = rig.store.rows
+        fresh.files.sizes = rig.files.sizes
+        fresh.service.restore(apps: fresh.apps)
+        #expect(fresh.store.rows["t6"]?.state == .completed)
+        #expect(fresh.engine.downloads.isEmpty)
+    }
+}
