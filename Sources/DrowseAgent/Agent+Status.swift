@@ -8,8 +8,8 @@ extension Agent {
             ("version", .string(Agent.version)), ("device_id", .string(config.deviceID)),
             ("mqtt", .object([
                 ("configured", .bool(config.mqtt != nil)), ("connected", .bool(mqtt?.connected ?? false)),
-                ("url", JSON(config.mqtt?.url)), ("refused_notifications", JSON(refusedNotifications)),
-                ("unexpected_messages", JSON(unexpectedMessages)),
+                ("url", JSON(config.mqtt?.url)), ("refused_notifications", JSON(notifications.refusedNotifications)),
+                ("unexpected_messages", JSON(notifications.unexpectedMessages)),
             ])),
             ("conditions", conditions.json),
             ("next_window", JSON(fetch.plannedWindow?.at)),

@@ -46,16 +46,12 @@ package actor Agent {
     lazy var transfers: TransferService = makeTransferService()
     var retryTimers: [String: WakeTimer] = [:]
     var background: [Task<Void, Never>] = []
-    var refusedNotifications = 0
     /// Notification and fetch runs waiting for one of `max_concurrent_handlers` slots.
     lazy var handlerQueue = HandlerQueue<QueuedRun>(limit: config.scheduler.maxConcurrentHandlers)
     var handlerRetryTimer: WakeTimer?
-    /// Messages on topics drowsed did not subscribe to; the topics already logged (once each).
-    var unexpectedMessages = 0
-    var unexpectedTopicsLogged: Set<String> = []
     var deferredTimer: WakeTimer?
-    /// What becomes of each notification (Agent+Notifications.swift carries it out).
-    lazy var admission = NotificationAdmission(budget: NotificationBudget(maxPerHour: config.notifications.maxPerHour))
+    /// Silent notifications: admission (what becomes of each one) and what carries it out.
+    lazy var notifications: NotificationService = makeNotificationService()
     var timeoutTimer: WakeTimer?
     /// Set once shutdown begins: nothing new is launched.
     var stopping = false

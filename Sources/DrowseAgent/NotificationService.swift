@@ -1,0 +1,320 @@
+import DrowseCore
+import DrowseStore
+import DrowseSystem
+import Logging
+
+/// What the notification service needs of the store.
+package protocol NotificationStore: AnyObject {
+    func recordNotification(app: String, dedupeKey: String, payload: String, at: Double, signed: Bool,
+                            collapseID: String?, durable: Bool) throws(StoreError) -> Int64?
+    func syncJournal() throws(StoreError)
+    func markNotification(_ seq: Int64, state: String, at: Double) throws(StoreError)
+    func pendingNotifications() throws(StoreError) -> [NotificationRecord]
+    func chargeBudget(_ seq: Int64, at: Double) throws(StoreError)
+    func budgetUses(app: String, since: Double) throws(StoreError) -> [Double]
+    func notificationPayload(_ seq: Int64) throws(StoreError) -> String?
+    func pruneNotifications(before: Double) throws(StoreError) -> Double?
+}
+
+extension Store: NotificationStore {}
+
+/// What the notification service needs of the rest of the daemon, as closures the agent builds
+/// on its own executor (a test builds them over doubles).
+package struct NotificationHost {
+    package var now: () -> Double
+    package var app: (String) -> AppDefinition?
+    /// Shutdown has begun: nothing new is launched.
+    package var stopping: () -> Bool
+    /// Queue an admitted notification's handler (it starts at once when a slot is free).
+    package var runHandler: (_ app: String, _ seq: Int64, _ payload: [UInt8]) -> Void
+    /// Push to transfer: queue the download a signed notification asks for.
+    package var pushDownload: (TransferRequest) throws(APIError) -> Transfer
+    /// The next fetch window's time, as far as the fetch scheduler knows it now.
+    package var nextFetchWindow: () -> Double?
+    /// Wake `deferredTimerFired()` at this time; nil cancels.
+    package var setDeferredTimer: (Double?) -> Void
+
+    package init(now: @escaping () -> Double, app: @escaping (String) -> AppDefinition?, stopping: @escaping () -> Bool,
+                 runHandler: @escaping (String, Int64, [UInt8]) -> Void, pushDownload: @escaping (TransferRequest) throws(APIError) -> Transfer,
+                 nextFetchWindow: @escaping () -> Double?, setDeferredTimer: @escaping (Double?) -> Void) {
+        self.now = now
+        self.app = app
+        self.stopping = stopping
+        self.runHandler = runHandler
+        self.pushDownload = pushDownload
+        self.nextFetchWindow = nextFetchWindow
+        self.setDeferredTimer = setDeferredTimer
+    }
+}
+
+/// Silent notifications as a service: it owns `NotificationAdmission` (every decision about a
+/// notification: dedupe, priority, hourly budget, collapse, expiry, deferral, pruning) and the
+/// refusal counters, checks what arrives (topic, size, signature, JSON), and carries out the
+/// admission's actions through `NotificationStore` and `NotificationHost`. Used only from the
+/// agent's executor (it is not Sendable), so a notification's handler starts without a hop.
+package final class NotificationService {
+    package private(set) var admission: NotificationAdmission
+    package private(set) var refusedNotifications = 0
+    /// Messages on topics drowsed did not subscribe to; the topics already logged (once each).
+    package private(set) var unexpectedMessages = 0
+    var unexpectedTopicsLogged: Set<String> = []
+    let store: NotificationStore
+    let host: NotificationHost
+    let topicPrefix: String
+    let deviceID: String
+    let logger: Logger
+
+    package init(admission: NotificationAdmission, store: NotificationStore, host: NotificationHost, topicPrefix: String, deviceID: String,
+                 logger: Logger) {
+        self.admission = admission
+        self.store = store
+        self.host = host
+        self.topicPrefix = topicPrefix
+        self.deviceID = deviceID
+        self.logger = logger
+    }
+
+    /// A notification arrived. It is recorded before anything acts on it, and deduplicated.
+    /// Returns false only when it could not be recorded (the store failed, e.g. a full disk):
+    /// then it must not be acknowledged, so the broker delivers it again.
+    @discardableResult
+    package func receive(topic: String, payload: [UInt8]) -> Bool {
+        guard let appID = Topics.app(inNotifyTopic: topic, prefix: topicPrefix, device: deviceID) else {
+            unexpected(topic: topic)
+            return true
+        }
+        guard let app = host.app(appID) else {
+            refuse("no valid app '\(LogText.escape(appID))'", app: nil)
+            return true
+        }
+        guard payload.count <= Notification.maxBytes else {
+            refuse("payload of \(payload.count) bytes is over the \(Notification.maxBytes)-byte limit", app: appID)
+            return true
+        }
+        // Signed notifications: when the app has a public key, nothing else is accepted.
+        var body = payload
+        var signed = false
+        if JWS.looksCompact(payload) {
+            do {
+                let jws = try JWS.parse(payload)
+                if let key = app.notificationPublicKey.flatMap(Base64.decode) {
+                    guard Ed25519.verify(jws.signature, of: jws.signingInput, publicKey: key) else {
+                        refuse("bad signature", app: appID)
+                        return true
+                    }
+                    signed = true
+                }
+                body = jws.payload
+            } catch {
+                refuse(error.description, app: appID)
+                return true
+            }
+        } else if app.notificationPublicKey != nil {
+            refuse("unsigned, and the app accepts only signed notifications", app: appID)
+            return true
+        }
+        let note: Notification
+        do { note = try Notification.parse(body) } catch {
+            refuse(error.description, app: appID)
+            return true
+        }
+        guard note.contentAvailable else {
+            logger.info("notification ignored: not silent (no aps.content-available = 1)", metadata: ["app.id": "\(appID)"])
+            return true
+        }
+        // What happens next is NotificationAdmission's to decide; this carries it out.
+        let arrival = NotificationAdmission.Arrival(app: appID, note: note, signed: signed, allowDownload: app.allowDownload)
+        let t = host.now()
+        let actions = admission.received(arrival, now: t) {
+            SHA256Hasher.hexDigest(of: Array(topic.utf8) + [0] + body)
+        }
+        for action in actions {
+            guard case .record(_, let key) = action else {
+                carryOut([action])
+                continue
+            }
+            let seq: Int64?
+            do {
+                seq = try store.recordNotification(
+                    app: appID, dedupeKey: key, payload: String(decoding: body, as: UTF8.self), at: t, signed: signed,
+                    collapseID: note.collapseID, durable: false)
+            } catch {
+                logger.error("notification not recorded, left to the broker to deliver again: \(error)", metadata: ["app.id": "\(appID)"])
+                return false
+            }
+            // Written (a kill -9 from here on cannot lose it), so the handler may start; the PUBACK
+            // waits until the record is on disk too. A power cut in between runs the handler again
+            // after the restart, like any run a crash interrupts: notifications are hints that are
+            // safe to repeat (DESIGN.md), and the fsync is off the path to the handler's start.
+            // A duplicate's first copy may not be on disk yet either (written, then the daemon was
+            // killed before its sync): it too is acknowledged only once it is.
+            carryOut(admission.recorded(seq: seq, now: host.now(), uses: budgetUses(plus: appID), nextWindow: nextFetchWindow()),
+                     notes: seq.map { [$0: note] } ?? [:])
+            return syncRecords(app: appID)
+        }
+        return true
+    }
+
+    /// fdatasync of the records written so far; false (do not acknowledge) when it fails.
+    func syncRecords(app appID: String) -> Bool {
+        do { try store.syncJournal() } catch {
+            logger.error("notification record not synced, left to the broker to deliver again: \(error)", metadata: ["app.id": "\(appID)"])
+            return false
+        }
+        return true
+    }
+
+    func refuse(_ why: String, app: String?) {
+        refusedNotifications += 1
+        logger.warning("notification refused: \(LogText.escape(why))", metadata: app.map { ["app.id": "\($0)"] } ?? [:])
+    }
+
+    /// A message on a topic drowsed did not subscribe to for a notification: a broker may send
+    /// retained messages of other topics (or a persistent session may hold an old subscription).
+    /// They are not notifications: acknowledged, counted, and logged once per topic, not per
+    /// message. The device's own status topic (our retained status coming back) is ignored silently.
+    func unexpected(topic: String) {
+        if topic == Topics.status(prefix: topicPrefix, device: deviceID) { return }
+        unexpectedMessages += 1
+        // Bounded: a broker sending endless distinct topics must not grow memory or the log.
+        guard unexpectedTopicsLogged.count <= 100, !unexpectedTopicsLogged.contains(topic) else { return }
+        unexpectedTopicsLogged.insert(topic)
+        if unexpectedTopicsLogged.count > 100 {
+            logger.warning("mqtt: messages on more than 100 unexpected topics; no more are logged (see drowse status: mqtt.unexpected_messages)")
+        } else {
+            logger.warning("mqtt: ignoring messages on unexpected topic \(LogText.escape(topic)) (logged once per topic)")
+        }
+    }
+
+    /// The next fetch window's time, as far as the fetch planner knows it now (the one read of it).
+    func nextFetchWindow() -> Double? { host.nextFetchWindow() }
+
+    /// Each app's budget uses in the last hour, for the apps an admission event needs.
+    func budgetUses(plus app: String? = nil) -> [String: [Double]] {
+        let t = host.now()
+        var uses: [String: [Double]] = [:]
+        for a in admission.budgetApps(plus: app) {
+            uses[a] = (try? store.budgetUses(app: a, since: t - NotificationBudget.period)) ?? []
+        }
+        return uses
+    }
+
+    /// Carries out what `NotificationAdmission` decided. `notes` are the parsed notifications at
+    /// hand (by seq); others are read back from the store.
+    func carryOut(_ actions: [NotificationAdmission.Action], notes: [Int64: Notification] = [:]) {
+        for action in actions {
+            switch action {
+            case .refuse(let app, .expired):
+                refuse("expired", app: app)
+            case .record:
+                // Only `receive` asks for records; it writes them itself.
+                logger.error("notification admission asked for a record outside an arrival; ignored")
+            case .duplicate(let app, let key):
+                logger.info("notification ignored: duplicate", metadata: ["app.id": "\(app)", "key": "\(LogText.escape(key))"])
+            case .expire(let seq, let app):
+                logger.info("notification dropped: expired", metadata: ["app.id": "\(app)"])
+                try? store.markNotification(seq, state: "expired", at: host.now())
+            case .dropCollapsed(let seq, let app, let collapseID):
+                logger.info("collapsed an older notification with collapse-id \(LogText.escape(collapseID))", metadata: ["app.id": "\(app)"])
+                try? store.markNotification(seq, state: "collapsed", at: host.now())
+            case .drop(let seq):
+                try? store.markNotification(seq, state: "dropped", at: host.now())
+            case .startDownload(let seq, let appID):
+                guard let app = host.app(appID), let note = notes[seq], let d = note.download else {
+                    try? store.markNotification(seq, state: "failed", at: host.now())
+                    continue
+                }
+                startPushDownload(app, seq: seq, note: note, download: d)
+            case .ignoreDownload(_, let app, let why):
+                logger.warning("notification's download ignored: \(why == .unsigned ? "the notification is not signed" : "the app does not set notification.allow_download")",
+                               metadata: ["app.id": "\(app)"])
+            case .chargeBudget(let seq, let at):
+                do { try store.chargeBudget(seq, at: at) } catch {
+                    logger.error("store: budget use not recorded: \(error)", metadata: ["notification.seq": "\(seq)"])
+                }
+            case .runHandler(let seq, let app):
+                let payload: [UInt8]
+                if let note = notes[seq] {
+                    payload = note.raw
+                } else if let stored = try? store.notificationPayload(seq) {
+                    payload = Array(stored.utf8)
+                } else {
+                    notificationRunEnded(seq)  // pruned or unreadable: nothing to run
+                    continue
+                }
+                deliver(app, seq: seq, payload: payload)
+            case .defer(let seq, let app, let until, let inLastHour):
+                try? store.markNotification(seq, state: "deferred", at: host.now())
+                logger.info("notification deferred: \(inLastHour) in the last hour (max_per_hour \(admission.budget.maxPerHour)); runs in \(DurationText.format(.milliseconds(Int64(max(0, until - host.now()) * 1000)))) at the latest",
+                            metadata: ["app.id": "\(app)"])
+            case .setTimer(let at):
+                host.setDeferredTimer(at)
+            case .prune(let before):
+                do { admission.pruned(oldestLeft: try store.pruneNotifications(before: before)) } catch {
+                    logger.error("store: old notifications not pruned: \(error)")
+                }
+            }
+        }
+    }
+
+    /// A fetch window opens: deferred notifications held back by their rate budget ride it, as far
+    /// as the budget allows.
+    package func flushDeferred() {
+        carryOut(admission.windowOpened(now: host.now(), uses: budgetUses(), nextWindow: nextFetchWindow()))
+    }
+
+    package func deferredTimerFired() {
+        carryOut(admission.timerFired(now: host.now(), uses: budgetUses(), nextWindow: nextFetchWindow()))
+    }
+
+    /// A notification's queued run ended, or was not started (collapsed meanwhile, no command).
+    package func notificationRunEnded(_ seq: Int64) {
+        carryOut(admission.handlerFinished(seq: seq, now: host.now()))
+    }
+
+    func startPushDownload(_ app: AppDefinition, seq: Int64, note: Notification, download d: Notification.DownloadRequest) {
+        var req = TransferRequest(
+            kind: .download, url: d.url, app: app.id, session: d.session ?? "push", destination: nil, sha256: d.sha256, source: nil)
+        req.expectedSize = d.size
+        do {
+            let t = try host.pushDownload(req)
+            logger.info("notification enqueued a download; the app runs when the file is ready",
+                        metadata: ["app.id": "\(app.id)", "transfer.id": "\(t.id)"])
+            try? store.markNotification(seq, state: "download:" + t.id, at: host.now())
+        } catch {
+            logger.warning("notification's download refused: \(error.message)", metadata: ["app.id": "\(app.id)"])
+            try? store.markNotification(seq, state: "failed", at: host.now())
+        }
+    }
+
+    /// Queues an admitted notification's handler (it starts at once when a slot is free).
+    func deliver(_ appID: String, seq: Int64, payload: [UInt8]) {
+        // Stopping: it stays recorded as pending and runs after the restart.
+        guard !host.stopping() else { return }
+        host.runHandler(appID, seq, payload)
+    }
+
+    /// Recorded but unhandled notifications from before a crash or restart.
+    package func handlePendingNotifications() {
+        let pending = (try? store.pendingNotifications()) ?? []
+        var notes: [Int64: Notification] = [:]
+        let restored = pending.map { rec -> NotificationAdmission.Restored in
+            var arrival: NotificationAdmission.Arrival?
+            if let app = host.app(rec.app), let note = try? Notification.parse(Array(rec.payload.utf8)) {
+                notes[rec.seq] = note
+                arrival = .init(app: rec.app, note: note, signed: rec.signed, allowDownload: app.allowDownload)
+                if rec.state == "pending" {
+                    logger.info("handling a notification received before a restart", metadata: ["app.id": "\(rec.app)"])
+                }
+            }
+            return .init(seq: rec.seq, receivedAt: rec.receivedAt, state: rec.state == "deferred" ? .deferred : .pending(budgetAt: rec.budgetAt),
+                         arrival: arrival)
+        }
+        let t = host.now()
+        var uses: [String: [Double]] = [:]
+        for app in Set(pending.map(\.app)) {
+            uses[app] = (try? store.budgetUses(app: app, since: t - NotificationBudget.period)) ?? []
+        }
+        carryOut(admission.restored(restored, now: t, uses: uses, nextWindow: nextFetchWindow()), notes: notes)
+    }
+}

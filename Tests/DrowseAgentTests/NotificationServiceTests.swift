@@ -1,0 +1,111 @@
+@testable import DrowseAgent
+import DrowseCore
+@testable import DrowseStore
+import DrowseSystem
+import Logging
+import Testing
+
+/// The notification service over in-memory doubles: a store that can fail, a handler queue that
+/// only records, a manual clock and a deferral timer the test fires. No broker, socket, database
+/// or process is involved.
+@Suite("Notification service")
+struct NotificationServiceTests {
+    final class MemoryStore: NotificationStore {
+        var rows: [NotificationRecord] = []
+        var keys: Set<String> = []
+        var budget: [Int64: Double] = [:]
+        var broken = false
+        func recordNotification(app: String, dedupeKey: String, payload: String, at: Double, signed: Bool, collapseID: String?,
+                                durable: Bool) throws(StoreError) -> Int64? {
+            if broken { throw StoreError(code: 13, message: "database or disk is full", sql: nil) }
+            guard keys.insert(dedupeKey).inserted else { return nil }
+            let seq = Int64(rows.count + 1)
+            rows.append(NotificationRecord(seq: seq, app: app, payload: payload, receivedAt: at, signed: signed))
+            return seq
+        }
+        func syncJournal() throws(StoreError) {}
+        func markNotification(_ seq: Int64, state: String, at: Double) throws(StoreError) {
+            if let i = rows.firstIndex(where: { $0.seq == seq }) { rows[i].state = state }
+        }
+        func pendingNotifications() throws(StoreError) -> [NotificationRecord] { rows.filter { ["pending", "deferred"].contains($0.state) } }
+        func chargeBudget(_ seq: Int64, at: Double) throws(StoreError) { budget[seq] = at }
+        func budgetUses(app: String, since: Double) throws(StoreError) -> [Double] {
+            budget.filter { seq, at in at >= since && rows.contains { $0.seq == seq && $0.app == app } }.map(\.value).sorted()
+        }
+        func notificationPayload(_ seq: Int64) throws(StoreError) -> String? { rows.first { $0.seq == seq }?.payload }
+        func pruneNotifications(before: Double) throws(StoreError) -> Double? { nil }
+    }
+
+    final class Rig {
+        var now = 3_000_000.0
+        var ran: [(app: String, seq: Int64)] = []
+        var timer: Double?
+        let store = MemoryStore()
+        var service: NotificationService!
+        let topic = Topics.notify(prefix: "drowse", device: "dev", app: "news")
+
+        init(maxPerHour: Int = 12) throws {
+            let news = try AppDefinition.parse("""
+                id = "news"
+                [notification]
+                command = ["/bin/true"]
+                """, file: "/etc/drowse/apps.d/news.toml")
+            let host = NotificationHost(
+                now: { [unowned self] in self.now }, app: { $0 == "news" ? news : nil }, stopping: { false },
+                runHandler: { [unowned self] app, seq, _ in self.ran.append((app, seq)) },
+                pushDownload: { _ throws(APIError) in throw APIError.badRequest("no transfers here") },
+                nextFetchWindow: { nil }, setDeferredTimer: { [unowned self] at in self.timer = at })
+            service = NotificationService(admission: NotificationAdmission(budget: NotificationBudget(maxPerHour: maxPerHour)),
+                                          store: store, host: host, topicPrefix: "drowse", deviceID: "dev", logger: Logger(label: "test"))
+        }
+
+        func push(_ json: String, topic: String? = nil) -> Bool {
+            service.receive(topic: topic ?? self.topic, payload: Array(json.utf8))
+        }
+    }
+
+    static let silent = #"{"aps": {"content-available": 1}, "id": "n1"}"#
+
+    @Test("a silent notification is recorded, charged to the budget and run once; its duplicate is not")
+    func runsOnce() throws {
+        let rig = try Rig()
+        #expect(rig.push(Self.silent))
+        #expect(rig.ran.map(\.app) == ["news"] && rig.store.rows.count == 1 && rig.store.budget.count == 1)
+        #expect(rig.push(Self.silent), "a duplicate is acknowledged")
+        #expect(rig.ran.count == 1)
+    }
+
+    @Test("what cannot be a notification is refused and counted; the device's own status topic is ignored")
+    func refusals() throws {
+        let rig = try Rig()
+        #expect(rig.push(String(repeating: " ", count: Notification.maxBytes + 1)))
+        #expect(rig.push("not json"))
+        #expect(rig.push(#"{"aps": {"content-available": 1}}"#, topic: Topics.notify(prefix: "drowse", device: "dev", app: "ghost")))
+        #expect(rig.service.refusedNotifications == 3)
+        #expect(rig.push("x", topic: "elsewhere/topic") && rig.service.unexpectedMessages == 1)
+        #expect(rig.push("x", topic: Topics.status(prefix: "drowse", device: "dev")) && rig.service.unexpectedMessages == 1)
+        #expect(rig.ran.isEmpty && rig.store.rows.isEmpty)
+    }
+
+    @Test("a notification the store cannot record is not acknowledged, and nothing runs")
+    func storeFull() throws {
+        let rig = try Rig()
+        rig.store.broken = true
+        #expect(!rig.push(Self.silent))
+        #expect(rig.ran.isEmpty)
+    }
+
+    @Test("past the hourly budget a notification waits, and runs when the hour has room again")
+    func budget() throws {
+        let rig = try Rig(maxPerHour: 1)
+        #expect(rig.push(#"{"aps": {"content-available": 1}, "id": "a"}"#))
+        #expect(rig.push(#"{"aps": {"content-available": 1}, "id": "b"}"#))
+        #expect(rig.ran.count == 1)
+        #expect(rig.store.rows[1].state == "deferred")
+        let at = try #require(rig.timer)
+        #expect(at > rig.now && at <= rig.now + 3600 + 1)
+        rig.now = at
+        rig.service.deferredTimerFired()
+        #expect(rig.ran.map(\.seq) == [1, 2])
+    }
+}
