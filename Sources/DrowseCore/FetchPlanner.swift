@@ -84,17 +84,33 @@ package struct FetchPlanner: Sendable {
     package var radioAwakeUntil: Double?
     package init() {}
 
-    package func effectiveInterval(_ app: AppInput) -> Double? {
+    /// The interval after which the app may run: its own, backed off by failures and a deadline kill.
+    package func eligibleInterval(_ app: AppInput) -> Double? {
         guard let interval = app.interval else { return nil }
         let doublings = min(min(app.consecutiveFailures, maxBackoffDoublings) + (app.lastTimedOut ? 1 : 0), maxBackoffDoublings)
+        return interval.seconds * Double(1 << doublings)
+    }
+
+    /// The interval after which the app wakes the radio itself: the eligible one, stretched by
+    /// no-data results. In between it only rides windows that are open anyway, which cost no wake.
+    package func effectiveInterval(_ app: AppInput) -> Double? {
+        guard let interval = eligibleInterval(app) else { return nil }
         let stretch = min(1 + 0.5 * Double(app.consecutiveNoData), maxNoDataStretch)
-        return interval.seconds * Double(1 << doublings) * (app.consecutiveFailures > 0 ? 1 : stretch)
+        return interval * (app.consecutiveFailures > 0 ? 1 : stretch)
     }
 
     package func eligibleAt(_ app: AppInput) -> Double? {
-        guard let interval = effectiveInterval(app) else { return nil }
+        guard let interval = eligibleInterval(app) else { return nil }
         guard let last = app.lastFetch else { return app.registeredAt }
         return last + interval
+    }
+
+    /// When the app would open a window itself, at the latest: the end of its tolerance after the
+    /// stretched interval (its eligibility when nothing stretches it).
+    func ownDue(_ app: AppInput) -> Double? {
+        guard let interval = effectiveInterval(app) else { return nil }
+        guard let last = app.lastFetch else { return app.registeredAt + tolerance(app) }
+        return last + interval + tolerance(app)
     }
 
     package func tolerance(_ app: AppInput) -> Double {
@@ -112,8 +128,8 @@ package struct FetchPlanner: Sendable {
     /// The latest time the app runs, by the stated rule (online time); nil while it only joins
     /// windows others open (daily budget spent) or never fetches.
     package func dueBy(_ app: AppInput) -> Double? {
-        guard !overBudget(app), let e = eligibleAt(app) else { return nil }
-        return e + tolerance(app)
+        guard !overBudget(app) else { return nil }
+        return ownDue(app)
     }
 
     /// What stretches or holds an app's schedule now, for people.
@@ -133,8 +149,8 @@ package struct FetchPlanner: Sendable {
 
     /// When the app would like to run: the end of its tolerance, or just before a predicted use.
     func latest(_ app: AppInput, eligible e: Double) -> (Double, usage: Bool) {
-        let natural = e + tolerance(app)
-        guard let use = app.predictedUse, let interval = effectiveInterval(app) else { return (natural, false) }
+        let natural = ownDue(app) ?? e + tolerance(app)
+        guard let use = app.predictedUse, let interval = eligibleInterval(app) else { return (natural, false) }
         let target = use - usageLead
         let slack = lateness(app)
         // Too soon to fetch before the use: stay on the usual schedule.
@@ -162,10 +178,10 @@ package struct FetchPlanner: Sendable {
         // Each app with when it becomes eligible, and when it is ready to run: at eligibility,
         // or, when it holds back for a predicted use of its data, at that (later) moment — it
         // then joins no window before it, so the use finds fresh data.
-        let scheduled = apps.compactMap { app -> (app: AppInput, e: Double, ready: Double)? in
-            guard let e = eligibleAt(app) else { return nil }
+        let scheduled = apps.compactMap { app -> (app: AppInput, e: Double, ready: Double, due: Double)? in
+            guard let e = eligibleAt(app), let due = ownDue(app) else { return nil }
             let (late, forUsage) = latest(app, eligible: e)
-            return (app, e, forUsage ? max(e, late) : e)
+            return (app, e, forUsage ? max(e, late) : e, due)
         }
         guard !scheduled.isEmpty else { return nil }
         // Apps within budget decide when windows open; the others only join.
@@ -181,13 +197,13 @@ package struct FetchPlanner: Sendable {
         var windowAt = max(now, at)
         // Rather than wake the radio again shortly for an app that becomes ready just after,
         // wait for it, as long as every app in the window stays within its tolerance.
-        var limit = scheduled.filter { $0.ready <= windowAt }.map { $0.e + lateness($0.app) }.min() ?? windowAt
+        var limit = scheduled.filter { $0.ready <= windowAt }.map(\.due).min() ?? windowAt
         // A window riding an awake radio waits no longer than the radio stays awake.
         if ridesAwakeRadio, let awake = radioAwakeUntil { limit = min(limit, awake) }
         for x in scheduled.filter({ $0.ready > windowAt && !overBudget($0.app) }).sorted(by: { $0.ready < $1.ready }) {
             guard x.ready <= limit else { break }
             windowAt = x.ready
-            limit = min(limit, x.e + lateness(x.app))
+            limit = min(limit, x.due)
         }
         let members = scheduled.filter { $0.ready <= windowAt }.map(\.app.id).sorted()
         guard !members.isEmpty else { return nil }
