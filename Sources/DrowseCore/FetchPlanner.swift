@@ -178,10 +178,12 @@ package struct FetchPlanner: Sendable {
         // Each app with when it becomes eligible, and when it is ready to run: at eligibility,
         // or, when it holds back for a predicted use of its data, at that (later) moment — it
         // then joins no window before it, so the use finds fresh data.
+        // `due` bounds how long a window it is in may wait for others: the stated due-by, or the
+        // moment it holds back for, which must not slip past the use.
         let scheduled = apps.compactMap { app -> (app: AppInput, e: Double, ready: Double, due: Double)? in
             guard let e = eligibleAt(app), let due = ownDue(app) else { return nil }
             let (late, forUsage) = latest(app, eligible: e)
-            return (app, e, forUsage ? max(e, late) : e, due)
+            return forUsage ? (app, e, max(e, late), min(due, max(e, late))) : (app, e, e, due)
         }
         guard !scheduled.isEmpty else { return nil }
         // Apps within budget decide when windows open; the others only join.
