@@ -1,16 +1,19 @@
 /// Plans background fetches into shared wake windows. Pure: no I/O, time is passed in; the
 /// daemon and `drowse simulate` run this same code.
 ///
-/// Each app becomes *eligible* its effective interval after its last fetch and runs at most a
-/// *tolerance* after that (the stated rule, `drowse apps show` gives both times; offline time
-/// does not count). The next window opens at the last moment that keeps every eligible-soon app
+/// Each app becomes *eligible* its interval (backed off after failures) after its last fetch and
+/// runs at most a *tolerance* after that, or after its no-data-stretched interval (the stated
+/// rule: `drowse apps show` gives both times; offline time does not count). The next window opens at the last moment that keeps every eligible-soon app
 /// within its tolerance; every app eligible by then runs in it, so the radio wakes once for all
 /// of them. No app ever runs before it is eligible. On top of that:
-/// - results steer the interval: no-data stretches it (bounded), failures back off
-///   exponentially, a deadline kill costs one more doubling, new data restores it;
+/// - results steer the interval: failures back off exponentially, a deadline kill costs one
+///   more doubling, new data restores it; no-data stretches (bounded) only how long the app
+///   waits before it opens a window itself: from its interval on it rides windows others open,
+///   which cost no extra wake, so its data is not left older for nothing;
 /// - while the radio is awake anyway (a notification, a transfer, another window) apps that
 ///   become eligible before its tail ends join instead of waking it again later;
-/// - an app whose data is used at a habitual time is fetched shortly before that time;
+/// - an app whose data is used at a habitual time is fetched shortly before that time (the
+///   earliest it was used at on any day), and a window holding for that does not wait past it;
 /// - an app past its daily handler budget opens no window of its own; it joins others';
 /// - on a low battery, tolerances stretch;
 /// - a window waits for apps that become eligible shortly after it, as long as every member
@@ -71,7 +74,7 @@ package struct FetchPlanner: Sendable {
     package var maxTolerance: Double = 1800
     /// Failures stretch the interval by 2^n, at most this many times.
     package var maxBackoffDoublings: Int = 5
-    /// No-data results stretch the interval by 50 % each, up to this factor.
+    /// No-data results stretch the interval before the app opens a window itself by 50 % each, up to this factor.
     package var maxNoDataStretch: Double = 4
     /// Handler seconds per app per day before its fetches only join others' windows.
     package var dailyBudget: Double = 600
@@ -125,8 +128,9 @@ package struct FetchPlanner: Sendable {
     /// eligible just after, or to reach a predicted use. The tolerance, so the rule holds.
     package func lateness(_ app: AppInput) -> Double { tolerance(app) }
 
-    /// The latest time the app runs, by the stated rule (online time); nil while it only joins
-    /// windows others open (daily budget spent) or never fetches.
+    /// The latest time the app runs, by the stated rule (online time): its tolerance after its
+    /// (no-data-stretched) interval; nil while it only joins windows others open (daily budget
+    /// spent) or never fetches.
     package func dueBy(_ app: AppInput) -> Double? {
         guard !overBudget(app) else { return nil }
         return ownDue(app)
@@ -138,8 +142,9 @@ package struct FetchPlanner: Sendable {
         if app.consecutiveFailures > 0, let i = effectiveInterval(app) {
             notes.append("backing off after \(app.consecutiveFailures) failure\(app.consecutiveFailures == 1 ? "" : "s")"
                 + " (interval stretched to \(DurationText.format(.seconds(i))))")
-        } else if app.consecutiveNoData > 0, let i = effectiveInterval(app) {
-            notes.append("\(app.consecutiveNoData) no-data result\(app.consecutiveNoData == 1 ? "" : "s") in a row stretched the interval to \(DurationText.format(.seconds(i)))")
+        } else if app.consecutiveNoData > 0, let i = effectiveInterval(app), let base = eligibleInterval(app) {
+            notes.append("\(app.consecutiveNoData) no-data result\(app.consecutiveNoData == 1 ? "" : "s") in a row stretched the interval to \(DurationText.format(.seconds(i)))"
+                + " (it rides windows other apps open from \(DurationText.format(.seconds(base))))")
         }
         if app.lastTimedOut { notes.append("penalised: the last run was killed at its deadline") }
         if overBudget(app) { notes.append("daily budget of \(DurationText.format(.seconds(dailyBudget))) spent: joins windows others open") }
