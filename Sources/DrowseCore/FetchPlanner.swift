@@ -1,16 +1,19 @@
 /// Plans background fetches into shared wake windows. Pure: no I/O, time is passed in; the
 /// daemon and `drowse simulate` run this same code.
 ///
-/// Each app becomes *eligible* its effective interval after its last fetch and runs at most a
-/// *tolerance* after that (the stated rule, `drowse apps show` gives both times; offline time
-/// does not count). The next window opens at the last moment that keeps every eligible-soon app
+/// Each app becomes *eligible* its interval (backed off after failures) after its last fetch and
+/// runs at most a *tolerance* after that, or after its no-data-stretched interval (the stated
+/// rule: `drowse apps show` gives both times; offline time does not count). The next window opens at the last moment that keeps every eligible-soon app
 /// within its tolerance; every app eligible by then runs in it, so the radio wakes once for all
 /// of them. No app ever runs before it is eligible. On top of that:
-/// - results steer the interval: no-data stretches it (bounded), failures back off
-///   exponentially, a deadline kill costs one more doubling, new data restores it;
+/// - results steer the interval: failures back off exponentially, a deadline kill costs one
+///   more doubling, new data restores it; no-data stretches (bounded) only how long the app
+///   waits before it opens a window itself: from its interval on it rides windows others open,
+///   which cost no extra wake, so its data is not left older for nothing;
 /// - while the radio is awake anyway (a notification, a transfer, another window) apps that
 ///   become eligible before its tail ends join instead of waking it again later;
-/// - an app whose data is used at a habitual time is fetched shortly before that time;
+/// - an app whose data is used at a habitual time is fetched shortly before that time (the
+///   earliest it was used at on any day), and a window holding for that does not wait past it;
 /// - an app past its daily handler budget opens no window of its own; it joins others';
 /// - on a low battery, tolerances stretch;
 /// - a window waits for apps that become eligible shortly after it, as long as every member
@@ -71,7 +74,7 @@ package struct FetchPlanner: Sendable {
     package var maxTolerance: Double = 1800
     /// Failures stretch the interval by 2^n, at most this many times.
     package var maxBackoffDoublings: Int = 5
-    /// No-data results stretch the interval by 50 % each, up to this factor.
+    /// No-data results stretch the interval before the app opens a window itself by 50 % each, up to this factor.
     package var maxNoDataStretch: Double = 4
     /// Handler seconds per app per day before its fetches only join others' windows.
     package var dailyBudget: Double = 600
@@ -84,17 +87,33 @@ package struct FetchPlanner: Sendable {
     package var radioAwakeUntil: Double?
     package init() {}
 
-    package func effectiveInterval(_ app: AppInput) -> Double? {
+    /// The interval after which the app may run: its own, backed off by failures and a deadline kill.
+    package func eligibleInterval(_ app: AppInput) -> Double? {
         guard let interval = app.interval else { return nil }
         let doublings = min(min(app.consecutiveFailures, maxBackoffDoublings) + (app.lastTimedOut ? 1 : 0), maxBackoffDoublings)
+        return interval.seconds * Double(1 << doublings)
+    }
+
+    /// The interval after which the app wakes the radio itself: the eligible one, stretched by
+    /// no-data results. In between it only rides windows that are open anyway, which cost no wake.
+    package func effectiveInterval(_ app: AppInput) -> Double? {
+        guard let interval = eligibleInterval(app) else { return nil }
         let stretch = min(1 + 0.5 * Double(app.consecutiveNoData), maxNoDataStretch)
-        return interval.seconds * Double(1 << doublings) * (app.consecutiveFailures > 0 ? 1 : stretch)
+        return interval * (app.consecutiveFailures > 0 ? 1 : stretch)
     }
 
     package func eligibleAt(_ app: AppInput) -> Double? {
-        guard let interval = effectiveInterval(app) else { return nil }
+        guard let interval = eligibleInterval(app) else { return nil }
         guard let last = app.lastFetch else { return app.registeredAt }
         return last + interval
+    }
+
+    /// When the app would open a window itself, at the latest: the end of its tolerance after the
+    /// stretched interval (its eligibility when nothing stretches it).
+    func ownDue(_ app: AppInput) -> Double? {
+        guard let interval = effectiveInterval(app) else { return nil }
+        guard let last = app.lastFetch else { return app.registeredAt + tolerance(app) }
+        return last + interval + tolerance(app)
     }
 
     package func tolerance(_ app: AppInput) -> Double {
@@ -109,11 +128,12 @@ package struct FetchPlanner: Sendable {
     /// eligible just after, or to reach a predicted use. The tolerance, so the rule holds.
     package func lateness(_ app: AppInput) -> Double { tolerance(app) }
 
-    /// The latest time the app runs, by the stated rule (online time); nil while it only joins
-    /// windows others open (daily budget spent) or never fetches.
+    /// The latest time the app runs, by the stated rule (online time): its tolerance after its
+    /// (no-data-stretched) interval; nil while it only joins windows others open (daily budget
+    /// spent) or never fetches.
     package func dueBy(_ app: AppInput) -> Double? {
-        guard !overBudget(app), let e = eligibleAt(app) else { return nil }
-        return e + tolerance(app)
+        guard !overBudget(app) else { return nil }
+        return ownDue(app)
     }
 
     /// What stretches or holds an app's schedule now, for people.
@@ -122,8 +142,9 @@ package struct FetchPlanner: Sendable {
         if app.consecutiveFailures > 0, let i = effectiveInterval(app) {
             notes.append("backing off after \(app.consecutiveFailures) failure\(app.consecutiveFailures == 1 ? "" : "s")"
                 + " (interval stretched to \(DurationText.format(.seconds(i))))")
-        } else if app.consecutiveNoData > 0, let i = effectiveInterval(app) {
-            notes.append("\(app.consecutiveNoData) no-data result\(app.consecutiveNoData == 1 ? "" : "s") in a row stretched the interval to \(DurationText.format(.seconds(i)))")
+        } else if app.consecutiveNoData > 0, let i = effectiveInterval(app), let base = eligibleInterval(app) {
+            notes.append("\(app.consecutiveNoData) no-data result\(app.consecutiveNoData == 1 ? "" : "s") in a row stretched the interval to \(DurationText.format(.seconds(i)))"
+                + " (it rides windows other apps open from \(DurationText.format(.seconds(base))))")
         }
         if app.lastTimedOut { notes.append("penalised: the last run was killed at its deadline") }
         if overBudget(app) { notes.append("daily budget of \(DurationText.format(.seconds(dailyBudget))) spent: joins windows others open") }
@@ -133,8 +154,8 @@ package struct FetchPlanner: Sendable {
 
     /// When the app would like to run: the end of its tolerance, or just before a predicted use.
     func latest(_ app: AppInput, eligible e: Double) -> (Double, usage: Bool) {
-        let natural = e + tolerance(app)
-        guard let use = app.predictedUse, let interval = effectiveInterval(app) else { return (natural, false) }
+        let natural = ownDue(app) ?? e + tolerance(app)
+        guard let use = app.predictedUse, let interval = eligibleInterval(app) else { return (natural, false) }
         let target = use - usageLead
         let slack = lateness(app)
         // Too soon to fetch before the use: stay on the usual schedule.
@@ -162,10 +183,12 @@ package struct FetchPlanner: Sendable {
         // Each app with when it becomes eligible, and when it is ready to run: at eligibility,
         // or, when it holds back for a predicted use of its data, at that (later) moment — it
         // then joins no window before it, so the use finds fresh data.
-        let scheduled = apps.compactMap { app -> (app: AppInput, e: Double, ready: Double)? in
-            guard let e = eligibleAt(app) else { return nil }
+        // `due` bounds how long a window it is in may wait for others: the stated due-by, or the
+        // moment it holds back for, which must not slip past the use.
+        let scheduled = apps.compactMap { app -> (app: AppInput, e: Double, ready: Double, due: Double)? in
+            guard let e = eligibleAt(app), let due = ownDue(app) else { return nil }
             let (late, forUsage) = latest(app, eligible: e)
-            return (app, e, forUsage ? max(e, late) : e)
+            return forUsage ? (app, e, max(e, late), min(due, max(e, late))) : (app, e, e, due)
         }
         guard !scheduled.isEmpty else { return nil }
         // Apps within budget decide when windows open; the others only join.
@@ -181,13 +204,13 @@ package struct FetchPlanner: Sendable {
         var windowAt = max(now, at)
         // Rather than wake the radio again shortly for an app that becomes ready just after,
         // wait for it, as long as every app in the window stays within its tolerance.
-        var limit = scheduled.filter { $0.ready <= windowAt }.map { $0.e + lateness($0.app) }.min() ?? windowAt
+        var limit = scheduled.filter { $0.ready <= windowAt }.map(\.due).min() ?? windowAt
         // A window riding an awake radio waits no longer than the radio stays awake.
         if ridesAwakeRadio, let awake = radioAwakeUntil { limit = min(limit, awake) }
         for x in scheduled.filter({ $0.ready > windowAt && !overBudget($0.app) }).sorted(by: { $0.ready < $1.ready }) {
             guard x.ready <= limit else { break }
             windowAt = x.ready
-            limit = min(limit, x.e + lateness(x.app))
+            limit = min(limit, x.due)
         }
         let members = scheduled.filter { $0.ready <= windowAt }.map(\.app.id).sorted()
         guard !members.isEmpty else { return nil }

@@ -21,6 +21,31 @@ struct FetchPlannerAdaptationTests {
         #expect(p.effectiveInterval(Self.app("a", every: 600, noData: 100)) == 2400)
     }
 
+    @Test("no-data stretches only the app's own window: it rides windows others open from its interval on")
+    func noDataRidesAlong() throws {
+        let p = FetchPlanner()
+        // Two no-data results: eligible after its 600 s interval, due by its stretched 1200 s
+        // plus the tolerance (300 s of the 600 s interval).
+        let quiet = Self.app("quiet", every: 600, last: 0, noData: 2)
+        #expect(p.eligibleInterval(quiet) == 600 && p.effectiveInterval(quiet) == 1200)
+        #expect(p.eligibleAt(quiet) == 600 && p.dueBy(quiet) == 1500 && p.tolerance(quiet) == 300)
+        // Alone it wakes the radio only when its stretched interval and tolerance have passed.
+        #expect(p.nextWindow([quiet], now: 600) == FetchPlanner.Window(at: 1500, apps: ["quiet"]))
+        // Another app's window at 700, after its interval: it rides along, no wake of its own.
+        let busy = Self.app("busy", every: 300, last: 250)  // eligible 550, due by 700
+        #expect(p.nextWindow([quiet, busy], now: 600) == FetchPlanner.Window(at: 700, apps: ["busy", "quiet"]))
+        // A window before its interval has passed: it does not join (never before eligible).
+        let early = Self.app("early", every: 300, last: 100)  // due by 550
+        #expect(p.nextWindow([quiet, early], now: 500) == FetchPlanner.Window(at: 550, apps: ["early"]))
+        let plan = p.plans([quiet], now: 600)[0]
+        #expect(plan.eligibleAt == 600 && plan.dueBy == 1500 && plan.plannedAt == 1500)
+        #expect(plan.reason.contains("2 no-data results in a row stretched the interval to 20m (it rides windows other apps open from 10m)"))
+        // Failures still push eligibility itself back: a failing server is not asked sooner.
+        let failing = Self.app("failing", every: 600, last: 0, failures: 2)
+        #expect(p.eligibleAt(failing) == 2400 && p.dueBy(failing) == 2700)
+        #expect(p.nextWindow([failing, busy], now: 600) == FetchPlanner.Window(at: 700, apps: ["busy"]))
+    }
+
     @Test("a deadline kill costs one more doubling than a plain failure")
     func deadlinePenalty() {
         let p = FetchPlanner()
@@ -110,16 +135,24 @@ struct FetchPlannerAdaptationTests {
         // a prefetches for a use at 13:00: eligible 12:40, planned 12:55, due by 13:10.
         let a = Self.app("a", every: 3600, last: 11 * h + 2400, use: 13 * h)
         #expect(p.nextWindow([a], now: 12 * h) == FetchPlanner.Window(at: 13 * h - 300, apps: ["a"]))
-        // b becomes eligible at 12:57 (due by 13:02): the window waits for it, a stays within its tolerance.
+        // b becomes eligible at 12:57: a window held for a use does not wait past its moment (the
+        // use may come early), so b is not in it.
         let b = Self.app("b", every: 600, last: 12 * h + 2820)
-        #expect(p.nextWindow([a, b], now: 12 * h) == FetchPlanner.Window(at: 12 * h + 3420, apps: ["a", "b"]))
-        // c becomes eligible at 13:11, past a's due-by: the window does not wait.
-        let c = Self.app("c", every: 600, last: 12 * h + 3660)
-        #expect(p.nextWindow([a, c], now: 12 * h) == FetchPlanner.Window(at: 13 * h - 300, apps: ["a"]))
-        // d becomes eligible at 13:04, within a's tolerance but past b's due-by: once the window
-        // waits for b, it waits no longer.
-        let d = Self.app("d", every: 600, last: 13 * h - 360)
-        #expect(p.nextWindow([a, b, d], now: 12 * h) == FetchPlanner.Window(at: 12 * h + 3420, apps: ["a", "b"]))
+        #expect(p.nextWindow([a, b], now: 12 * h) == FetchPlanner.Window(at: 13 * h - 300, apps: ["a"]))
+        // A window riding an awake radio waits for an app that becomes eligible before the radio
+        // sleeps, as long as every member stays within its due-by: x (eligible 12:52, due by
+        // 13:22) rides the radio awake until 12:58:20 and waits for y (eligible 12:54) ...
+        var awake = p
+        awake.radioAwakeUntil = 12 * h + 3500
+        let x = Self.app("x", every: 3600, last: 11 * h + 3120)
+        let y = Self.app("y", every: 3600, last: 11 * h + 3240)
+        #expect(awake.nextWindow([x, y], now: 12 * h + 3000) == FetchPlanner.Window(at: 12 * h + 3240, apps: ["x", "y"]))
+        // ... but not for c (eligible 12:59), after the radio has gone back to sleep.
+        let c = Self.app("c", every: 3600, last: 11 * h + 3540)
+        #expect(awake.nextWindow([x, c], now: 12 * h + 3000) == FetchPlanner.Window(at: 12 * h + 3120, apps: ["x"]))
+        // ... and for no one past a member's due-by: d (due by 12:52:30, riding) caps the wait.
+        let d = Self.app("d", every: 300, last: 12 * h + 2700)  // eligible 12:50, due by 12:52:30
+        #expect(awake.nextWindow([d, y], now: 12 * h + 3000) == FetchPlanner.Window(at: 12 * h + 3000, apps: ["d"]))
         // A window at the end of a member's tolerance never waits: one second later is too late.
         let e = Self.app("e", every: 300, last: 0)    // eligible 300, tolerance 150 → 450
         let f = Self.app("f", every: 300, last: 151)  // eligible 451
@@ -161,6 +194,29 @@ struct UsageModelTests {
         m.record(day + 12 * 3600)
         let next = try #require(m.nextUse(after: day + 13 * 3600))
         #expect(next == 2 * day + 12 * 3600)
+    }
+
+    @Test("a habit grows as its uses spread: uses within 20 min of a neighbour on other days join it, its earliest use is the prediction")
+    func spreadingHabit() throws {
+        let day = 86400.0
+        // Read at 08:00, 07:45, 08:15, 07:50 on four days: 30 min wide, wider than the 20 min window.
+        var m = UsageModel()
+        for (d, minute) in [(0, 480.0), (1, 465), (2, 495), (3, 470)] { m.record(Double(d) * day + minute * 60) }
+        let habits = m.habits(period: day)
+        #expect(habits == [UsageModel.Habit(earliest: 465 * 60, spread: 30 * 60, periods: 4)])
+        // The next use is expected from the earliest seen, 07:45, not from a typical day.
+        #expect(m.nextUse(after: 3 * day + 12 * 3600) == 4 * day + 465 * 60)
+        // Two habits of one app stay apart when nothing links them (07:40 and 08:10, 30 min apart).
+        var t = UsageModel()
+        for d in 0..<2 { t.record(Double(d) * day + 460 * 60); t.record(Double(d) * day + 490 * 60) }
+        #expect(t.habits(period: day).map(\.earliest) == [460 * 60, 490 * 60])
+        #expect(t.nextUse(after: day + 470 * 60) == day + 490 * 60)
+        // A habit across midnight: 23:55 and 00:05 on different days are one habit starting at 23:55.
+        var n = UsageModel()
+        n.record(day - 300)
+        n.record(2 * day + 300)
+        #expect(n.habits(period: day) == [UsageModel.Habit(earliest: day - 300, spread: 600, periods: 2)])
+        #expect(n.nextUse(after: 2 * day + 3600) == 3 * day - 300)
     }
 
     @Test("uses at different times of day make no habit")

@@ -129,6 +129,31 @@ struct SimulatorTests {
         }
     }
 
+    @Test("goal (a) over a week, seeds 1-8: radio-on ≥ 4× lower than naive and ≥ 1.3× lower than Android-style, staleness at use (median and p90) no worse than either, 0 violations",
+          arguments: 1...8)
+    func goalTwentyAppsWeek(seed: UInt64) throws {
+        let s = try Self.shipped("twenty-apps-lte-week.toml")
+        let r = Simulator(s, seed: seed).report()
+        #expect(r.drowse.uses > 50)
+        #expect(r.drowse.radioOnSeconds * 4 <= r.naive.radioOnSeconds)
+        #expect(r.drowse.radioOnSeconds * 1.3 <= r.android.radioOnSeconds)
+        let (median, p90) = (try #require(r.drowse.stalenessMedian), try #require(r.drowse.stalenessP90))
+        for other in [r.android, r.naive] {
+            #expect(median <= (try #require(other.stalenessMedian)))
+            #expect(p90 <= (try #require(other.stalenessP90)))
+        }
+        #expect(r.drowse.intervalViolations == 0 && r.drowse.toleranceViolations == 0)
+    }
+
+    @Test("goal (a), one day, seeds 1-8: radio-on ≥ 4× lower than naive and ≥ 1.3× lower than Android-style, 0 violations",
+          arguments: 1...8)
+    func goalTwentyAppsSeeds(seed: UInt64) throws {
+        let r = Simulator(try Self.shipped("twenty-apps-lte.toml"), seed: seed).report()
+        #expect(r.drowse.radioOnSeconds * 4 <= r.naive.radioOnSeconds)
+        #expect(r.drowse.radioOnSeconds * 1.3 <= r.android.radioOnSeconds)
+        #expect(r.drowse.intervalViolations == 0 && r.drowse.toleranceViolations == 0)
+    }
+
     @Test("goal (b): data read daily at 13:00, 1 h interval, 14 days — median staleness ≤ 10 min from day 5, no more fetches than hourly polling")
     func goalLunchReader() throws {
         let s = try Self.shipped("lunch-reader.toml")
