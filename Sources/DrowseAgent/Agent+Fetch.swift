@@ -15,9 +15,7 @@ extension Agent {
     }
 
     /// What the scheduler needs to know of the board now.
-    var schedulerConditions: FetchScheduler.Conditions {
-        FetchScheduler.Conditions(online: conditions.network != .none, lowBattery: policy.batteryLow(conditions), radioTail: radio.tailSeconds)
-    }
+    var schedulerConditions: FetchScheduler.Conditions { conditionsService.forScheduler }
 
     /// The fetch service over the real store, handler queue, probe and timers. Its closures run
     /// on this actor's executor (the service is only called from here).
@@ -31,7 +29,7 @@ extension Agent {
                 self.mqtt?.rideWindow()
             },
             readConditions: {
-                self.conditions = self.probe.read(now: self.now())
+                self.conditionsService.read(now: self.now())
                 return self.schedulerConditions
             },
             setWakeTimer: { at in

@@ -32,11 +32,7 @@ extension Agent {
 
     /// Re-reads power and network; lets waiting work start and pauses work that may not go on.
     func refreshConditions() {
-        let old = conditions
-        conditions = probe.read(now: now())
-        if conditions != old.withReadAt(conditions.readAt) {
-            logger.info("conditions: \(conditions.powerSource.rawValue) power, network \(conditions.network.rawValue)\(conditions.interface.map { " (\($0))" } ?? "")\(conditions.metered ? ", metered" : "")")
-        }
+        conditionsService.read(now: now())
         applyConditions()
         fetch.conditionsChanged(schedulerConditions)
     }

@@ -25,9 +25,10 @@ package actor Agent {
     /// Fetch scheduling: the scheduler (every decision about fetch windows, the same state
     /// machine `drowse simulate` runs), its trace and what carries out its actions.
     lazy var fetch: FetchService = makeFetchService()
-    let probe: ConditionsProbe
-    var conditions: Conditions { didSet { mqtt?.setNetwork(online: conditions.network != .none) } }
-    let policy: ConditionsPolicy
+    /// The board's power and network: the last reading and the policy that judges it.
+    let conditionsService: ConditionsService
+    var conditions: Conditions { conditionsService.current }
+    var policy: ConditionsPolicy { conditionsService.policy }
     var monitor: ConditionsMonitor?
 
     /// Valid apps by id.
@@ -70,9 +71,10 @@ package actor Agent {
         chmod(config.stateDir, 0o711)
         chmod(config.stateDir + "/inbox", 0o711)
         store = try Store(path: config.stateDir + "/state.db")
-        probe = ConditionsProbe(sysfsRoot: config.conditions.sysfsRoot, meteredInterfaces: config.conditions.meteredInterfaces)
-        conditions = probe.read(now: WallClock.now())
-        policy = ConditionsPolicy(batteryLowPercent: config.conditions.batteryLowPercent)
+        conditionsService = ConditionsService(
+            reader: ConditionsProbe(sysfsRoot: config.conditions.sysfsRoot, meteredInterfaces: config.conditions.meteredInterfaces),
+            policy: ConditionsPolicy(batteryLowPercent: config.conditions.batteryLowPercent), radioModel: config.radioModel,
+            now: WallClock.now(), logger: logger)
         var fetchPolicy = FetchPlanner()
         fetchPolicy.dailyBudget = config.scheduler.dailyBudget.seconds
         fetchPolicy.toleranceFraction = config.scheduler.tolerance
@@ -81,11 +83,11 @@ package actor Agent {
         trace = try schedulerTrace.map { path throws(SystemError) in try SchedulerTrace(path: path, header: fetchScheduler.traceHeader) }
     }
 
-    /// The radio the planner reckons with: `[radio] model`, or the current network's kind.
-    var radio: RadioModel { RadioModel.forConfig(config.radioModel, network: conditions.network) }
 
     /// Loads apps, resumes unfinished work and connects. Returns once running.
     package func start() {
+        // Every reading tells the MQTT session whether there is a default route.
+        conditionsService.onReading = { c in self.mqtt?.setNetwork(online: c.network != .none) }
         let monitor = ConditionsMonitor(logger: logger) { change in
             Task { await self.conditionsChanged(change) }
         }
