@@ -377,6 +377,7 @@ int drowse_pidfd_open(pid_t pid) {
 }
 
 int drowse_eventfd(void) { return eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK); }
+int drowse_eventfd_blocking(void) { return eventfd(0, EFD_CLOEXEC); }
 
 void drowse_set_thread_name(const char *name) { prctl(PR_SET_NAME, name, 0, 0, 0); }
 

@@ -27,17 +27,10 @@ package enum CCheck {
         return nil
     }
 
-    /// poll(2) that never spins: after an error other than EINTR it waits out the timeout, or 100 ms
-    /// without one (a broken poll in a loop would otherwise burn a core), and reports nothing ready.
+    /// poll(2), retried on EINTR; any other error is thrown, for the caller to stop waiting (a
+    /// loop that polled again at once would burn a core).
     @discardableResult
-    package static func poll(_ fds: inout [pollfd], timeoutMs: Int32) -> Int {
-        let rc = Int(Glibc.poll(&fds, nfds_t(fds.count), timeoutMs))
-        if rc < 0 {
-            // Wait out the timeout (or 100 ms when there is none) rather than retry at once.
-            if errno != EINTR { usleep(timeoutMs > 0 ? UInt32(timeoutMs) * 1000 : 100_000) }
-            for i in fds.indices { fds[i].revents = 0 }
-            return 0
-        }
-        return rc
+    package static func poll(_ fds: inout [pollfd], timeoutMs: Int32) throws(SystemError) -> Int {
+        try posix("poll") { Int(Glibc.poll(&fds, nfds_t(fds.count), timeoutMs)) }
     }
 }

@@ -336,9 +336,11 @@ package struct ProcessLauncher: HandlerLaunching {
             var fds: [pollfd] = []
             if outFD >= 0 { fds.append(pollfd(fd: outFD, events: Int16(POLLIN), revents: 0)) }
             if errFD >= 0 { fds.append(pollfd(fd: errFD, events: Int16(POLLIN), revents: 0)) }
-            CCheck.poll(&fds, timeoutMs: 100)
+            // A poll that fails cannot wait: drain what is there and stop collecting.
+            let waited = (try? CCheck.poll(&fds, timeoutMs: 100)) != nil
             drain(&outFD)
             drain(&errFD)
+            if !waited { break }
         }
         if outFD >= 0 { flush(outFD, final: true); close(outFD) }
         if errFD >= 0 { flush(errFD, final: true); close(errFD) }

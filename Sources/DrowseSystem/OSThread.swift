@@ -31,12 +31,13 @@ package enum OSThread {
     }
 }
 
-/// An eventfd used to wake a thread blocked in poll(2).
+/// An eventfd used to wake a thread blocked in poll(2), or (`blocking`) in `wait()`.
 package final class EventFD: Sendable {
     package let fd: Int32
 
-    package init() {
-        fd = drowse_eventfd()
+    /// `blocking`: for a thread that waits on nothing else; `wait()` then sleeps in read(2).
+    package init(blocking: Bool = false) {
+        fd = blocking ? drowse_eventfd_blocking() : drowse_eventfd()
         precondition(fd >= 0, "eventfd failed: \(errno)")
     }
 
@@ -46,6 +47,13 @@ package final class EventFD: Sendable {
         var one: UInt64 = 1
         // EAGAIN only when the counter is full: a wake-up is pending anyway.
         _ = CCheck.noted("eventfd write") { write(fd, &one, 8) }
+    }
+
+    /// Blocks until signalled, and clears the signals (an eventfd made with `blocking: true`).
+    package func wait() {
+        var v: UInt64 = 0
+        // Only EINTR can interrupt a blocking eventfd read of 8 bytes; CCheck retries it.
+        _ = CCheck.noted("eventfd wait") { read(fd, &v, 8) }
     }
 
     /// Clears pending signals (call after poll reports the fd readable).

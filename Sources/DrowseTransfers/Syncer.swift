@@ -17,7 +17,8 @@ final class Syncer: Sendable {
     }
 
     private let queue = Mutex<[Job]>([])
-    private let wake = EventFD()
+    /// The sync thread waits on nothing else: it sleeps in a blocking read until work arrives.
+    private let wake = EventFD(blocking: true)
     private let onEvent: @Sendable (TransferEvent) -> Void
 
     init(onEvent: @escaping @Sendable (TransferEvent) -> Void) {
@@ -36,18 +37,15 @@ final class Syncer: Sendable {
     /// Blocks until every job submitted so far is done (used before finishing a file): a barrier
     /// job that the sync thread signals when it reaches it.
     func drain() {
-        let done = EventFD()
+        let done = EventFD(blocking: true)
         queue.withLock { $0.append(Job(fd: -1, event: nil, done: done)) }
         wake.signal()
-        var p = pollfd(fd: done.fd, events: Int16(POLLIN), revents: 0)
-        while poll(&p, 1, -1) < 0 && errno == EINTR {}
+        done.wait()
     }
 
     private func run() {
         while true {
-            var p = [pollfd(fd: wake.fd, events: Int16(POLLIN), revents: 0)]
-            CCheck.poll(&p, timeoutMs: -1)  // sleeps until woken: no timer
-            wake.drain()
+            wake.wait()  // sleeps until work is submitted: no timer
             while true {
                 let job: Job? = queue.withLock { q in q.isEmpty ? nil : q.removeFirst() }
                 guard let job else { break }

@@ -228,8 +228,11 @@ package final class TransferEngine: Sendable {
             if timeout < 0 { timeout = active.isEmpty && uploads.isEmpty && cancelling.isEmpty ? Int(Int32.max) : 1000 }
             if nextCommit.isFinite { timeout = min(timeout, max(0, Int((nextCommit - now) * 1000) + 1)) }
             var numfds: Int32 = 0
-            if !CurlCheck.multi(curl_multi_poll(multi, nil, 0, Int32(min(timeout, Int(Int32.max))), &numfds), "curl_multi_poll", logger) {
-                usleep(100_000)  // not a busy loop while libcurl cannot wait
+            let wait = Int32(min(timeout, Int(Int32.max)))
+            if !CurlCheck.multi(curl_multi_poll(multi, nil, 0, wait, &numfds), "curl_multi_poll", logger) {
+                // Still block on the transfers' sockets until the planned timeout; curl_multi_wait
+                // does not hear curl_multi_wakeup, so at most 1 s, for queued commands.
+                CurlCheck.multi(curl_multi_wait(multi, nil, 0, min(wait, 1000), &numfds), "curl_multi_wait", logger)
             }
         }
     }

@@ -42,6 +42,8 @@ int drowse_pipe(int fds[2]);
 
 /// eventfd(2) with EFD_CLOEXEC | EFD_NONBLOCK. -1 on error.
 int drowse_eventfd(void);
+/// eventfd(2) with EFD_CLOEXEC only: a read blocks until it is signalled. -1 on error.
+int drowse_eventfd_blocking(void);
 
 /// Names the calling thread (shown by top -H and /proc/PID/task/*/comm).
 void drowse_set_thread_name(const char *name);
