@@ -193,13 +193,7 @@ package final class SchedulerTrace: @unchecked Sendable {
     }
 
     private func line(_ text: String) {
-        let bytes = Array((text + "\n").utf8)
-        var off = 0
-        while off < bytes.count {
-            let n = bytes[off...].withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { return }
-            off += n
-        }
+        // A full disk costs trace lines, never the daemon; replay then reports the gap as a mismatch.
+        try? FileSystem.writeAll(fd, Array((text + "\n").utf8), what: "scheduler trace")
     }
 }

@@ -87,22 +87,28 @@ package enum FileSystem {
 
     package static func remove(_ path: String) { unlink(path) }
 
-    /// Writes `bytes` to a temporary file, fsyncs it and renames it over `path`, then fsyncs the folder.
-    package static func writeAtomically(_ path: String, _ bytes: [UInt8], mode: mode_t = 0o644) throws(SystemError) {
-        let tmp = path + ".tmp.\(getpid())"
-        let fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode)
-        guard fd >= 0 else { throw SystemError("open \(tmp)", errno: errno) }
+    /// Writes all of `bytes` to `fd` (short writes continued, EINTR retried).
+    package static func writeAll(_ fd: Int32, _ bytes: [UInt8], what: @autoclosure () -> String) throws(SystemError) {
         var off = 0
         while off < bytes.count {
             let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + off, bytes.count - off) }
             if n < 0 {
                 if errno == EINTR { continue }
-                let e = errno
-                close(fd)
-                unlink(tmp)
-                throw SystemError("write \(tmp)", errno: e)
+                throw SystemError(what(), errno: errno)
             }
             off += n
+        }
+    }
+
+    /// Writes `bytes` to a temporary file, fsyncs it and renames it over `path`, then fsyncs the folder.
+    package static func writeAtomically(_ path: String, _ bytes: [UInt8], mode: mode_t = 0o644) throws(SystemError) {
+        let tmp = path + ".tmp.\(getpid())"
+        let fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode)
+        guard fd >= 0 else { throw SystemError("open \(tmp)", errno: errno) }
+        do { try writeAll(fd, bytes, what: "write \(tmp)") } catch {
+            close(fd)
+            unlink(tmp)
+            throw error
         }
         if fsync(fd) != 0 || close(fd) != 0 {
             let e = errno
@@ -144,12 +150,7 @@ package enum StandardStream {
     package static func output(_ s: String) { put(1, s) }
 
     private static func put(_ fd: Int32, _ s: String) {
-        var bytes = Array(s.utf8)
-        var off = 0
-        while off < bytes.count {
-            let n = bytes.withUnsafeMutableBytes { write(fd, $0.baseAddress! + off, $0.count - off) }
-            if n <= 0 { if n < 0 && errno == EINTR { continue }; return }
-            off += n
-        }
+        // A closed or full stream loses the message; there is nowhere else to say so.
+        try? FileSystem.writeAll(fd, Array(s.utf8), what: "write")
     }
 }
