@@ -30,6 +30,12 @@ package struct AppDefinition: Sendable, Equatable {
     package var allowDownload: Bool
     package var eventsCommand: [String]?
     package var sendsLaunchEvents: Bool
+    /// `[process] command`: a resident app's long-running process; its events go to its stream.
+    package var processCommand: [String]? = nil
+    /// `[process] always_active`: never suspended.
+    package var alwaysActive = false
+
+    package var isResident: Bool { processCommand != nil }
 
     /// The command for an event kind, with the SPEC's fallbacks.
     package func command(for event: HandlerEvent) -> [String]? {
@@ -67,8 +73,10 @@ package struct AppDefinition: Sendable, Equatable {
                     interval = .every(d)
                 }
             }
-            if interval != .never, fetchCommand == nil { throw f.error("command", "missing, but minimum_interval asks for fetches") }
             try f.rejectUnknown()
+            if interval != .never, fetchCommand == nil, r.table["process"] == nil {
+                throw f.error("command", "missing, but minimum_interval asks for fetches (and there is no [process] to send them to)")
+            }
         }
         var notificationCommand: [String]?
         var publicKey: String?
@@ -89,6 +97,14 @@ package struct AppDefinition: Sendable, Equatable {
             launchEvents = try t.bool("sends_launch_events") ?? true
             try t.rejectUnknown()
         }
+        var process: [String]?
+        var alwaysActive = false
+        if var p = try r.table("process") {
+            guard let c = try p.command("command") else { throw p.error("command", "missing: [process] needs the command to run") }
+            process = c
+            alwaysActive = try p.bool("always_active") ?? false
+            try p.rejectUnknown()
+        }
         try r.rejectUnknown()
         func resolved(_ argv: [String]?) -> [String]? {
             guard var argv else { return nil }
@@ -100,7 +116,7 @@ package struct AppDefinition: Sendable, Equatable {
             id: id, file: file, idLine: table.line(of: "id"), user: user, workingDirectory: wd, fetchCommand: resolved(fetchCommand),
             fetchInterval: interval, notificationCommand: resolved(notificationCommand),
             notificationPublicKey: publicKey, allowDownload: allowDownload, eventsCommand: resolved(events),
-            sendsLaunchEvents: launchEvents)
+            sendsLaunchEvents: launchEvents, processCommand: resolved(process), alwaysActive: alwaysActive)
     }
 }
 

@@ -11,6 +11,21 @@ package struct MainConfig: Sendable, Equatable {
     package var scheduler: SchedulerConfig
     package var transfers: TransfersConfig
     package var notifications = NotificationsConfig()
+    package var lifecycle = LifecycleConfig()
+
+    /// `[lifecycle]`: suspension, background tasks, memory pressure (see `AppLifecycle`).
+    package struct LifecycleConfig: Sendable, Equatable {
+        /// How long an app with no reason to run stays thawed before it is frozen.
+        package var suspendAfter: Duration = .seconds(10)
+        /// The allowance an app's open background tasks share (iOS 13 and later: 30 s).
+        package var backgroundTaskTime: Duration = .seconds(30)
+        /// The `task-expiring` event comes this long before the allowance ends.
+        package var taskExpiryWarning: Duration = .seconds(5)
+        /// "auto", "off", an absolute path or a path relative to the cgroup2 mount.
+        package var cgroup: String = "auto"
+        /// A PSI trigger for /proc/pressure/memory ("some|full STALL_US WINDOW_US"), or "off".
+        package var memoryPressure: String = "some 150000 1000000"
+    }
 
     package struct NotificationsConfig: Sendable, Equatable {
         /// Silent notifications (priority 5) that may wake an app per hour; more wait for a window.
@@ -154,11 +169,35 @@ package struct MainConfig: Sendable, Equatable {
             notifications.maxPerHour = try n.integer("max_per_hour", in: 1...10000) ?? 12
             try n.rejectUnknown()
         }
+        var lifecycle = LifecycleConfig()
+        if var l = try r.table("lifecycle") {
+            lifecycle.suspendAfter = try l.duration("suspend_after", minimum: .zero) ?? lifecycle.suspendAfter
+            lifecycle.backgroundTaskTime = try l.duration("background_task_time", minimum: .seconds(1)) ?? lifecycle.backgroundTaskTime
+            lifecycle.taskExpiryWarning = try l.duration("task_expiry_warning", minimum: .zero) ?? lifecycle.taskExpiryWarning
+            if lifecycle.taskExpiryWarning >= lifecycle.backgroundTaskTime {
+                throw l.error("task_expiry_warning", "must be shorter than background_task_time")
+            }
+            lifecycle.cgroup = try l.string("cgroup") ?? "auto"
+            if lifecycle.cgroup.isEmpty || lifecycle.cgroup.contains("..") {
+                throw l.error("cgroup", "is \"auto\", \"off\", or a cgroup path without '..'")
+            }
+            let trigger = try l.string("memory_pressure") ?? lifecycle.memoryPressure
+            if trigger != "off" {
+                let f = trigger.split(separator: " ")
+                guard f.count == 3, f[0] == "some" || f[0] == "full", let stall = Int(f[1]), let window = Int(f[2]),
+                      (500_000...10_000_000).contains(window), (1...window).contains(stall)
+                else {
+                    throw l.error("memory_pressure", "'\(trigger)' is not \"off\" or \"some|full STALL_US WINDOW_US\" (window 500000 to 10000000 µs)")
+                }
+            }
+            lifecycle.memoryPressure = trigger
+            try l.rejectUnknown()
+        }
         try r.rejectUnknown()
         return MainConfig(
             file: file, deviceID: deviceID, stateDir: stateDir, appsDir: appsDir, socket: socket, mqtt: mqtt,
             conditions: conditions, radioModel: radioModel, scheduler: scheduler, transfers: transfers,
-            notifications: notifications)
+            notifications: notifications, lifecycle: lifecycle)
     }
 }
 
