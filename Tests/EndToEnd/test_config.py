@@ -116,6 +116,9 @@ def test_deeply_nested_app_file_is_invalid_and_the_daemon_keeps_working(make_dro
     d = make_drowse()
     d.add_app("good", fetch=d.recorder("good"))
     d.add_app("deep", raw=f'id = "deep"\n{NESTINGS[nesting]}\n')
+    rc, out, err = check_config(d)
+    assert rc == 78, f"--check-config exited {rc} (negative: killed by a signal)\n{err}"
+    assert lines(err) == [f"{d.apps_dir}/deep.toml:2: {TOO_DEEP}"], err
     d.start()
 
     apps = {a["id"]: a for a in d.apps()}

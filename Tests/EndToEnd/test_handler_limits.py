@@ -129,3 +129,28 @@ def test_the_deferred_backlog_released_at_a_window_obeys_max_per_hour(broker, ma
     time.sleep(1)
     late = {k: v for k, v in ids(log).items() if k.startswith("late")}
     assert late == {"late0": 1, "late1": 1}, f"a window released more than the budget: {late}"
+
+
+# nofile.sh OUT: writes the handler's soft and hard descriptor limits to OUT.
+NOFILE_SH = r"""#!/bin/sh
+echo "$(ulimit -Sn) $(ulimit -Hn)" > "$1"
+"""
+
+
+def test_drowsed_runs_with_the_units_descriptor_limit_and_handlers_with_1024(make_drowse):
+    """deploy/drowsed.service raises drowsed's descriptor limit (LimitNOFILE); a handler still starts
+    with the usual soft limit of 1024 (select()-based code expects it) under that hard limit."""
+    from drowse_e2e import REPO
+    unit = (REPO / "deploy" / "drowsed.service").read_text()
+    limit = int(next(l.split("=", 1)[1] for l in unit.splitlines() if l.startswith("LimitNOFILE=")))
+    assert limit >= 4096, f"LimitNOFILE={limit} leaves little room for transfers and API clients"
+    d = make_drowse()
+    out = d.out_dir("fd") / "nofile"
+    d.add_app("fd", fetch=[str(d.write_script("nofile.sh", NOFILE_SH)), str(out)])
+    d.prefix = ["prlimit", f"--nofile={limit}:{limit}", "--"]
+    d.start()
+    with open(f"/proc/{d.proc.pid}/limits") as f:
+        row = next(l for l in f if l.startswith("Max open files")).split()
+    assert (int(row[3]), int(row[4])) == (limit, limit), row
+    assert d.json("fetch", "fd")["result"] == "new-data"
+    assert out.read_text().split() == ["1024", str(limit)]
