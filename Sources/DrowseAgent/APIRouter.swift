@@ -13,6 +13,23 @@ package struct APIRequest: Sendable {
 package struct APIRouter: Sendable {
     let agent: Agent
 
+    /// `GET /v1/apps/ID/events`: the app id when the request asks for an app's event stream.
+    static func eventStreamApp(method: String, path: String) -> String? {
+        let p = path.split(separator: "/").map(String.init)
+        guard method == "GET", p.count == 4, p[0] == "v1", p[1] == "apps", p[3] == "events" else { return nil }
+        return p[2]
+    }
+
+    /// Opens the app's event stream on `sink`, or says why not.
+    package func openEventStream(_ app: String, caller: Caller, sink: EventSink) async -> APIError? {
+        do { try await agent.openEventStream(app, caller: caller, sink: sink) } catch { return error }
+        return nil
+    }
+
+    package func eventStreamClosed(_ app: String, sink: EventSink) async {
+        await agent.eventStreamClosed(app, sink: sink)
+    }
+
     package init(agent: Agent) { self.agent = agent }
 
     package func handle(_ req: APIRequest, caller: Caller) async -> (Int, JSON) {
@@ -89,6 +106,24 @@ package struct APIRouter: Sendable {
         case ("POST", 3) where p[0] == "apps" && p[2] == "quit":
             let n = try await agent.quit(p[1], caller: caller)
             return .object([("id", .string(p[1])), ("cancelled_transfers", JSON(n))])
+        case ("POST", 5) where p[0] == "apps" && p[2] == "events" && p[4] == "complete":
+            let b = try body(req)
+            guard let text = try string(b, "result"), let result = FetchResult(rawValue: text) else {
+                throw .badRequest("'result' is one of new-data, no-data, failed")
+            }
+            try await agent.completeEvent(p[1], event: p[3], result: result, caller: caller)
+            return .object([("id", .string(p[3])), ("recorded", true)])
+        case ("POST", 3) where p[0] == "apps" && p[2] == "tasks":
+            let b = try body(req)
+            let name = try string(b, "name")
+            if let name, name.utf8.count > 256 { throw .badRequest("'name' is at most 256 bytes") }
+            return try await agent.beginTask(p[1], name: name, caller: caller)
+        case ("GET", 4) where p[0] == "apps" && p[2] == "tasks":
+            return try await agent.task(p[1], task: p[3], caller: caller)
+        case ("POST", 5) where p[0] == "apps" && p[2] == "tasks" && p[4] == "end", ("DELETE", 4) where p[0] == "apps" && p[2] == "tasks":
+            return try await agent.endTask(p[1], task: p[3], caller: caller)
+        case ("POST", 3) where p[0] == "apps" && (p[2] == "activate" || p[2] == "deactivate"):
+            return try await agent.activate(p[1], p[2] == "activate", caller: caller)
         case ("GET", 1) where p[0] == "transfers":
             return .array(try await agent.transfers(app: req.query["app"], caller: caller).map(\.json))
         case ("POST", 1) where p[0] == "transfers":

@@ -99,6 +99,8 @@ final class APIHandler: ChannelInboundHandler, RemovableChannelHandler {
     var body: [UInt8] = []
     var tooLarge = false
     var caller: Caller?
+    /// The app event stream this connection carries, if it does.
+    var stream: (String, ChannelEventSink)?
     /// Armed while the connection waits for a whole request (see `APIServer.idleTimeout`).
     var idleTimer: Scheduled<Void>?
 
@@ -122,6 +124,11 @@ final class APIHandler: ChannelInboundHandler, RemovableChannelHandler {
 
     func channelInactive(context: ChannelHandlerContext) {
         disarmIdleTimer()
+        if let (app, sink) = stream {
+            stream = nil
+            let router = self.router
+            Task { await router.eventStreamClosed(app, sink: sink) }
+        }
         context.fireChannelInactive()
     }
 
@@ -165,6 +172,10 @@ final class APIHandler: ChannelInboundHandler, RemovableChannelHandler {
                 return
             }
             let (path, query) = Self.split(head.uri)
+            if let app = APIRouter.eventStreamApp(method: head.method.rawValue, path: path) {
+                openEventStream(app, caller: caller, context: context)
+                return
+            }
             let req = APIRequest(method: head.method.rawValue, path: path, query: query, body: body)
             let router = self.router
             let promise = context.eventLoop.makePromise(of: (Int, JSON).self)
@@ -173,6 +184,26 @@ final class APIHandler: ChannelInboundHandler, RemovableChannelHandler {
                 let (handler, ctx) = loopBound.value
                 handler.respond(context: ctx, status: status, json: json, keepAlive: keepAlive)
             }
+        }
+    }
+
+    /// `GET /v1/apps/ID/events`: the answer's head and lines are written by the sink as the
+    /// agent sends them; the connection stays open until the client goes, a newer stream
+    /// replaces it or drowsed stops.
+    private func openEventStream(_ app: String, caller: Caller, context: ChannelHandlerContext) {
+        let sink = ChannelEventSink(channel: context.channel)
+        stream = (app, sink)
+        let router = self.router
+        let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        let promise = context.eventLoop.makePromise(of: APIError?.self)
+        promise.completeWithTask { await router.openEventStream(app, caller: caller, sink: sink) }
+        promise.futureResult.whenSuccess { error in
+            guard let error else { return }
+            let (handler, ctx) = loopBound.value
+            handler.stream = nil
+            handler.respond(context: ctx, status: error.status,
+                            json: .object([("error", .object([("code", .string(error.code)), ("message", .string(error.message))]))]),
+                            keepAlive: false)
         }
     }
 
@@ -208,5 +239,45 @@ final class APIHandler: ChannelInboundHandler, RemovableChannelHandler {
         } else if context.channel.isActive {
             armIdleTimer(context: context)
         }
+    }
+}
+
+/// An app's event stream on its API connection: newline-delimited JSON in a chunked answer.
+/// Every write happens on the channel's event loop, in the order the agent sent them.
+final class ChannelEventSink: EventSink, @unchecked Sendable {
+    let channel: Channel
+    /// Touched only on `channel.eventLoop`.
+    private var started = false
+
+    init(channel: Channel) { self.channel = channel }
+
+    func send(_ line: String) {
+        channel.eventLoop.execute {
+            guard self.channel.isActive else { return }
+            self.startIfNeeded()
+            var buf = self.channel.allocator.buffer(capacity: line.utf8.count + 1)
+            buf.writeString(line)
+            buf.writeInteger(UInt8(ascii: "\n"))
+            self.channel.writeAndFlush(HTTPServerResponsePart.body(.byteBuffer(buf)), promise: nil)
+        }
+    }
+
+    func close() {
+        channel.eventLoop.execute {
+            if self.started, self.channel.isActive {
+                self.channel.writeAndFlush(HTTPServerResponsePart.end(nil)).whenComplete { _ in self.channel.close(promise: nil) }
+            } else {
+                self.channel.close(promise: nil)
+            }
+        }
+    }
+
+    private func startIfNeeded() {
+        guard !started else { return }
+        started = true
+        var headers = HTTPHeaders()
+        headers.add(name: "Content-Type", value: "application/x-ndjson")
+        headers.add(name: "Cache-Control", value: "no-store")
+        channel.write(HTTPServerResponsePart.head(HTTPResponseHead(version: .http1_1, status: .ok, headers: headers)), promise: nil)
     }
 }

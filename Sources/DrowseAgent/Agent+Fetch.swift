@@ -62,7 +62,7 @@ extension Agent {
     /// `drowse fetch ID`: run now and wait for the result.
     package func fetchNow(_ id: String, caller: Caller) async throws(APIError) -> HandlerOutcome {
         let app = try app(id, for: caller)
-        guard app.fetchCommand != nil else { throw APIError(409, "no_fetch_command", "app '\(id)' has no fetch command") }
+        guard app.fetchCommand != nil || app.isResident else { throw APIError(409, "no_fetch_command", "app '\(id)' has no fetch command") }
         guard !stopping else { throw APIError(409, "busy", "drowsed is stopping") }
         let run = try fetch.fetchNow(id)
         return await run.outcome()

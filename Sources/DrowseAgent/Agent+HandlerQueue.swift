@@ -71,7 +71,7 @@ extension Agent {
                 notificationRunEnded(seq)
                 return .nothingToRun
             }
-            guard app.command(for: .notification) != nil else {
+            guard app.command(for: .notification) != nil || app.isResident else {
                 logger.warning("notification dropped: the app has no notification or fetch command", metadata: ["app.id": "\(appID)"])
                 try? store.markNotification(seq, state: "dropped", at: now())
                 notificationRunEnded(seq)
@@ -125,6 +125,10 @@ extension Agent {
     /// nothing ran, so nothing is recorded; the run stays queued and is tried again.
     private func unstarted(_ started: StartedHandler) {
         guard started.counted else { return }
+        handlerRuns[started.app.id]?[ObjectIdentifier(started.run)] = nil
+        if handlerRuns[started.app.id]?.isEmpty == true { handlerRuns[started.app.id] = nil }
+        if let leaf = started.leaf { suspension.leafEnded(leaf) }
+        lifecycle.handlerEnded(started.app.id)
         runningHandlers -= 1
         if runningHandlers == 0 {
             for c in handlersIdle { c.resume() }

@@ -15,6 +15,7 @@ extension Agent {
             ("next_window", JSON(fetch.plannedWindow?.at)),
             ("next_window_apps", .array((fetch.plannedWindow?.apps ?? []).map { .string($0) })),
             ("apps", JSON(apps.count)), ("invalid_apps", JSON(invalidApps.count)),
+            ("lifecycle", lifecycleStatus()),
             ("running_handlers", JSON(fetch.running.count)),
             ("queued_handlers", JSON(handlerQueue.waitingCount)),
         ])
@@ -52,7 +53,8 @@ extension Agent {
             ("minimum_interval", .string(app.fetchInterval.description)),
             ("consecutive_failures", JSON(rec?.consecutiveFailures)), ("last_used", JSON(rec?.lastUsed)),
             ("user", JSON(app.user)), ("running", .bool(fetching)),
-        ]
+            ("resident", .bool(app.isResident)),
+        ] + stateMembers(app.id)
         if history {
             let runs = (try? store.runs(app: app.id)) ?? []
             members.append(("history", .array(runs.map { r in

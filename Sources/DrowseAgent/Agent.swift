@@ -58,6 +58,20 @@ package actor Agent {
     var stopping = false
     var runningHandlers = 0
     var handlersIdle: [CheckedContinuation<Void, Never>] = []
+    var handlerSeq = 0
+    var pressureMonitor: MemoryPressureMonitor?
+    /// App lifecycles: states, suspension, resident processes' events, background tasks.
+    lazy var lifecycle: LifecycleService = makeLifecycleService()
+    /// How apps are frozen and killed: their cgroups, or signals where there are none.
+    var suspension: AppSuspension
+    var lifecycleTimer: WakeTimer?
+    /// Resident processes drowsed started, by app.
+    var residents: [String: HandlerRun] = [:]
+    var residentsStopped: [CheckedContinuation<Void, Never>] = []
+    /// Running handler processes by app (their process groups, for signal suspension).
+    var handlerRuns: [String: [ObjectIdentifier: HandlerRun]] = [:]
+    /// "psi", or why memory pressure is not watched.
+    var memoryPressureStatus = "unavailable: not started"
 
     package init(config: MainConfig, logger: Logger, launcher: HandlerLaunching = ProcessLauncher(), schedulerTrace: String? = nil) throws {
         self.config = config
@@ -81,6 +95,7 @@ package actor Agent {
         let fetchScheduler = FetchScheduler(policy: fetchPolicy, utcOffset: Double(localUTCOffset()))
         initialScheduler = fetchScheduler
         trace = try schedulerTrace.map { path throws(SystemError) in try SchedulerTrace(path: path, header: fetchScheduler.traceHeader) }
+        suspension = Self.makeSuspension(config.lifecycle.cgroup, logger: logger)
     }
 
 
@@ -97,8 +112,10 @@ package actor Agent {
         startTransferEngine()
         startMQTT()
         resumeTransfers()
+        startLifecycle()
         handlePendingNotifications()
         startScheduler()
+        startMemoryPressureMonitor()
     }
 
     /// Stops cleanly: transfer progress committed, MQTT offline status published.
@@ -110,6 +127,10 @@ package actor Agent {
         for t in retryTimers.values { t.cancel() }
         // No new notifications; those that still arrive stay recorded for after the restart.
         if let mqtt { await mqtt.stop() }
+        pressureMonitor?.stop()
+        lifecycleTimer?.cancel()
+        // Resident apps stop; events they did not complete end as failed.
+        await stopResidents()
         // Handlers that are running finish (each within its deadline), so their events count
         // as handled and are not run a second time after the restart.
         if runningHandlers > 0 {
@@ -173,6 +194,10 @@ package actor Agent {
         var run: HandlerRun
         /// Counted in `runningHandlers` (a handler process was started).
         var counted = false
+        /// The run's own cgroup, removed at its end.
+        var leaf: String? = nil
+        /// Delivered to a resident app's stream rather than run as a handler.
+        var delivered = false
     }
 
     /// Starts a handler now (the process exists when this returns); `finishHandler` waits for
@@ -180,6 +205,15 @@ package actor Agent {
     func startHandler(_ app: AppDefinition, event: HandlerEvent, stdin: [UInt8], trigger: String,
                       notification: Int64? = nil) -> StartedHandler {
         let start = now()
+        if app.isResident {
+            // A resident app gets its events on its stream; `run` ends with its completion.
+            let run = HandlerRun()
+            let kind: AppLifecycle.EventKind = event == .fetch ? .fetch : event == .notification ? .notification : .transfers
+            runningHandlers += 1
+            lifecycle.deliver(app.id, kind: kind, members: Self.eventMembers(event, stdin: stdin), run: run)
+            logger.info("delivered \(event.rawValue) event to the resident app", metadata: ["app.id": "\(app.id)", "trigger": "\(trigger)"])
+            return StartedHandler(app: app, event: event, trigger: trigger, notification: notification, run: run, counted: true, delivered: true)
+        }
         guard let argv = app.command(for: event) else {
             let run = HandlerRun()
             run.finish(HandlerOutcome(ending: .launchFailed("no \(event.rawValue) command"), startedAt: start, endedAt: start))
@@ -192,18 +226,24 @@ package actor Agent {
             "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8",
         ]
         if app.user == nil, let home = getenv("HOME") { env["HOME"] = String(cString: home) }
-        let request = LaunchRequest(
+        var request = LaunchRequest(
             app: app.id, event: event, argv: argv, user: app.user,
             workingDirectory: app.workingDirectory ?? ConfigPath.directory(of: app.file),
             environment: env, stdin: stdin, deadline: deadline)
+        // Thawed (should a task have left it frozen) before the handler joins the app's cgroup.
+        lifecycle.handlerStarting(app.id)
+        handlerSeq += 1
+        let leaf = suspension.leaf(app: app.id, name: "run-\(handlerSeq)")
+        request.cgroup = leaf
         let log = logger
         let appID = app.id
         runningHandlers += 1
         let run = launcher.start(request) { line, isErr in
             log.info("\(line)", metadata: ["app.id": "\(appID)", "handler.stream": isErr ? "stderr" : "stdout"])
         }
+        handlerRuns[app.id, default: [:]][ObjectIdentifier(run)] = run
         logger.info("launched \(event.rawValue) handler", metadata: ["app.id": "\(app.id)", "trigger": "\(trigger)"])
-        return StartedHandler(app: app, event: event, trigger: trigger, notification: notification, run: run, counted: true)
+        return StartedHandler(app: app, event: event, trigger: trigger, notification: notification, run: run, counted: true, leaf: leaf)
     }
 
     /// Waits for a started handler's end and records the run (and, for a notification, that it
@@ -211,6 +251,12 @@ package actor Agent {
     func finishHandler(_ started: StartedHandler) async -> HandlerOutcome {
         let outcome = await started.run.outcome()
         let app = started.app, event = started.event
+        if !started.delivered, started.counted {
+            handlerRuns[app.id]?[ObjectIdentifier(started.run)] = nil
+            if handlerRuns[app.id]?.isEmpty == true { handlerRuns[app.id] = nil }
+            if let leaf = started.leaf { suspension.leafEnded(leaf) }
+            lifecycle.handlerEnded(app.id)
+        }
         if started.counted {
             runningHandlers -= 1
             if runningHandlers == 0 {

@@ -43,6 +43,7 @@ package struct AppDefinition: Sendable, Equatable {
         case .fetch: fetchCommand
         case .notification: notificationCommand ?? fetchCommand
         case .transfers: eventsCommand
+        case .resident: processCommand
         }
     }
 
@@ -123,4 +124,6 @@ package struct AppDefinition: Sendable, Equatable {
 /// The events a handler is launched for (`DROWSE_EVENT`).
 package enum HandlerEvent: String, Sendable, CaseIterable {
     case fetch, notification, transfers
+    /// A resident app's long-running process (`[process] command`), not an event handler.
+    case resident
 }

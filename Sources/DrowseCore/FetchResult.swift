@@ -22,6 +22,8 @@ package struct HandlerOutcome: Sendable, Equatable {
         case timedOut
         /// Could not be started (no such program, no such user, ...).
         case launchFailed(String)
+        /// A resident app completed the event over the API with this result.
+        case completed(FetchResult)
     }
 
     package var ending: Ending
@@ -36,6 +38,7 @@ package struct HandlerOutcome: Sendable, Equatable {
 
     package var result: FetchResult {
         if case .exited(let s) = ending { return FetchResult(exitStatus: s) }
+        if case .completed(let r) = ending { return r }
         return .failed
     }
 
@@ -45,6 +48,7 @@ package struct HandlerOutcome: Sendable, Equatable {
         case .signaled(let s): "killed by signal \(s)"
         case .timedOut: "killed at its deadline"
         case .launchFailed(let why): "could not start: \(why)"
+        case .completed(let r): "completed: \(r.rawValue)"
         }
     }
 }

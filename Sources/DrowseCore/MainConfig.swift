@@ -24,7 +24,8 @@ package struct MainConfig: Sendable, Equatable {
         /// "auto", "off", an absolute path or a path relative to the cgroup2 mount.
         package var cgroup: String = "auto"
         /// A PSI trigger for /proc/pressure/memory ("some|full STALL_US WINDOW_US"), or "off".
-        package var memoryPressure: String = "some 150000 1000000"
+        /// The window is a multiple of 2 s, which the kernel requires without CAP_SYS_RESOURCE.
+        package var memoryPressure: String = "some 200000 2000000"
     }
 
     package struct NotificationsConfig: Sendable, Equatable {

@@ -7,6 +7,7 @@ Only the standard library is used here; conftest.py turns these into pytest fixt
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -444,6 +445,11 @@ class Drowse:
         self.prefix: list[str] = []  # e.g. ["ip", "netns", "exec", NS] to run drowsed in a network namespace
         # [mqtt] keys over the defaults (url = the broker's, keepalive = "10s"); see set_mqtt().
         self.mqtt_options: dict[str, str] = {}
+        # Each instance's apps get their own cgroup subtree (relative to the cgroup2 mount), so
+        # that one test's leftovers are never adopted by the next test's drowsed.
+        self.cgroup = f"drowse-e2e-{os.getpid()}-{next(_instances)}"
+        # [lifecycle] keys (see set_lifecycle()).
+        self.lifecycle: dict[str, str] = {"cgroup": self.cgroup}
         self.write_config()
 
     # ---- files
@@ -460,9 +466,15 @@ class Drowse:
             parts += ["", "[mqtt]"] + [f"{k} = {json.dumps(v)}" for k, v in opts.items() if v is not None]
         if self.handler_deadline:
             parts += ["", "[scheduler]", f'handler_deadline = "{self.handler_deadline}"']
+        parts += ["", "[lifecycle]"] + [f"{k} = {json.dumps(v)}" for k, v in self.lifecycle.items()]
         if self.extra_config:
             parts += ["", textwrap.dedent(self.extra_config).strip()]
         self.config.write_text("\n".join(parts) + "\n")
+
+    def set_lifecycle(self, **options: str) -> None:
+        """Sets [lifecycle] keys (suspend_after="1s", cgroup="off", ...) and rewrites the config."""
+        self.lifecycle.update(options)
+        self.write_config()
 
     def set_mqtt(self, **options: str | None) -> None:
         """Overrides or adds [mqtt] keys (e.g. keepalive="5s", url="mqtts://localhost:8883",
@@ -665,6 +677,52 @@ class Drowse:
             except (ProcessLookupError, PermissionError):
                 pass
         kill_strays(str(self.base))
+        remove_cgroup_tree(self.cgroup)
+
+
+_instances = itertools.count(1)
+
+
+def cgroup2_mount() -> Path | None:
+    """Where the cgroup2 file system is mounted (/sys/fs/cgroup, or /sys/fs/cgroup/unified on
+    hybrid systems), from /proc/self/mountinfo."""
+    try:
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            left, _, right = line.partition(" - ")
+            if right.split(" ")[0] == "cgroup2":
+                return Path(left.split(" ")[4].replace("\\040", " "))
+    except OSError:
+        pass
+    return None
+
+
+def remove_cgroup_tree(relative: str) -> None:
+    """Kills whatever is left in a test's cgroup subtree and removes it, leaves first."""
+    mount = cgroup2_mount()
+    if mount is None:
+        return
+    top = mount / relative
+    if not top.is_dir():
+        return
+    for d in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True) + [top]:
+        try:
+            (d / "cgroup.freeze").write_text("0")
+        except OSError:
+            pass
+        try:
+            (d / "cgroup.kill").write_text("1")
+        except OSError:
+            pass
+    deadline = time.monotonic() + 5
+    for d in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True) + [top]:
+        while True:
+            try:
+                d.rmdir()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
 
 
 def binaries_present() -> bool:

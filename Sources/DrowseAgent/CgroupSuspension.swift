@@ -1,0 +1,122 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import DrowseCore
+import DrowseSystem
+import Logging
+
+/// Suspension through each app's cgroup v2 (`AppCgroups`): `cgroup.freeze` stops every process
+/// of the app, children that called setsid included, and `cgroup.kill` ends them.
+final class CgroupSuspension: AppSuspension {
+    let tree: AppCgroups
+    let logger: Logger
+    /// Adopted residents' cgroups being watched for their end.
+    var watches: [String: PopulatedWatch] = [:]
+
+    init(tree: AppCgroups, logger: Logger) {
+        self.tree = tree
+        self.logger = logger
+    }
+
+    var mechanism: String { tree.mechanism.rawValue }
+    var cgroupBase: String? { tree.base }
+
+    func adopt(apps: [String]) -> Set<String> {
+        var adopted: Set<String> = []
+        let known = Set(apps)
+        for app in tree.existingApps() {
+            // Nothing is left frozen without a reason: the lifecycle freezes again what it must.
+            do { try tree.thaw(app: app) } catch { logger.warning("cannot thaw \(tree.appPath(app)): \(error)") }
+            guard known.contains(app) else {
+                // An app that is gone: whatever it left is ended.
+                if !tree.removeApp(app) { logger.warning("processes of a removed app are left in \(tree.appPath(app))") }
+                continue
+            }
+            for leaf in tree.leaves(app: app) {
+                let path = tree.appPath(app) + "/" + leaf
+                if leaf == "resident", tree.isPopulated(path) {
+                    adopted.insert(app)
+                    continue
+                }
+                // A handler run of the killed drowsed: its event is run again (it was not recorded as handled).
+                if tree.isPopulated(path) {
+                    logger.info("ending a handler run left by a previous drowsed (\(path))", metadata: ["app.id": "\(app)"])
+                    tree.kill(path)
+                    _ = AppCgroups.waitForEvents(path, timeout: 2) { $0["populated"] == false }
+                }
+                _ = tree.removeLeafIfEmpty(path)
+            }
+        }
+        return adopted
+    }
+
+    func leaf(app: String, name: String) -> String? {
+        do { return try tree.makeLeaf(app: app, name: name) } catch {
+            logger.warning("cannot make cgroup \(tree.appPath(app))/\(name): \(error); the process runs outside it", metadata: ["app.id": "\(app)"])
+            return nil
+        }
+    }
+
+    func leafEnded(_ leaf: String) {
+        // A leaf still holding processes (a run's leftovers being killed) stays until the next start.
+        _ = tree.removeLeafIfEmpty(leaf)
+    }
+
+    func freeze(app: String, processGroups: [pid_t]) {
+        do { try tree.freeze(app: app) } catch { logger.warning("cannot freeze: \(error)", metadata: ["app.id": "\(app)"]) }
+    }
+
+    func thaw(app: String, processGroups: [pid_t]) {
+        do { try tree.thaw(app: app) } catch { logger.warning("cannot thaw: \(error)", metadata: ["app.id": "\(app)"]) }
+    }
+
+    func killAll(app: String, processGroups: [pid_t]) {
+        tree.kill(tree.appPath(app))
+    }
+
+    func watchAdopted(app: String, exited: @escaping @Sendable () -> Void) {
+        switch PopulatedWatch.start(path: tree.appPath(app) + "/resident", onEmpty: exited) {
+        case .success(let w): watches[app] = w
+        case .failure(let e):
+            logger.warning("cannot watch the adopted resident process: \(e); it is ended and started again", metadata: ["app.id": "\(app)"])
+            tree.kill(tree.appPath(app) + "/resident")
+            exited()
+        }
+    }
+}
+
+extension Agent {
+    /// The app cgroups when a cgroup v2 is writable, else signals.
+    static func makeSuspension(_ setting: String, logger: Logger) -> AppSuspension {
+        switch AppCgroups.setUp(setting: setting) {
+        case .success(let tree):
+            logger.info("apps are suspended by freezing their cgroups under \(tree.base)")
+            return CgroupSuspension(tree: tree, logger: logger)
+        case .failure(let error):
+            logger.notice("no app cgroups (\(error)): apps are suspended with SIGSTOP/SIGCONT of their process groups")
+            return SignalSuspension()
+        }
+    }
+
+    /// Memory pressure from a PSI trigger on /proc/pressure/memory (no timer: a thread sleeps in poll).
+    func startMemoryPressureMonitor() {
+        let trigger = config.lifecycle.memoryPressure
+        guard trigger != "off" else {
+            memoryPressureStatus = "unavailable: memory_pressure = \"off\""
+            return
+        }
+        switch MemoryPressureMonitor.start(trigger: trigger, onPressure: { Task { await self.memoryPressure() } }) {
+        case .success(let m):
+            pressureMonitor = m
+            memoryPressureStatus = "psi"
+        case .failure(let e):
+            memoryPressureStatus = "unavailable: \(e)"
+            logger.warning("memory pressure is not watched: \(e)")
+        }
+    }
+
+    func memoryPressure() {
+        logger.warning("memory pressure (PSI \(config.lifecycle.memoryPressure))")
+        lifecycle.memoryPressure()
+    }
+}

@@ -1,0 +1,230 @@
+"""App lifecycle (issue #11): a resident app run by drowsed moves between states, is frozen in its
+cgroup v2 when it has no reason to run (and gets no CPU then), is thawed for each event, is
+restarted after a crash, is adopted after a kill -9 of drowsed, and has finite background tasks;
+the SIGSTOP fallback does the same without cgroups. Real processes, the real cgroup tree."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from drowse_e2e import cgroup2_mount, wait_until
+
+RESIDENT = Path(__file__).with_name("resident_app.py")
+MOUNT = cgroup2_mount()
+
+
+def add_resident(d, app: str = "res", always_active: bool = False) -> Path:
+    out = d.out_dir(app)
+    text = f'id = "{app}"\n\n[process]\ncommand = [{json.dumps(sys.executable)}, {json.dumps(str(RESIDENT))}, {json.dumps(str(out))}]\n'
+    if always_active:
+        text += "always_active = true\n"
+    (d.apps_dir / f"{app}.toml").write_text(text)
+    return out
+
+
+def state(d, app: str = "res") -> tuple[str, str]:
+    a = d.json("apps", "show", app)
+    return a["state"], a["state_reason"]
+
+
+def wait_state(d, want: str, app: str = "res", timeout: float = 20) -> dict:
+    return wait_until(lambda: (lambda a: a if a["state"] == want else None)(d.json("apps", "show", app)), timeout,
+                      interval=0.05, what=f"{app} to be {want}")
+
+
+def events(out: Path) -> list[dict]:
+    p = out / "events.jsonl"
+    return [json.loads(line) for line in p.read_text().splitlines()] if p.exists() else []
+
+
+def resident_pid(out: Path) -> int:
+    return int(wait_until(lambda: (out / "starts").exists() and (out / "starts").read_text().split(), 20,
+                          what="the resident process to start")[-1])
+
+
+def cpu_ticks(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime (fields 14 and 15)
+
+
+def proc_state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def app_cgroup(d, app: str = "res") -> Path:
+    return MOUNT / d.cgroup / "apps" / app
+
+
+def cgroup_events(d, app: str = "res") -> dict[str, int]:
+    text = (app_cgroup(d, app) / "cgroup.events").read_text()
+    return {k: int(v) for k, v in (line.split() for line in text.splitlines())}
+
+
+def hello_count(out: Path) -> int:
+    return sum(1 for e in events(out) if e.get("event") == "hello")
+
+
+needs_cgroup = pytest.mark.skipif(MOUNT is None, reason="no cgroup2 file system")
+
+
+@needs_cgroup
+def test_resident_states_freezing_and_events(make_drowse):
+    d = make_drowse()
+    d.set_lifecycle(suspend_after="1s")
+    out = add_resident(d)
+    d.start()
+    assert d.status()["lifecycle"]["suspension"] == "cgroup-v2"
+    pid = resident_pid(out)
+    wait_until(lambda: hello_count(out) >= 1, 20, what="the resident app's stream to open")
+    # No reason to run: suspended after the grace, its cgroup frozen.
+    first = wait_state(d, "suspended")
+    assert first["state_reason"] == "idle"
+    wait_until(lambda: cgroup_events(d)["frozen"] == 1, 5, what="cgroup.events frozen 1")
+    # A 100 Hz timer gets no CPU while frozen.
+    before = cpu_ticks(pid)
+    time.sleep(5)
+    assert cpu_ticks(pid) == before, "a frozen app used CPU"
+    assert cgroup_events(d)["frozen"] == 1
+    # An event thaws it; its completion is the fetch's result.
+    r = d.json("fetch", "res", timeout=30)
+    assert r["result"] == "new-data", r
+    fetches = [e for e in events(out) if e.get("event") == "fetch"]
+    assert len(fetches) == 1 and fetches[0]["deadline"] > fetches[0]["received_at"]
+    assert any(e.get("completed") == fetches[0]["id"] and e["status"] == 200 for e in events(out))
+    # Background while the event ran (its state_since moved), then suspended again.
+    again = wait_state(d, "suspended")
+    assert again["state_since"] > first["state_since"]
+    wait_until(lambda: cgroup_events(d)["frozen"] == 1, 5, what="frozen again")
+    assert (app_cgroup(d) / "resident" / "cgroup.procs").read_text().split()[0] == str(pid)
+    runs = [h for h in d.app("res")["history"] if h["event"] == "fetch"]
+    assert runs and runs[0]["result"] == "new-data" and runs[0]["ending"] == "completed: new-data"
+
+
+@needs_cgroup
+def test_an_event_never_completed_counts_as_failed(make_drowse):
+    d = make_drowse(handler_deadline="2s")
+    d.set_lifecycle(suspend_after="1s")
+    out = add_resident(d)
+    (out / "result").write_text("none")
+    d.start()
+    wait_until(lambda: hello_count(out) >= 1, 20, what="the stream")
+    r = d.json("fetch", "res", timeout=30)
+    assert r["result"] == "failed", r
+    runs = [h for h in d.app("res")["history"] if h["event"] == "fetch"]
+    assert runs[0]["ending"] == "killed at its deadline"
+
+
+@needs_cgroup
+def test_a_crashed_resident_is_restarted_and_its_waiting_events_delivered(make_drowse):
+    d = make_drowse()
+    d.set_lifecycle(suspend_after="1s")
+    out = add_resident(d)
+    (out / "exit").write_text("3")
+    d.start()
+    # It exits right after connecting, again and again, with a growing delay between starts.
+    wait_until(lambda: len((out / "starts").read_text().split()) >= 3 if (out / "starts").exists() else False, 30,
+               what="three starts")
+    a = d.json("apps", "show", "res")
+    assert a["state"] in ("not-running", "background")
+    # An event that arrives while it is down waits for it.
+    (out / "exit").unlink()
+    r = d.json("fetch", "res", timeout=40)
+    assert r["result"] == "new-data"
+    fetches = [e for e in events(out) if e.get("event") == "fetch"]
+    assert len(fetches) == 1
+
+
+@needs_cgroup
+def test_kill9_of_drowsed_adopts_the_resident_and_leaves_nothing_frozen(make_drowse):
+    d = make_drowse()
+    d.set_lifecycle(suspend_after="1s")
+    out = add_resident(d)
+    d.start()
+    pid = resident_pid(out)
+    wait_state(d, "suspended")
+    wait_until(lambda: cgroup_events(d)["frozen"] == 1, 5, what="frozen")
+    d.proc.send_signal(signal.SIGKILL)
+    d.proc.wait(10)
+    # The app stays frozen while no drowsed runs ...
+    assert cgroup_events(d)["frozen"] == 1
+    d.set_lifecycle(suspend_after="4s")
+    d.start()
+    # ... the new drowsed thaws it (no reason known yet), adopts the same process, which
+    # reconnects its stream, and suspends it again only after the grace.
+    wait_until(lambda: cgroup_events(d)["frozen"] == 0, 5, what="the adopted app to be thawed")
+    wait_until(lambda: hello_count(out) >= 2, 20, what="the adopted process to reconnect")
+    assert d.json("apps", "show", "res")["state"] == "background"
+    assert Path(out / "starts").read_text().split() == [str(pid)], "the resident was started again instead of adopted"
+    wait_state(d, "suspended", timeout=20)
+    r = d.json("fetch", "res", timeout=30)
+    assert r["result"] == "new-data"
+    assert os.path.exists(f"/proc/{pid}")
+
+
+@needs_cgroup
+def test_activated_and_always_active_apps_are_not_suspended(make_drowse):
+    d = make_drowse()
+    d.set_lifecycle(suspend_after="1s")
+    add_resident(d, "res")
+    add_resident(d, "logger", always_active=True)
+    d.start()
+    wait_state(d, "suspended", "res")
+    r = d.json("activate", "res")
+    assert r["state"] == "active" and r["state_reason"] == "activated"
+    assert cgroup_events(d, "res")["frozen"] == 0
+    assert state(d, "logger") == ("active", "always active")
+    time.sleep(2.5)
+    assert state(d, "res") == ("active", "activated")
+    assert cgroup_events(d, "res")["frozen"] == 0 and cgroup_events(d, "logger")["frozen"] == 0
+    d.json("deactivate", "res")
+    wait_state(d, "suspended", "res")
+    assert state(d, "logger") == ("active", "always active")
+
+
+@needs_cgroup
+def test_a_task_past_its_allowance_is_warned_then_suspended(make_drowse):
+    d = make_drowse()
+    d.set_lifecycle(suspend_after="1s", background_task_time="3s", task_expiry_warning="1s")
+    out = add_resident(d)
+    d.start()
+    wait_until(lambda: hello_count(out) >= 1, 20, what="the stream")
+    wait_state(d, "suspended")
+    t = d.json("task", "begin", "--app", "res", "--name", "sync")
+    assert t["state"] == "open" and 2 < t["time_remaining"] <= 3
+    assert state(d) == ("background", "task")
+    assert cgroup_events(d)["frozen"] == 0
+    warned = wait_until(lambda: [e for e in events(out) if e.get("event") == "task-expiring"], 10, what="task-expiring")
+    assert warned[0]["task"] == t["id"] and warned[0]["time_remaining"] <= 1.01
+    wait_state(d, "suspended", timeout=10)
+    assert d.json("task", "show", "--app", "res", t["id"])["state"] == "expired"
+    assert time.time() >= t["expires_at"] - 0.05
+    # The overrun counts against the app like a deadline kill.
+    runs = d.app("res")["history"]
+    assert any(h["trigger"] == "task-overrun" and h["result"] == "failed" for h in runs)
+    # Used up until it has rested: it was suspended, so a new allowance is granted.
+    assert d.json("task", "begin", "--app", "res")["state"] == "open"
+
+
+def test_sigstop_fallback_without_cgroups(make_drowse):
+    d = make_drowse()
+    d.set_lifecycle(suspend_after="1s", cgroup="off")
+    out = add_resident(d)
+    d.start()
+    assert d.status()["lifecycle"]["suspension"] == "sigstop"
+    pid = resident_pid(out)
+    wait_until(lambda: hello_count(out) >= 1, 20, what="the stream")
+    wait_state(d, "suspended")
+    wait_until(lambda: proc_state(pid) == "T", 5, what="the process to be stopped")
+    before = cpu_ticks(pid)
+    time.sleep(3)
+    assert cpu_ticks(pid) == before
+    r = d.json("fetch", "res", timeout=30)
+    assert r["result"] == "new-data"
+    wait_until(lambda: proc_state(pid) == "T", 10, what="stopped again")
