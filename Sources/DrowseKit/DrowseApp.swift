@@ -27,8 +27,11 @@ public final class DrowseApp: Sendable {
 
     private struct TaskRecord {
         var handler: @Sendable () -> Void
-        /// endBackgroundTask was called (or the library ended it after its expiration handler).
+        /// Being ended, or ended by the library: no longer counted as open.
         var ending = false
+        /// The library ended it after its expiration handler; kept so that the app's own
+        /// `endBackgroundTask` later is a no-op rather than a second end.
+        var endedByLibrary = false
     }
     private let tasks = Mutex<[BackgroundTaskID: TaskRecord]>([:])
 
@@ -103,6 +106,7 @@ public final class DrowseApp: Sendable {
     public func endBackgroundTask(_ task: BackgroundTaskID) async throws {
         let known = tasks.withLock { t -> Bool? in
             guard var r = t[task] else { return nil }
+            if r.endedByLibrary { t[task] = nil }
             if r.ending { return false }
             r.ending = true
             t[task] = r
@@ -157,7 +161,20 @@ public final class DrowseApp: Sendable {
         guard let handler = tasks.withLock({ t in t[task].flatMap { $0.ending ? nil : $0.handler } }) else { return }
         Task.detached { [self] in
             handler()
-            try? await self.endBackgroundTask(task)
+            let mine = tasks.withLock { t -> Bool in
+                guard var r = t[task], !r.ending else { return false }
+                r.ending = true
+                t[task] = r
+                return true
+            }
+            guard mine else { return }  // the handler ended it (or is ending it)
+            do {
+                _ = try await call("POST", "/v1/apps/\(Self.pathComponent(app))/tasks/\(Self.pathComponent(task.rawValue))/end")
+                tasks.withLock { if $0[task] != nil { $0[task]!.endedByLibrary = true } }
+            } catch {
+                // drowsed ends it at the deadline anyway; the app may still end it itself.
+                tasks.withLock { if $0[task] != nil { $0[task]!.ending = false } }
+            }
         }
     }
 
