@@ -7,6 +7,8 @@ let package = Package(
     products: [
         .executable(name: "drowsed", targets: ["drowsed"]),
         .executable(name: "drowse", targets: ["drowse"]),
+        .library(name: "DrowseKit", targets: ["DrowseKit"]),
+        .executable(name: "drowse-resident-example", targets: ["drowse-resident-example"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
@@ -61,6 +63,9 @@ let package = Package(
             "DrowseCore", "DrowseSimulation", "DrowseSystem", "DrowseMQTT",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
+        // The client library a resident app imports: the lifecycle API over the Unix socket.
+        .target(name: "DrowseKit", dependencies: ["DrowseCore"]),
+        .executableTarget(name: "drowse-resident-example", dependencies: ["DrowseKit"]),
 
         .testTarget(name: "DrowseCoreTests", dependencies: ["DrowseCore"], exclude: ["toml-test"]),
         .testTarget(name: "DrowseSimulationTests", dependencies: ["DrowseSimulation", "DrowseCore", "DrowseSystem"]),
@@ -71,6 +76,7 @@ let package = Package(
             "DrowseAgent", "DrowseCore", "DrowseSimulation", "DrowseStore", "DrowseSystem",
             .product(name: "Logging", package: "swift-log"),
         ]),
+        .testTarget(name: "DrowseKitTests", dependencies: ["DrowseKit", "DrowseCore"]),
         .testTarget(name: "DrowseMQTTTests", dependencies: ["DrowseMQTT", "CMosquitto", .product(name: "Logging", package: "swift-log")]),
     ],
     swiftLanguageModes: [.v6]

@@ -54,6 +54,8 @@ From another terminal, in $DROWSE_ROOT:
   $BIN/drowse --socket $LOCAL/drowse.sock fetch weather
   $BIN/drowse --socket $LOCAL/drowse.sock transfer download https://deb.debian.org/debian/README --app updater --session updates
   $BIN/drowse --socket $LOCAL/drowse.sock transfers
+  $BIN/drowse --socket $LOCAL/drowse.sock fetch resident       # the resident Swift app (DrowseKit)
+  $BIN/drowse --socket $LOCAL/drowse.sock task run --app resident -- sleep 3
   curl --unix-socket $LOCAL/drowse.sock http://drowse/v1/status
 
 (or: export DROWSE_SOCKET=$LOCAL/drowse.sock and leave out --socket)
