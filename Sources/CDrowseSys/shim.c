@@ -46,8 +46,10 @@ struct spawn_args {
     const gid_t *groups;
     int ngroups;
     int stdin_fd, stdout_fd, stderr_fd;
+    int cgroup_fd; /* an open cgroup.procs to join, or -1 */
     int close_to; /* -1: close_range(2) closes everything above 2; else close 3...close_to one by one */
     int err; /* written by the child when a step fails; read by the parent after clone returns */
+    int step; /* the DROWSE_SPAWN_STEP_* the child was at (set before each step that names itself) */
 };
 
 #define SPAWN_FAIL(a) do { (a)->err = errno ? errno : EIO; _exit(127); } while (0)
@@ -65,6 +67,13 @@ static int spawn_child(void *p) {
     for (int s = 1; s < NSIG; s++) sigaction(s, &dfl, NULL);
     if (setpgid(0, 0) != 0) SPAWN_FAIL(a);
     if (dup2(a->stdin_fd, 0) < 0 || dup2(a->stdout_fd, 1) < 0 || dup2(a->stderr_fd, 2) < 0) SPAWN_FAIL(a);
+    /* Into the run's cgroup before anything of the handler runs, and while still privileged
+       (the app's user may not write cgroup.procs): from here on its whole tree is in the leaf. */
+    if (a->cgroup_fd >= 0) {
+        a->step = DROWSE_SPAWN_STEP_CGROUP;
+        if (write(a->cgroup_fd, "0", 1) != 1) SPAWN_FAIL(a);
+        a->step = DROWSE_SPAWN_STEP_OTHER;
+    }
     if (a->set_ids) {
 #if defined(SYS_setresuid32)
         /* 32-bit ARM and x86: the plain calls take 16-bit ids. */
@@ -146,7 +155,7 @@ static int highest_fd_bound(void) {
 
 static int spawn_locked(const char *path, char *const argv[], char *const envp[], const char *cwd,
                         int set_ids, uid_t uid, gid_t gid, const gid_t *groups, int ngroups,
-                        int stdin_fd, int stdout_fd, int stderr_fd, pid_t *out_pid);
+                        int stdin_fd, int stdout_fd, int stderr_fd, int cgroup_fd, int *out_step, pid_t *out_pid);
 
 struct child_entry { pid_t pid; unsigned long long start; };
 static pthread_mutex_t children_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -324,9 +333,10 @@ int drowse_process_table(pid_t *pids, pid_t *ppids, int max) {
 
 int drowse_spawn(const char *path, char *const argv[], char *const envp[], const char *cwd,
                  int set_ids, uid_t uid, gid_t gid, const gid_t *groups, int ngroups,
-                 int stdin_fd, int stdout_fd, int stderr_fd, pid_t *out_pid) {
+                 int stdin_fd, int stdout_fd, int stderr_fd, int cgroup_fd, int *out_failed_step, pid_t *out_pid) {
     pthread_mutex_lock(&children_lock);
-    int rc = spawn_locked(path, argv, envp, cwd, set_ids, uid, gid, groups, ngroups, stdin_fd, stdout_fd, stderr_fd, out_pid);
+    int rc = spawn_locked(path, argv, envp, cwd, set_ids, uid, gid, groups, ngroups, stdin_fd, stdout_fd, stderr_fd,
+                          cgroup_fd, out_failed_step, out_pid);
     if (rc == 0) register_locked(*out_pid);
     pthread_mutex_unlock(&children_lock);
     return rc;
@@ -334,7 +344,7 @@ int drowse_spawn(const char *path, char *const argv[], char *const envp[], const
 
 static int spawn_locked(const char *path, char *const argv[], char *const envp[], const char *cwd,
                         int set_ids, uid_t uid, gid_t gid, const gid_t *groups, int ngroups,
-                        int stdin_fd, int stdout_fd, int stderr_fd, pid_t *out_pid) {
+                        int stdin_fd, int stdout_fd, int stderr_fd, int cgroup_fd, int *out_step, pid_t *out_pid) {
     /* clone(CLONE_VM | CLONE_VFORK) instead of fork(): the daemon's page tables are not copied
        (fork of a multi-threaded process with tens of MiB mapped took ~1 ms), and this thread
        resumes once the child has called execve or failed. The child runs on its own stack. */
@@ -344,6 +354,7 @@ static int spawn_locked(const char *path, char *const argv[], char *const envp[]
     struct spawn_args a = {
         .path = path, .argv = argv, .envp = envp, .cwd = cwd, .set_ids = set_ids, .uid = uid, .gid = gid,
         .groups = groups, .ngroups = ngroups, .stdin_fd = stdin_fd, .stdout_fd = stdout_fd, .stderr_fd = stderr_fd,
+        .cgroup_fd = cgroup_fd, .step = DROWSE_SPAWN_STEP_OTHER,
         .close_to = close_range_works() ? -1 : highest_fd_bound(), .err = 0,
     };
     /* No signal handler may run in the child before it has reset them all. */
@@ -358,6 +369,7 @@ static int spawn_locked(const char *path, char *const argv[], char *const envp[]
     if (__atomic_load_n(&a.err, __ATOMIC_ACQUIRE) != 0) {
         int status;
         while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+        if (out_step) *out_step = a.step;
         return a.err;
     }
     *out_pid = pid;

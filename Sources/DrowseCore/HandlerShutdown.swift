@@ -2,6 +2,10 @@
 /// SIGTERM to its whole tree, SIGKILL `grace` seconds later if it is still there, and once it
 /// has exited, whatever it left behind is killed too; the run's ending follows from that.
 ///
+/// A run may also be ended on request (`terminateRequested`: a resident process being stopped,
+/// an app terminated under memory pressure) the same way, SIGTERM then SIGKILL; its ending is
+/// then how it really died. A deadline of `.infinity` (a resident process) sets no timer at all.
+///
 /// Pure: the supervisor (`ProcessLauncher`) feeds it the times on its monotonic clock (boards
 /// without an RTC jump at their first NTP sync) and what the process did, and carries out the
 /// actions: sends the signals, sleeps in poll(2) until the timer, reports the ending.
@@ -41,6 +45,8 @@ package struct HandlerShutdown: Sendable {
     var phase: Phase = .notStarted
     /// SIGTERM was sent at the deadline (or earlier, for a stopping daemon): the run timed out.
     package private(set) var stopped = false
+    /// SIGTERM was sent because the run was asked to end (`terminateRequested`), not at a deadline.
+    package private(set) var terminatedOnRequest = false
 
     package init(grace: Double = 2) {
         self.grace = grace
@@ -51,7 +57,19 @@ package struct HandlerShutdown: Sendable {
     package mutating func started(now: Double, deadline: Double) -> [Action] {
         guard phase == .notStarted else { return [] }
         phase = .running(deadline: deadline)
+        if deadline == .infinity { return [.setTimer(at: nil)] }
         return now >= deadline ? terminate(now: now) : [.setTimer(at: deadline)]
+    }
+
+    /// The run is to end now, before (or without) a deadline: SIGTERM to the whole tree, SIGKILL
+    /// after the grace. Its ending is then what the process really did (`.signaled(SIGTERM)`,
+    /// `.signaled(SIGKILL)`, or its exit status if it caught SIGTERM and exited), not `.timedOut`.
+    /// Nothing happens once it is being stopped already (at its deadline, or asked before).
+    package mutating func terminateRequested(now: Double) -> [Action] {
+        guard case .running = phase else { return [] }
+        terminatedOnRequest = true
+        phase = .terminating(killAt: now + grace)
+        return [.signal(.term, wholeTree: true), .setTimer(at: now + grace)]
     }
 
     /// The timer set by `setTimer` fired (or the supervisor woke for another reason at `now`).
@@ -110,6 +128,7 @@ package struct HandlerShutdown: Sendable {
         case .running(let deadline):
             let latest = stopBy - grace
             guard latest < deadline else { return [] }
+            // A run without a deadline (a resident process) is stopped with the daemon.
             phase = .running(deadline: latest)
             return now >= latest ? terminate(now: now) : [.setTimer(at: latest)]
         case .terminating(let killAt) where stopBy < killAt:

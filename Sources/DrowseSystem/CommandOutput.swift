@@ -14,7 +14,7 @@ package func commandOutput(_ argv: [String], timeout: Double = 2) -> String? {
     var pid: pid_t = 0
     let rc = withCStrings(argv) { a in
         withCStrings(["PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C"]) { e in
-            drowse_spawn(path, a, e, nil, 0, 0, 0, nil, 0, devnull, out[1], devnull, &pid)
+            drowse_spawn(path, a, e, nil, 0, 0, 0, nil, 0, devnull, out[1], devnull, -1, nil, &pid)
         }
     }
     close(out[1])

@@ -14,13 +14,18 @@ package struct LaunchRequest: Sendable {
     package var workingDirectory: String?
     package var environment: [String: String]
     package var stdin: [UInt8]
-    /// Unix time by which the handler must finish.
+    /// Unix time by which the handler must finish; `.infinity`: never (a resident process), and
+    /// then its supervisor sets no timer at all.
     package var deadline: Double
     /// Between SIGTERM and SIGKILL.
     package var killGrace: Double
+    /// A leaf cgroup directory (`AppCgroups.makeLeaf`) the process joins before it runs; nil:
+    /// none, and containment relies on the process tree (`ProcessTree`).
+    package var cgroup: String?
 
     package init(app: String, event: HandlerEvent, argv: [String], user: String?, workingDirectory: String?,
-                environment: [String: String], stdin: [UInt8], deadline: Double, killGrace: Double = 2) {
+                environment: [String: String], stdin: [UInt8], deadline: Double, killGrace: Double = 2,
+                cgroup: String? = nil) {
         self.app = app
         self.event = event
         self.argv = argv
@@ -30,6 +35,7 @@ package struct LaunchRequest: Sendable {
         self.stdin = stdin
         self.deadline = deadline
         self.killGrace = killGrace
+        self.cgroup = cgroup
     }
 }
 
@@ -51,8 +57,36 @@ extension HandlerLaunching {
 package final class HandlerRun: Sendable {
     private let state = Mutex<(outcome: HandlerOutcome?, waiter: CheckedContinuation<HandlerOutcome, Never>?)>((nil, nil))
     private let shortage = Atomic<Int32>(0)
+    /// The process, once started; the supervisor's eventfd (-1 when none or once it has ended).
+    private let control = Mutex<(pid: pid_t?, wakeFD: Int32)>((nil, -1))
 
     package init() {}
+
+    /// The process id, once it has started (nil when it could not start).
+    package var pid: pid_t? { control.withLock { $0.pid } }
+
+    /// Ends the run as at a deadline, now: SIGTERM to its process group (its cgroup leaf, when it
+    /// has one), SIGKILL after the request's `killGrace`. The supervisor is woken through an
+    /// eventfd in its poll set. The outcome is how the process really ended (`.signaled(SIGTERM)`,
+    /// …), not `.timedOut`. Nothing happens before the start or after the end.
+    package func terminate() {
+        control.withLock { c in
+            guard c.wakeFD >= 0 else { return }
+            var one: UInt64 = 1
+            // EAGAIN only when the counter is full: a wake-up is pending anyway.
+            _ = write(c.wakeFD, &one, 8)
+        }
+    }
+
+    func attach(pid: pid_t, wakeFD: Int32) {
+        control.withLock { $0 = (pid, wakeFD) }
+    }
+
+    /// The supervisor is done with its eventfd: `terminate` must not write to it any more (the
+    /// number could be reused) before it is closed.
+    func detachWake() {
+        control.withLock { $0.wakeFD = -1 }
+    }
 
     /// The errno when the handler could not start for lack of resources (EMFILE, ENFILE, EAGAIN,
     /// ENOMEM): nothing ran, and trying again later may work. Set before the outcome arrives.
@@ -98,6 +132,13 @@ package final class HandlerRun: Sendable {
 /// descendant (a child that called `setsid` too). When a run ends, by its deadline or by a
 /// normal exit, whatever it left running is killed: the run is over, and a leftover would hold
 /// the app's resources (and its output pipe) outside any deadline. See `ProcessTree`.
+/// A request with a `cgroup` leaf is contained by the kernel instead: the child joins the leaf
+/// before exec, SIGTERM goes to every process in it and SIGKILL is `cgroup.kill`, from which no
+/// `setsid` escapes; the leaf is empty when the outcome arrives.
+///
+/// A request whose deadline is `.infinity` (a resident process) runs until it exits or
+/// `HandlerRun.terminate()` ends it; its supervisor wakes only for the process, its pipes and
+/// that request (an eventfd), never on a timer.
 ///
 /// Output reaches `output` line by line with control characters escaped (`LogText.escape`) and
 /// rate-limited per run (`OutputRateLimiter`): it is meant for the daemon's log.
@@ -112,9 +153,10 @@ package struct ProcessLauncher: HandlerLaunching {
             if let shortage { run.markResourceShortage(shortage) }
             run.finish(outcome)
         case .started(let child):
+            run.attach(pid: child.pid, wakeFD: child.wakeFD)
             OSThread.detach(name: "handler-\(request.app)") {
                 let ending = Self.supervise(pid: child.pid, stdinFD: child.stdinFD, stdoutFD: child.stdoutFD, stderrFD: child.stderrFD,
-                                            req: request, output: output)
+                                            wakeFD: child.wakeFD, run: run, req: request, output: output)
                 run.finish(HandlerOutcome(ending: ending, startedAt: child.startedAt, endedAt: WallClock.now()))
             }
         }
@@ -124,6 +166,8 @@ package struct ProcessLauncher: HandlerLaunching {
     struct Child {
         var pid: pid_t
         var stdinFD: Int32, stdoutFD: Int32, stderrFD: Int32
+        /// An eventfd `HandlerRun.terminate` signals.
+        var wakeFD: Int32
         var startedAt: Double
     }
 
@@ -187,26 +231,48 @@ package struct ProcessLauncher: HandlerLaunching {
             return failed("pipe: \(String(cString: strerror(rcPipe)))", errno: rcPipe)
         }
 
+        let wakeFD = drowse_eventfd()
+        guard wakeFD >= 0 else {
+            let e = errno
+            for fd in inPipe + outPipe + errPipe { close(fd) }
+            return failed("eventfd: \(String(cString: strerror(e)))", errno: e)
+        }
+        // The child joins the leaf itself, before exec; opened here, where failing is cheap to report.
+        var cgroupFD: Int32 = -1
+        if let cg = req.cgroup {
+            cgroupFD = open(cg + "/cgroup.procs", O_WRONLY | O_CLOEXEC)
+            guard cgroupFD >= 0 else {
+                let e = errno
+                for fd in inPipe + outPipe + errPipe + [wakeFD] { close(fd) }
+                return failed("cannot join cgroup \(cg): \(String(cString: strerror(e)))", errno: e)
+            }
+        }
+
         let envStrings = env.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
         var pid: pid_t = 0
+        var failedStep: Int32 = 0
         let rc = withCStrings(req.argv) { argv in
             withCStrings(envStrings) { envp in
                 groups.withUnsafeBufferPointer { g in
                     drowse_spawn(program, argv, envp, req.workingDirectory, setIDs, uid, gid, g.baseAddress, Int32(g.count),
-                                 inPipe[0], outPipe[1], errPipe[1], &pid)
+                                 inPipe[0], outPipe[1], errPipe[1], cgroupFD, &failedStep, &pid)
                 }
             }
         }
         close(inPipe[0]); close(outPipe[1]); close(errPipe[1])
+        if cgroupFD >= 0 { close(cgroupFD) }
         guard rc == 0 else {
-            close(inPipe[1]); close(outPipe[0]); close(errPipe[0])
+            close(inPipe[1]); close(outPipe[0]); close(errPipe[0]); close(wakeFD)
+            if failedStep == Int32(DROWSE_SPAWN_STEP_CGROUP), let cg = req.cgroup {
+                return failed("cannot join cgroup \(cg): \(String(cString: strerror(rc)))", errno: rc)
+            }
             return failed("\(program): \(String(cString: strerror(rc)))", errno: rc)
         }
-        return .started(Child(pid: pid, stdinFD: inPipe[1], stdoutFD: outPipe[0], stderrFD: errPipe[0], startedAt: start))
+        return .started(Child(pid: pid, stdinFD: inPipe[1], stdoutFD: outPipe[0], stderrFD: errPipe[0], wakeFD: wakeFD, startedAt: start))
     }
 
-    private static func supervise(pid: pid_t, stdinFD: Int32, stdoutFD: Int32, stderrFD: Int32, req: LaunchRequest,
-                                  output: @escaping @Sendable (String, Bool) -> Void) -> HandlerOutcome.Ending {
+    private static func supervise(pid: pid_t, stdinFD: Int32, stdoutFD: Int32, stderrFD: Int32, wakeFD: Int32, run: HandlerRun,
+                                  req: LaunchRequest, output: @escaping @Sendable (String, Bool) -> Void) -> HandlerOutcome.Ending {
         for fd in [stdinFD, stdoutFD, stderrFD] {
             // A pipe left blocking could stall this thread on a read; say so in the handler's log.
             if let e = CCheck.noted("fcntl(O_NONBLOCK) on a handler pipe", { Int(fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)) }) {
@@ -239,9 +305,26 @@ package struct ProcessLauncher: HandlerLaunching {
                 switch action {
                 case .signal(let signal, let wholeTree):
                     let sig = signal == .term ? SIGTERM : SIGKILL
-                    if wholeTree { ProcessTree.signalTree(pid, sig) } else { killpg(pid, sig) }
+                    if !wholeTree {
+                        killpg(pid, sig)
+                    } else if let cg = req.cgroup {
+                        // The leaf holds the whole run, setsid or not: every pid in it gets
+                        // SIGTERM; SIGKILL is cgroup.kill, which also catches a fork in flight.
+                        killpg(pid, sig)
+                        if sig == SIGKILL { AppCgroups.kill(cg) } else { for p in AppCgroups.pids(cg) { kill(p, sig) } }
+                    } else {
+                        ProcessTree.signalTree(pid, sig)
+                    }
                 case .setTimer(let at): timerAt = at
-                case .killLeftovers: ProcessTree.killLeftovers()
+                case .killLeftovers:
+                    if let cg = req.cgroup {
+                        // The run is over: its leaf is emptied (bounded wait on cgroup.events), so
+                        // that it can be removed once the outcome is out.
+                        AppCgroups.kill(cg)
+                        _ = AppCgroups.waitForEvents(cg, timeout: 2) { $0["populated"] == false }
+                    }
+                    // Reaps what drowsed adopted (the leaf's setsid children among them).
+                    ProcessTree.killLeftovers()
                 case .finished(let e): ending = e
                 }
             }
@@ -299,6 +382,7 @@ package struct ProcessLauncher: HandlerLaunching {
             if outFD >= 0 { fds.append(pollfd(fd: outFD, events: Int16(POLLIN), revents: 0)) }
             if errFD >= 0 { fds.append(pollfd(fd: errFD, events: Int16(POLLIN), revents: 0)) }
             if inFD >= 0 { fds.append(pollfd(fd: inFD, events: Int16(POLLOUT), revents: 0)) }
+            fds.append(pollfd(fd: wakeFD, events: Int16(POLLIN), revents: 0))
             let n = poll(&fds, nfds_t(fds.count), timeoutMS)
             if n < 0 && errno != EINTR {
                 carryOut(shutdown.supervisionLost(now: WallClock.monotonic()))
@@ -308,7 +392,12 @@ package struct ProcessLauncher: HandlerLaunching {
                 break
             }
             for p in fds where p.revents != 0 {
-                if p.fd == outFD { drain(&outFD) }
+                if p.fd == wakeFD {
+                    var v: UInt64 = 0
+                    _ = read(wakeFD, &v, 8)
+                    carryOut(shutdown.terminateRequested(now: WallClock.monotonic()))
+                }
+                else if p.fd == outFD { drain(&outFD) }
                 else if p.fd == errFD { drain(&errFD) }
                 else if p.fd == inFD {
                     if p.revents & Int16(POLLERR | POLLHUP) != 0 { close(inFD); inFD = -1; continue }
@@ -329,6 +418,8 @@ package struct ProcessLauncher: HandlerLaunching {
             if let at = timerAt, after >= at { carryOut(shutdown.timerFired(now: after)) }
         }
         if pidfd >= 0 { close(pidfd) }
+        run.detachWake()
+        close(wakeFD)
         if inFD >= 0 { close(inFD) }
         // Collect the last output; the leftovers are gone, so the pipes reach EOF promptly.
         let drainUntil = WallClock.now() + 0.5

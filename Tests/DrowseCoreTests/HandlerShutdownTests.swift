@@ -195,4 +195,78 @@ struct HandlerShutdownTests {
         #expect(m.daemonStopping(now: 3, stopBy: 4).isEmpty)
         #expect(m.supervisionLost(now: 3).isEmpty)
     }
+    // MARK: Runs without a deadline, ended on request (resident processes)
+
+    @Test("no deadline (.infinity): no timer at all, and nothing happens however late it wakes")
+    func noDeadline() {
+        var s = Supervisor()
+        s.start(deadline: .infinity)
+        #expect(s.timer == nil)
+        #expect(s.m.timerFired(now: 1e12).isEmpty)
+        s.now = 5000
+        s.exit(status: exitStatus(1))
+        #expect(s.signals.map(\.0) == [.kill] && s.signals[0].1 == false)
+        #expect(s.ending == .exited(1))
+    }
+
+    @Test("terminate on request: SIGTERM to the tree now, SIGKILL after the grace; the ending is how it died")
+    func terminateRequested() {
+        var s = Supervisor()
+        s.start(deadline: .infinity)
+        s.now = 200
+        s.apply(s.m.terminateRequested(now: 200))
+        #expect(s.signals.count == 1 && s.signals[0] == (.term, true, 200))
+        #expect(s.timer == 202)
+        #expect(s.m.terminatedOnRequest && !s.m.stopped)
+        s.sleep(until: 201)
+        s.exit(status: killedBy(15))
+        #expect(s.ending == .signaled(15), "not .timedOut: nothing timed out")
+        #expect(s.leftoversKilled == 1)
+    }
+
+    @Test("terminate on request, SIGTERM ignored: SIGKILL after the grace, ending signaled(SIGKILL)")
+    func terminateIgnored() {
+        var s = Supervisor()
+        s.start(deadline: 1000)
+        s.now = 200
+        s.apply(s.m.terminateRequested(now: 200))
+        s.sleep(until: 202.05)
+        #expect(s.signals.map(\.0) == [.term, .kill])
+        #expect(s.signals[1] == (.kill, true, 202))
+        s.exit(status: killedBy(9))
+        #expect(s.ending == .signaled(9))
+    }
+
+    @Test("a run that catches SIGTERM and exits cleanly: its exit status is its ending")
+    func terminateCaught() {
+        var s = Supervisor()
+        s.start(deadline: .infinity)
+        s.apply(s.m.terminateRequested(now: 100))
+        s.now = 100.2
+        s.exit(status: exitStatus(0))
+        #expect(s.ending == .exited(0))
+        #expect(s.sent == [.term, .kill])
+    }
+
+    @Test("terminate requested twice, or after the deadline stopped it, or after the end: nothing more")
+    func terminateRepeated() {
+        var s = Supervisor()
+        s.start(deadline: .infinity)
+        s.apply(s.m.terminateRequested(now: 100))
+        #expect(s.m.terminateRequested(now: 101).isEmpty)
+        #expect(s.timer == 102, "the first request's SIGKILL time stands")
+
+        var late = Supervisor()
+        late.start(deadline: 130)
+        late.sleep(until: 130.5)
+        #expect(late.m.terminateRequested(now: 130.5).isEmpty)
+        late.exit(status: killedBy(15))
+        #expect(late.ending == .timedOut, "the deadline came first")
+
+        var m = HandlerShutdown()
+        #expect(m.terminateRequested(now: 1).isEmpty, "not started")
+        _ = m.started(now: 1, deadline: .infinity)
+        _ = m.exited(status: 0, now: 2)
+        #expect(m.terminateRequested(now: 3).isEmpty, "over")
+    }
 }

@@ -521,4 +521,110 @@ struct ProcessLauncherTests {
             }
         }
     }
+    // MARK: Cgroups and runs without a deadline
+
+    @Test("in a cgroup leaf, a child that called setsid is killed at the deadline: the leaf ends empty",
+          .enabled(if: testCgroupMount != nil))
+    func setsidChildKilledInCgroup() async throws {
+        try await withTestCgroups { tree in
+            try await withTempDir { dir in
+                let leaf = try tree.makeLeaf(app: "test", name: "run-1")
+                var req = shell("setsid sh -c 'echo $$ > \(dir)/escaped; exec sleep 300' & sleep 300", deadlineIn: 1, killGrace: 1)
+                req.cgroup = leaf
+                let start = WallClock.monotonic()
+                let outcome = await run(req)
+                #expect(outcome.ending == .timedOut)
+                #expect(WallClock.monotonic() - start < 6)
+                let escaped = try readPID("\(dir)/escaped")
+                #expect(tree.pids(leaf).isEmpty)
+                #expect(!tree.isPopulated(leaf), "populated 0 when the outcome arrives")
+                #expect(isGone(escaped))
+                #expect(tree.removeLeafIfEmpty(leaf))
+            }
+        }
+    }
+
+    @Test("the handler and its children run in the leaf; after a normal exit the leftovers go too",
+          .enabled(if: testCgroupMount != nil))
+    func runsInLeaf() async throws {
+        try await withTestCgroups { tree in
+            try await withTempDir { dir in
+                let leaf = try tree.makeLeaf(app: "test", name: "run-2")
+                var req = shell("cat /proc/self/cgroup > \(dir)/cg; setsid sleep 300 & exit 100")
+                req.cgroup = leaf
+                let outcome = await run(req)
+                #expect(outcome.ending == .exited(100))
+                let mount = try #require(testCgroupMount)
+                let expected = "0::" + String(leaf.dropFirst(mount.count))
+                #expect(contents("\(dir)/cg")?.split(separator: "\n").contains { $0 == expected } == true)
+                #expect(!tree.isPopulated(leaf))
+            }
+        }
+    }
+
+    @Test("a leaf that cannot be joined fails the launch, saying why")
+    func cgroupJoinFails() async throws {
+        var req = shell("exit 0")
+        req.cgroup = "/nonexistent/drowse-cgroup"
+        let outcome = await run(req)
+        guard case .launchFailed(let why) = outcome.ending else { Issue.record("launched: \(outcome.ending)"); return }
+        #expect(why.contains("cannot join cgroup /nonexistent/drowse-cgroup"))
+    }
+
+    @Test("no deadline: the run goes on until terminate(), which ends it with SIGTERM, not as timed out")
+    func terminateResident() async throws {
+        var req = shell("sleep 300")
+        req.deadline = .infinity
+        let handle = ProcessLauncher().start(req, output: { _, _ in })
+        let pid = try #require(handle.pid)
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(!isGone(pid))
+        let start = WallClock.monotonic()
+        handle.terminate()
+        let outcome = await handle.outcome()
+        #expect(outcome.ending == .signaled(SIGTERM))
+        #expect(WallClock.monotonic() - start < 2)
+        #expect(isGone(pid))
+        handle.terminate()  // after the end: nothing happens
+    }
+
+    @Test("terminate() of a run that ignores SIGTERM: SIGKILL after the grace")
+    func terminateIgnored() async throws {
+        var req = shell("trap '' TERM; echo up; while :; do sleep 1; done", killGrace: 0.5)
+        req.deadline = .infinity
+        let out = OutputLines()
+        let handle = ProcessLauncher().start(req, output: out.callback)
+        _ = await waitUntil(3) { out.stdout == ["up"] }
+        let start = WallClock.monotonic()
+        handle.terminate()
+        let outcome = await handle.outcome()
+        #expect(outcome.ending == .signaled(SIGKILL))
+        let took = WallClock.monotonic() - start
+        #expect(took >= 0.45 && took < 3)
+    }
+
+    @Test("terminate() in a cgroup leaf: SIGTERM to every process in it, setsid or not",
+          .enabled(if: testCgroupMount != nil))
+    func terminateInLeaf() async throws {
+        try await withTestCgroups { tree in
+            let leaf = try tree.makeLeaf(app: "test", name: "resident")
+            var req = shell("setsid sleep 300 & sleep 300")
+            req.deadline = .infinity
+            req.cgroup = leaf
+            let handle = ProcessLauncher().start(req, output: { _, _ in })
+            _ = await waitUntil(3) { tree.pids(leaf).count == 3 }
+            handle.terminate()
+            #expect(await handle.outcome().ending == .signaled(SIGTERM))
+            #expect(!tree.isPopulated(leaf))
+        }
+    }
+}
+
+private func waitUntil(_ seconds: Double, _ cond: () -> Bool) async -> Bool {
+    let end = WallClock.monotonic() + seconds
+    while WallClock.monotonic() < end {
+        if cond() { return true }
+        try? await Task.sleep(for: .milliseconds(10))
+    }
+    return cond()
 }

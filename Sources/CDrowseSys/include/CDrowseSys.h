@@ -7,10 +7,19 @@
 /// directory and (when `set_ids` is non-zero) user, group and supplementary groups.
 /// The child is made with clone(CLONE_VM | CLONE_VFORK), as posix_spawn does (no copy of the
 /// daemon's page tables), and does only raw system calls before exec, which Swift code cannot promise.
-/// Returns 0 and stores the pid, or an errno value (exec failures are reported too).
+/// With `cgroup_fd` (an open `cgroup.procs`, else -1) the child joins that cgroup first, before
+/// the user switch and exec.
+/// Returns 0 and stores the pid, or an errno value (exec failures are reported too); then
+/// `out_failed_step` (may be NULL) says which step failed, one of DROWSE_SPAWN_STEP_*.
 int drowse_spawn(const char *path, char *const argv[], char *const envp[], const char *cwd,
                  int set_ids, uid_t uid, gid_t gid, const gid_t *groups, int ngroups,
-                 int stdin_fd, int stdout_fd, int stderr_fd, pid_t *out_pid);
+                 int stdin_fd, int stdout_fd, int stderr_fd, int cgroup_fd, int *out_failed_step, pid_t *out_pid);
+
+enum {
+    DROWSE_SPAWN_STEP_OTHER = 0,
+    /// Writing to the cgroup's cgroup.procs failed.
+    DROWSE_SPAWN_STEP_CGROUP = 1,
+};
 
 /// Makes this process the subreaper of its descendants (PR_SET_CHILD_SUBREAPER): a handler's
 /// orphans (e.g. a child that called setsid and outlived the handler) become its children, so it
