@@ -210,7 +210,7 @@ private final class Child: Sendable {
         guard rcPipe == 0 else { throw CLIError("pipe: \(String(cString: strerror(rcPipe)))") }
         var pid: pid_t = 0
         let rc = withCStrings(argv) { a in
-            withCStrings(env) { e in drowse_spawn(path, a, e, nil, 0, 0, 0, nil, 0, 0, 1, 2, &pid) }
+            withCStrings(env) { e in drowse_spawn(path, a, e, nil, 0, 0, 0, nil, 0, 0, 1, 2, -1, nil, &pid) }
         }
         guard rc == 0 else {
             close(fds[0]); close(fds[1])
