@@ -34,6 +34,9 @@ public final class DrowseApp: Sendable {
         var endedByLibrary = false
     }
     private let tasks = Mutex<[BackgroundTaskID: TaskRecord]>([:])
+    /// `task-expiring` events that arrived before `beginBackgroundTask` had the task's id back
+    /// (drowsed warns at once when the allowance has less left than the warning time).
+    private let earlyExpiry = Mutex<Set<BackgroundTaskID>>([])
 
     public init(app: String? = nil, socket: String? = nil) {
         self.app = app ?? Self.environment("DROWSE_APP") ?? ""
@@ -98,6 +101,7 @@ public final class DrowseApp: Sendable {
         guard let id = answer["id"]?.stringValue else { throw DrowseError.malformed("the new task has no id") }
         let task = BackgroundTaskID(id)
         tasks.withLock { $0[task] = TaskRecord(handler: expirationHandler) }
+        if earlyExpiry.withLock({ $0.remove(task) }) != nil { expiring(task) }
         return task
     }
 
@@ -158,7 +162,15 @@ public final class DrowseApp: Sendable {
     /// A task-expiring event for `task`: its handler runs off the reader thread, then the task is
     /// ended unless the handler did.
     private func expiring(_ task: BackgroundTaskID) {
-        guard let handler = tasks.withLock({ t in t[task].flatMap { $0.ending ? nil : $0.handler } }) else { return }
+        let (known, handler) = tasks.withLock { t in (t[task] != nil, t[task].flatMap { $0.ending ? nil : $0.handler }) }
+        if !known {
+            // Not ours yet: `beginBackgroundTask` is still waiting for its answer. It runs this
+            // when it has the id (the set holds at most the tasks being begun, plus strays).
+            earlyExpiry.withLock { if $0.count < 256 { $0.insert(task) } }
+            if tasks.withLock({ $0[task] != nil }), earlyExpiry.withLock({ $0.remove(task) }) != nil { expiring(task) }
+            return
+        }
+        guard let handler else { return }
         Task.detached { [self] in
             handler()
             let mine = tasks.withLock { t -> Bool in

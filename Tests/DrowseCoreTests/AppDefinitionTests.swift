@@ -228,7 +228,7 @@ struct AppDefinitionTests {
 
     @Test("handler events are named as DROWSE_EVENT spells them")
     func handlerEventNames() {
-        #expect(HandlerEvent.allCases.map(\.rawValue) == ["fetch", "notification", "transfers"])
+        #expect(HandlerEvent.allCases.map(\.rawValue) == ["fetch", "notification", "transfers", "resident"])
         #expect(HandlerEvent(rawValue: "fetch") == .fetch)
         #expect(HandlerEvent(rawValue: "push") == nil)
     }

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -228,3 +229,72 @@ def test_sigstop_fallback_without_cgroups(make_drowse):
     r = d.json("fetch", "res", timeout=30)
     assert r["result"] == "new-data"
     wait_until(lambda: proc_state(pid) == "T", 10, what="stopped again")
+
+
+def memory_v1() -> Path | None:
+    """A writable cgroup v1 memory hierarchy (hybrid systems), to cause real memory stall."""
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        left, _, right = line.partition(" - ")
+        f = right.split(" ")
+        if f[0] == "cgroup" and "memory" in f[2].split(","):
+            p = Path(left.split(" ")[4])
+            return p if os.access(p, os.W_OK) else None
+    return None
+
+
+@needs_cgroup
+@pytest.mark.skipif(memory_v1() is None, reason="no cgroup v1 memory hierarchy to cause real memory stall with")
+def test_memory_pressure_ends_the_least_recently_used_suspended_app_first(make_drowse, tmp_path):
+    """Real pressure: a process in a 16 MiB memory cgroup reads a 64 MiB file over and over (each
+    read reclaims the last one's page cache, which PSI counts as memory stall), against a
+    lowered trigger (1 ms of stall in 2 s)."""
+    d = make_drowse()
+    d.set_lifecycle(suspend_after="1s", memory_pressure="some 1000 2000000")
+    outs = {app: add_resident(d, app) for app in ("old", "new")}
+    outs["keep"] = add_resident(d, "keep", always_active=True)
+    d.start()
+    assert d.status()["lifecycle"]["memory_pressure"] == "psi"
+    pids = {app: resident_pid(out) for app, out in outs.items()}
+    wait_until(lambda: hello_count(outs["new"]) >= 1, 20, what="the stream of new")
+    wait_state(d, "suspended", "old")
+    # An event makes "new" the more recently used of the two suspended apps.
+    assert d.json("fetch", "new", timeout=30)["result"] == "new-data"
+    wait_state(d, "suspended", "new")
+    cg = memory_v1() / f"drowse-e2e-stall-{os.getpid()}"
+    cg.mkdir()
+    big = Path("/var/tmp") / f"drowse-e2e-stall-{os.getpid()}.bin"
+    thrash = None
+    try:
+        (cg / "memory.limit_in_bytes").write_text(str(16 << 20))
+        with open(big, "wb") as f:
+            for i in range(64):
+                f.write(bytes([i]) * (1 << 20))
+            f.flush()
+            os.fsync(f.fileno())
+            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+        thrash = subprocess.Popen(["/bin/sh", "-c", f'echo $$ > {cg}/cgroup.procs; while :; do cat {big} > /dev/null; done'],
+                                  start_new_session=True)
+        first = wait_until(lambda: [a for a in ("old", "new") if state(d, a) == ("not-running", "memory pressure")], 30,
+                           interval=0.02, what="an app ended under memory pressure")
+        assert first == ["old"], f"the most recently used app went first: {first}"
+        wait_until(lambda: not os.path.exists(f"/proc/{pids['old']}"), 10, what="the old app's process to end")
+        # The next event in pressure goes to the other suspended app; the active one is never chosen.
+        wait_until(lambda: state(d, "new") == ("not-running", "memory pressure"), 30, what="the second app ended")
+        time.sleep(4)
+        assert state(d, "keep") == ("active", "always active")
+        assert os.path.exists(f"/proc/{pids['keep']}")
+    finally:
+        if thrash is not None:
+            os.killpg(thrash.pid, signal.SIGKILL)
+            thrash.wait()
+        big.unlink(missing_ok=True)
+        for _ in range(50):
+            try:
+                cg.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
+    # Not restarted on its own; an event starts it again.
+    assert state(d, "old") == ("not-running", "memory pressure")
+    r = d.json("fetch", "old", timeout=40)
+    assert r["result"] == "new-data"
