@@ -6,7 +6,8 @@
 ///
 /// The rules, in iOS's and Android's terms:
 /// - An app with a reason to run is `background`: an event delivered and not yet completed, a
-///   handler running, an open background task. Without one, a resident app stays `background
+///   handler running, an open background task, a resident process launching (until it opens its
+///   stream, at most an event's deadline). Without one, a resident app stays `background
 ///   (idle)` for `suspendAfter` (Android's 10 s before freezing a cached app), then is frozen:
 ///   `suspended`. It is thawed before anything is delivered to it.
 /// - `active` apps (marked through the API, or `always_active`) are never frozen and never
@@ -112,6 +113,8 @@ package struct AppLifecycle: Sendable {
         var failures = 0
         var lastExit: String?
         var streamOpen = false
+        /// The running process has opened its stream since it started (or was adopted).
+        var connected = false
         var pending: [Event] = []
         var outstanding: [Event] = []
         var handlers = 0
@@ -185,6 +188,7 @@ package struct AppLifecycle: Sendable {
     /// The service started the resident process.
     package mutating func processStarted(_ app: String, now: Double) -> [Action] {
         apps[app]?.process = .running(since: now)
+        apps[app]?.connected = false
         return settle(now: now)
     }
 
@@ -216,6 +220,7 @@ package struct AppLifecycle: Sendable {
     package mutating func streamOpened(_ app: String, now: Double) -> [Action] {
         guard var r = apps[app] else { return [] }
         r.streamOpen = true
+        r.connected = true
         apps[app] = r
         return settle(now: now)
     }
@@ -346,6 +351,7 @@ package struct AppLifecycle: Sendable {
             // Resident process due to (re)start.
             if r.spec.resident, case .waitingRestart(let at) = r.process, now >= at {
                 r.process = .running(since: now)
+                r.connected = false
                 local.append(.startProcess(app: id))
             }
             // Events sent and not completed by their deadline.
@@ -441,6 +447,7 @@ package struct AppLifecycle: Sendable {
                 consider(ends)
             }
             if r.state == .background, r.reason == "idle", let since = r.idleSince { consider(since + settings.suspendAfter) }
+            if r.state == .background, r.reason == "launching", case .running(let since) = r.process { consider(since + settings.eventDeadline) }
         }
         if next != timerAt {
             timerAt = next
@@ -459,6 +466,11 @@ package struct AppLifecycle: Sendable {
         if r.handlers > 0 { return (.background, "event") }
         if !r.tasks.isEmpty { return (.background, "task") }
         if r.spec.resident {
+            // A process that has just started gets up to an event's deadline to open its stream
+            // (load, connect) before it can be frozen for having nothing to do.
+            if processUp, !r.connected, case .running(let since) = r.process, now - since < settings.eventDeadline {
+                return (.background, "launching")
+            }
             if processUp { return (.background, "idle") }
             switch r.process {
             case .stoppedForMemory: return (.notRunning, "memory pressure")

@@ -58,17 +58,24 @@ struct Apps: ParsableCommand {
         func run() throws {
             let apps = try global.call("GET", "/v1/apps")
             if json { printJSON(apps); return }
-            print("APP".padded(16) + "RESULT".padded(10) + "LAST FETCH".padded(14) + "NEXT FETCH".padded(14) + "WHY")
+            print("APP".padded(16) + "STATE".padded(24) + "RESULT".padded(10) + "LAST FETCH".padded(14) + "NEXT FETCH".padded(14) + "WHY")
             for a in apps.arrayValue ?? [] {
                 let id = a["id"]?.stringValue ?? "?"
                 if a["valid"]?.boolValue == false {
                     print(id.padded(16) + "INVALID: " + (a["error"]?.stringValue ?? ""))
                     continue
                 }
-                print(id.padded(16) + (a["last_result"]?.stringValue ?? "—").padded(10) + Human.when(a["last_fetch"]?.doubleValue).padded(14)
+                print(id.padded(16) + Apps.state(a).padded(24) + (a["last_result"]?.stringValue ?? "—").padded(10) + Human.when(a["last_fetch"]?.doubleValue).padded(14)
                       + Human.when(a["next_fetch"]?.doubleValue).padded(14) + (a["next_fetch_reason"]?.stringValue ?? ""))
             }
         }
+    }
+
+    /// "suspended (idle)", "background (event)", "—".
+    static func state(_ a: JSON) -> String {
+        guard let s = a["state"]?.stringValue else { return "—" }
+        guard let r = a["state_reason"]?.stringValue, !r.isEmpty else { return s }
+        return "\(s) (\(r))"
     }
 
     struct Show: ParsableCommand {
@@ -82,6 +89,8 @@ struct Apps: ParsableCommand {
             if json { printJSON(a); return }
             print("app \(a["id"]?.stringValue ?? id)  (\(a["file"]?.stringValue ?? ""))")
             if a["valid"]?.boolValue == false { print("INVALID: \(a["error"]?.stringValue ?? "")"); return }
+            print("state:            \(Apps.state(a)) since \(Human.when(a["state_since"]?.doubleValue))"
+                  + (a["resident"]?.boolValue == true ? ", resident" : ""))
             print("minimum interval: \(a["minimum_interval"]?.stringValue ?? "?")")
             print("last result:      \(a["last_result"]?.stringValue ?? "—") (\(Human.when(a["last_fetch"]?.doubleValue)))")
             print("next fetch:       \(Human.when(a["next_fetch"]?.doubleValue)) — \(a["next_fetch_reason"]?.stringValue ?? "")")

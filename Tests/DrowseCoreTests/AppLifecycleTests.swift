@@ -21,10 +21,13 @@ import Testing
         var (m, a) = machine()
         #expect(a.contains(.startProcess(app: "r")))
         _ = m.processStarted("r", now: Self.t0 + 0.1)
+        // Launching: not frozen before it has opened its stream.
+        #expect(state(m) == "background (launching)")
+        #expect(!m.timerFired(now: Self.t0 + 25).contains(.freeze(app: "r")))
+        _ = m.streamOpened("r", now: Self.t0 + 0.1)
         #expect(state(m) == "background (idle)")
         var b = m.timerFired(now: Self.t0 + 5)
         #expect(!b.contains(.freeze(app: "r")))
-        #expect(b.contains(.setTimer(at: Self.t0 + 10.1)) || m.state(of: "r")!.state == .background)
         b = m.timerFired(now: Self.t0 + 10.1)
         #expect(b.contains(.freeze(app: "r")))
         #expect(state(m) == "suspended (idle)")
@@ -113,12 +116,12 @@ import Testing
             AppLifecycle.Spec(id: "a", resident: true), AppLifecycle.Spec(id: "b", resident: true),
             AppLifecycle.Spec(id: "c", resident: true),
         ])
-        _ = m.processStarted("a", now: Self.t0)
-        _ = m.processStarted("b", now: Self.t0 + 5)
-        _ = m.processStarted("c", now: Self.t0)
+        for (id, at) in [("a", Self.t0), ("b", Self.t0 + 5), ("c", Self.t0)] {
+            _ = m.processStarted(id, now: at)
+            _ = m.streamOpened(id, now: at)
+        }
         _ = m.timerFired(now: Self.t0 + 10)   // a and c suspended at t0+10
         _ = m.timerFired(now: Self.t0 + 15)   // b at t0+15
-        _ = m.streamOpened("c", now: Self.t0 + 16)
         _ = m.deliver("c", kind: .fetch, now: Self.t0 + 16)  // c is background now
         var p = m.memoryPressure(now: Self.t0 + 20)
         #expect(p.contains(.killProcess(app: "a")))
@@ -193,7 +196,9 @@ import Testing
         let a = m.configured([AppLifecycle.Spec(id: "r", resident: true)], adopted: ["r"], now: Self.t0)
         #expect(!a.contains(.startProcess(app: "r")))
         #expect(!m.isFrozen("r"))
-        #expect(state(m) == "background (idle)")
+        #expect(state(m) == "background (launching)")  // until it reconnects its stream
+        _ = m.streamOpened("r", now: Self.t0 + 1)
+        #expect(m.timerFired(now: Self.t0 + 11).contains(.freeze(app: "r")))
     }
 
     @Test func theTimerIsAlwaysTheEarliestDueRule() {

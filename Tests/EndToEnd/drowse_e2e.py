@@ -448,8 +448,9 @@ class Drowse:
         # Each instance's apps get their own cgroup subtree (relative to the cgroup2 mount), so
         # that one test's leftovers are never adopted by the next test's drowsed.
         self.cgroup = f"drowse-e2e-{os.getpid()}-{next(_instances)}"
-        # [lifecycle] keys (see set_lifecycle()).
-        self.lifecycle: dict[str, str] = {"cgroup": self.cgroup}
+        # [lifecycle] keys (see set_lifecycle()). Memory pressure is off unless a test turns it on:
+        # another test's (or the host's) memory stall must not end this test's apps.
+        self.lifecycle: dict[str, str] = {"cgroup": self.cgroup, "memory_pressure": "off"}
         self.write_config()
 
     # ---- files
