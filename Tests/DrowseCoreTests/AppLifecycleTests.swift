@@ -228,3 +228,17 @@ import Testing
         }
     }
 }
+
+extension AppLifecycleTests {
+    @Test func withoutAGraceALaunchingProcessStillGetsToConnect() {
+        var settings = AppLifecycle.Settings()
+        settings.suspendAfter = 0
+        var m = AppLifecycle(settings: settings)
+        let a = m.configured([AppLifecycle.Spec(id: "r", resident: true)], now: Self.t0)
+        #expect(a.contains(.startProcess(app: "r")))
+        #expect(!a.contains(.freeze(app: "r")))
+        #expect(!m.processStarted("r", now: Self.t0).contains(.freeze(app: "r")))
+        #expect(state(m) == "background (launching)")
+        #expect(m.streamOpened("r", now: Self.t0 + 1).contains(.freeze(app: "r")))
+    }
+}
