@@ -237,10 +237,11 @@ package struct ProcessLauncher: HandlerLaunching {
             for fd in inPipe + outPipe + errPipe { close(fd) }
             return failed("eventfd: \(String(cString: strerror(e)))", errno: e)
         }
-        // The child joins the leaf itself, before exec; opened here, where failing is cheap to report.
+        // The child starts inside the leaf (clone3 CLONE_INTO_CGROUP, see drowse_spawn); opened
+        // here, where failing is cheap to report.
         var cgroupFD: Int32 = -1
         if let cg = req.cgroup {
-            cgroupFD = open(cg + "/cgroup.procs", O_WRONLY | O_CLOEXEC)
+            cgroupFD = open(cg, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
             guard cgroupFD >= 0 else {
                 let e = errno
                 for fd in inPipe + outPipe + errPipe + [wakeFD] { close(fd) }

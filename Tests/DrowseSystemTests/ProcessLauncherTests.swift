@@ -571,6 +571,36 @@ struct ProcessLauncherTests {
         #expect(why.contains("cannot join cgroup /nonexistent/drowse-cgroup"))
     }
 
+    @Test("a directory that is not a cgroup is refused, not joined")
+    func notACgroup() async throws {
+        try await withTempDir { dir in
+            var req = shell("exit 0")
+            req.cgroup = dir
+            let outcome = await run(req)
+            guard case .launchFailed(let why) = outcome.ending else { Issue.record("launched: \(outcome.ending)"); return }
+            #expect(why.contains("cannot join cgroup \(dir)"))
+        }
+    }
+
+    @Test("inside a leaf (clone3 into the cgroup, the child on its own memory), a failed exec is still reported",
+          .enabled(if: testCgroupMount != nil))
+    func execFailureInLeaf() async throws {
+        try await withTestCgroups { tree in
+            try await withTempDir { dir in
+                let leaf = try tree.makeLeaf(app: "test", name: "run-3")
+                // A file that exists but is not executable: resolved, then refused by execve.
+                try FileSystem.writeAtomically("\(dir)/not-exec", Array("#!/bin/sh\n".utf8), mode: 0o644)
+                var req = shell("exit 0")
+                req.argv = ["\(dir)/not-exec"]
+                req.cgroup = leaf
+                let outcome = await run(req)
+                guard case .launchFailed(let why) = outcome.ending else { Issue.record("launched: \(outcome.ending)"); return }
+                #expect(why.contains(String(cString: strerror(EACCES))))
+                #expect(!tree.isPopulated(leaf))
+            }
+        }
+    }
+
     @Test("no deadline: the run goes on until terminate(), which ends it with SIGTERM, not as timed out")
     func terminateResident() async throws {
         var req = shell("sleep 300")

@@ -7,8 +7,9 @@
 /// directory and (when `set_ids` is non-zero) user, group and supplementary groups.
 /// The child is made with clone(CLONE_VM | CLONE_VFORK), as posix_spawn does (no copy of the
 /// daemon's page tables), and does only raw system calls before exec, which Swift code cannot promise.
-/// With `cgroup_fd` (an open `cgroup.procs`, else -1) the child joins that cgroup first, before
-/// the user switch and exec.
+/// With `cgroup_fd` (an open cgroup directory, else -1) the child starts inside that cgroup
+/// (clone3 with CLONE_INTO_CGROUP; on kernels before 5.7 it writes itself into cgroup.procs
+/// before the user switch and exec).
 /// Returns 0 and stores the pid, or an errno value (exec failures are reported too); then
 /// `out_failed_step` (may be NULL) says which step failed, one of DROWSE_SPAWN_STEP_*.
 int drowse_spawn(const char *path, char *const argv[], char *const envp[], const char *cwd,
