@@ -25,6 +25,13 @@ package protocol AppSuspension: AnyObject {
     func thaw(app: String, processGroups: [pid_t])
     /// Kills every process of the app, children that called setsid included.
     func killAll(app: String, processGroups: [pid_t])
+    /// Kills the processes of one leaf (a resident process and its children); without cgroups,
+    /// its process groups.
+    func killLeaf(_ leaf: String?, processGroups: [pid_t])
+    /// The leaf of a resident process adopted from a previous drowsed.
+    func adoptedLeaf(app: String) -> String?
+    /// An adopted resident process has ended: stop watching, remove its leaf.
+    func adoptedEnded(app: String)
     /// Calls `exited` (on some thread) when an adopted resident's cgroup empties.
     func watchAdopted(app: String, exited: @escaping @Sendable () -> Void)
 }
@@ -47,6 +54,9 @@ final class SignalSuspension: AppSuspension {
         }
     }
     func watchAdopted(app: String, exited: @escaping @Sendable () -> Void) {}
+    func killLeaf(_ leaf: String?, processGroups: [pid_t]) { killAll(app: "", processGroups: processGroups) }
+    func adoptedLeaf(app: String) -> String? { nil }
+    func adoptedEnded(app: String) {}
 }
 
 extension Agent {
@@ -60,7 +70,8 @@ extension Agent {
             now: { self.now() },
             startProcess: { self.startResident($0) },
             killProcess: { app in
-                self.suspension.killAll(app: app, processGroups: self.processGroups(of: app))
+                let groups = self.residents[app]?.pid.map { [$0] } ?? []
+                self.suspension.killLeaf(self.residentLeaves[app] ?? self.suspension.adoptedLeaf(app: app), processGroups: groups)
             },
             killApp: { app in self.suspension.killAll(app: app, processGroups: self.processGroups(of: app)) },
             freeze: { app in self.suspension.freeze(app: app, processGroups: self.processGroups(of: app)) },
@@ -102,6 +113,7 @@ extension Agent {
     }
 
     func adoptedResidentExited(_ app: String) {
+        suspension.adoptedEnded(app: app)
         guard residents[app] == nil else { return }
         lifecycle.processExited(app, description: "exited (adopted from a previous drowsed: status unknown)")
     }
@@ -119,7 +131,11 @@ extension Agent {
             app: app.id, event: .resident, argv: argv, user: app.user,
             workingDirectory: app.workingDirectory ?? ConfigPath.directory(of: app.file),
             environment: env, stdin: [], deadline: .infinity)
-        request.cgroup = suspension.leaf(app: id, name: "resident")
+        // A fresh leaf per process (see CgroupSuspension.killAll), named for this drowsed.
+        handlerSeq += 1
+        let leaf = suspension.leaf(app: id, name: "resident-\(getpid())-\(handlerSeq)")
+        request.cgroup = leaf
+        residentLeaves[id] = leaf
         let log = logger
         let run = launcher.start(request) { line, isErr in
             log.info("\(line)", metadata: ["app.id": "\(id)", "handler.stream": isErr ? "stderr" : "stdout"])
@@ -143,6 +159,7 @@ extension Agent {
 
     func residentEnded(_ id: String, outcome: HandlerOutcome) {
         residents[id] = nil
+        if let leaf = residentLeaves.removeValue(forKey: id) { suspension.leafEnded(leaf) }
         let level: Logger.Level = stopping ? .info : .warning
         logger.log(level: level, "resident process ended: \(outcome.summary)", metadata: ["app.id": "\(id)"])
         if stopping { residentsIdle() ; return }

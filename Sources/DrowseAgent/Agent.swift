@@ -67,6 +67,8 @@ package actor Agent {
     var lifecycleTimer: WakeTimer?
     /// Resident processes drowsed started, by app.
     var residents: [String: HandlerRun] = [:]
+    /// Their cgroup leaves.
+    var residentLeaves: [String: String] = [:]
     var residentsStopped: [CheckedContinuation<Void, Never>] = []
     /// Running handler processes by app (their process groups, for signal suspension).
     var handlerRuns: [String: [ObjectIdentifier: HandlerRun]] = [:]
@@ -233,7 +235,7 @@ package actor Agent {
         // Thawed (should a task have left it frozen) before the handler joins the app's cgroup.
         lifecycle.handlerStarting(app.id)
         handlerSeq += 1
-        let leaf = suspension.leaf(app: app.id, name: "run-\(handlerSeq)")
+        let leaf = suspension.leaf(app: app.id, name: "run-\(getpid())-\(handlerSeq)")
         request.cgroup = leaf
         let log = logger
         let appID = app.id

@@ -12,6 +12,8 @@ final class CgroupSuspension: AppSuspension {
     let logger: Logger
     /// Adopted residents' cgroups being watched for their end.
     var watches: [String: PopulatedWatch] = [:]
+    /// The leaf of each adopted resident process.
+    var adoptedLeaves: [String: String] = [:]
 
     init(tree: AppCgroups, logger: Logger) {
         self.tree = tree
@@ -34,8 +36,9 @@ final class CgroupSuspension: AppSuspension {
             }
             for leaf in tree.leaves(app: app) {
                 let path = tree.appPath(app) + "/" + leaf
-                if leaf == "resident", tree.isPopulated(path) {
+                if leaf.hasPrefix("resident"), tree.isPopulated(path), adoptedLeaves[app] == nil {
                     adopted.insert(app)
+                    adoptedLeaves[app] = path
                     continue
                 }
                 // A handler run of the killed drowsed: its event is run again (it was not recorded as handled).
@@ -70,18 +73,34 @@ final class CgroupSuspension: AppSuspension {
         do { try tree.thaw(app: app) } catch { logger.warning("cannot thaw: \(error)", metadata: ["app.id": "\(app)"]) }
     }
 
+    /// Each leaf is killed on its own, never the app's cgroup as a whole: Linux 6.18 kills at
+    /// once every process later cloned (CLONE_INTO_CGROUP) into a cgroup that was killed, or
+    /// below one (seen: a restarted resident died with SIGKILL at its clone3). For the same
+    /// reason every process gets a fresh leaf.
     func killAll(app: String, processGroups: [pid_t]) {
-        tree.kill(tree.appPath(app))
+        for leaf in tree.leaves(app: app) { tree.kill(tree.appPath(app) + "/" + leaf) }
     }
 
+    func killLeaf(_ leaf: String?, processGroups: [pid_t]) {
+        if let leaf { tree.kill(leaf) }
+    }
+
+    func adoptedLeaf(app: String) -> String? { adoptedLeaves[app] }
+
     func watchAdopted(app: String, exited: @escaping @Sendable () -> Void) {
-        switch PopulatedWatch.start(path: tree.appPath(app) + "/resident", onEmpty: exited) {
+        guard let leaf = adoptedLeaves[app] else { return exited() }
+        switch PopulatedWatch.start(path: leaf, onEmpty: exited) {
         case .success(let w): watches[app] = w
         case .failure(let e):
             logger.warning("cannot watch the adopted resident process: \(e); it is ended and started again", metadata: ["app.id": "\(app)"])
-            tree.kill(tree.appPath(app) + "/resident")
+            tree.kill(leaf)
             exited()
         }
+    }
+
+    func adoptedEnded(app: String) {
+        watches.removeValue(forKey: app)
+        if let leaf = adoptedLeaves.removeValue(forKey: app) { _ = tree.removeLeafIfEmpty(leaf) }
     }
 }
 

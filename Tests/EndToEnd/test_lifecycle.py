@@ -103,7 +103,8 @@ def test_resident_states_freezing_and_events(make_drowse):
     again = wait_state(d, "suspended")
     assert again["state_since"] > first["state_since"]
     wait_until(lambda: cgroup_events(d)["frozen"] == 1, 5, what="frozen again")
-    assert (app_cgroup(d) / "resident" / "cgroup.procs").read_text().split()[0] == str(pid)
+    leaves = [p for p in app_cgroup(d).iterdir() if p.is_dir() and p.name.startswith("resident-")]
+    assert len(leaves) == 1 and (leaves[0] / "cgroup.procs").read_text().split()[0] == str(pid)
     runs = [h for h in d.app("res")["history"] if h["event"] == "fetch"]
     assert runs and runs[0]["result"] == "new-data" and runs[0]["ending"] == "completed: new-data"
 
@@ -134,6 +135,9 @@ def test_a_crashed_resident_is_restarted_and_its_waiting_events_delivered(make_d
                what="three starts")
     a = d.json("apps", "show", "res")
     assert a["state"] in ("not-running", "background")
+    # Each start ran (a restarted process gets a fresh cgroup leaf; a reused, killed one would
+    # kill it at its clone), and the leaves of the ended ones are gone.
+    assert all(int(pid) > 0 for pid in (out / "starts").read_text().split())
     # An event that arrives while it is down waits for it.
     (out / "exit").unlink()
     r = d.json("fetch", "res", timeout=40)
