@@ -534,7 +534,7 @@ struct ProcessLauncherTests {
                 let start = WallClock.monotonic()
                 let outcome = await run(req)
                 #expect(outcome.ending == .timedOut)
-                #expect(WallClock.monotonic() - start < 6)
+                #expect(WallClock.monotonic() - start < 15, "far below the 300 s a missed kill would take")
                 let escaped = try readPID("\(dir)/escaped")
                 #expect(tree.pids(leaf).isEmpty)
                 #expect(!tree.isPopulated(leaf), "populated 0 when the outcome arrives")
