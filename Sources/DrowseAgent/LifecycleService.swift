@@ -120,16 +120,18 @@ package final class LifecycleService {
     }
 
     package func beginTask(_ app: String, name: String?) throws(APIError) -> AppLifecycle.Task {
-        switch machine.beginTask(app, name: name, now: host.now()) {
-        case .success(let (task, actions)):
-            carryOut(actions)
-            return task
-        case .failure(let r): throw Self.apiError(r, app: app)
-        }
+        try carryOut(machine.beginTask(app, name: name, now: host.now()), app: app)
     }
 
     package func endTask(_ app: String, id: String) throws(APIError) -> AppLifecycle.Task {
-        switch machine.endTask(app, id: id, now: host.now()) {
+        try carryOut(machine.endTask(app, id: id, now: host.now()), app: app)
+    }
+
+    /// A task step's answer: its actions carried out, or the refusal as an API error.
+    private func carryOut(_ step: Result<(AppLifecycle.Task, [AppLifecycle.Action]), AppLifecycle.Refusal>, app: String) throws(APIError)
+        -> AppLifecycle.Task
+    {
+        switch step {
         case .success(let (task, actions)):
             carryOut(actions)
             return task
