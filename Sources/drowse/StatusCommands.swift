@@ -20,6 +20,11 @@ struct Status: ParsableCommand {
         let apps = s["next_window_apps"]?.arrayValue?.compactMap(\.stringValue) ?? []
         print("next window: \(Human.when(s["next_window"]?.doubleValue))\(apps.isEmpty ? "" : " (" + apps.joined(separator: ", ") + ")")")
         print("apps:        \(s["apps"]?.intValue ?? 0) valid, \(s["invalid_apps"]?.intValue ?? 0) invalid")
+        if let l = s["lifecycle"] {
+            let where_ = l["cgroup"]?.stringValue.map { " (\($0))" } ?? ""
+            print("suspension:  \(l["suspension"]?.stringValue ?? "?")\(where_)")
+            print("memory:      pressure \(l["memory_pressure"]?.stringValue ?? "?")")
+        }
     }
 }
 
