@@ -72,10 +72,20 @@ struct Drowsed: AsyncParsableCommand {
             free(real)
         }
         let level = Logger.Level(rawValue: logLevel ?? env("DROWSE_LOG_LEVEL") ?? "info") ?? .info
-        LoggingSystem.bootstrap { label in
-            var h = EscapingLogHandler(inner: StreamLogHandler.standardError(label: label))
-            h.logLevel = level
-            return h
+        // Under systemd, standard error is the journal: lines carry their priority instead of a
+        // time and level of their own.
+        if JournalLogHandler.isJournal(journalStream: env("JOURNAL_STREAM")) {
+            LoggingSystem.bootstrap { _ in
+                var h = EscapingLogHandler(inner: JournalLogHandler())
+                h.logLevel = level
+                return h
+            }
+        } else {
+            LoggingSystem.bootstrap { label in
+                var h = EscapingLogHandler(inner: StreamLogHandler.standardError(label: label))
+                h.logLevel = level
+                return h
+            }
         }
         let logger = Logger(label: "drowsed")
 

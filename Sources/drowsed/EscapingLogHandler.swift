@@ -5,8 +5,8 @@ import Logging
 /// escaped (`LogText.escape`), so a URL, an app's reason string, an MQTT topic or a server's
 /// words cannot forge a log line with a newline or drive the operator's terminal with escape
 /// sequences, whichever code path logged them.
-struct EscapingLogHandler: LogHandler {
-    var inner: StreamLogHandler
+struct EscapingLogHandler<Inner: LogHandler>: LogHandler {
+    var inner: Inner
 
     var logLevel: Logger.Level {
         get { inner.logLevel }
