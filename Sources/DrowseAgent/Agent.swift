@@ -273,7 +273,11 @@ package actor Agent {
         let (record, next) = fetch.handlerEnded(
             app: app.id, fetch: event == .fetch ? FetchScheduler.FetchEnding(result: outcome.result, timedOut: outcome.ending == .timedOut) : nil,
             startedAt: outcome.startedAt, endedAt: outcome.endedAt)
-        do { try store.record(run, fetch: record, handlingNotification: started.notification) } catch { logger.error("store: \(error)") }
+        // A resident app's notification cut short by drowsed's stop stays pending: it is
+        // delivered again after the restart, as a handler's interrupted run is.
+        var handled = started.notification
+        if started.delivered, stopping, case .launchFailed = outcome.ending { handled = nil }
+        do { try store.record(run, fetch: record, handlingNotification: handled) } catch { logger.error("store: \(error)") }
         fetch.finish(next)
         let level: Logger.Level = outcome.result == .failed ? .warning : .info
         logger.log(level: level, "\(event.rawValue) handler finished: \(outcome.result.rawValue) (\(outcome.summary))",

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from drowse_e2e import cgroup2_mount, wait_until
+from drowse_e2e import cgroup2_mount, notify_topic, wait_until
 
 RESIDENT = Path(__file__).with_name("resident_app.py")
 MOUNT = cgroup2_mount()
@@ -302,3 +302,23 @@ def test_memory_pressure_ends_the_least_recently_used_suspended_app_first(make_d
     assert state(d, "old") == ("not-running", "memory pressure")
     r = d.json("fetch", "old", timeout=40)
     assert r["result"] == "new-data"
+
+
+@needs_cgroup
+def test_a_notification_cut_short_by_a_stop_is_delivered_again_after_the_restart(broker, make_drowse):
+    d = make_drowse(broker=broker, handler_deadline="20s")
+    out = add_resident(d)
+    (out / "result").write_text("none")  # read, never completed
+    d.start()
+    wait_until(lambda: hello_count(out) >= 1, 20, what="the stream")
+    broker.wait_subscribed(notify_topic("res"))
+    d.push("res", "--id", "n-1")
+    wait_until(lambda: [e for e in events(out) if e.get("event") == "notification"], 15, what="the notification")
+    d.stop()
+    (out / "result").write_text("new-data")
+    d.start()
+    again = wait_until(lambda: [e for e in events(out) if e.get("event") == "notification"][1:], 30,
+                       what="the notification delivered again after the restart")
+    assert again[0]["payload"]["id"] == "n-1"
+    wait_until(lambda: [h for h in d.app("res")["history"] if h["event"] == "notification" and h["result"] == "new-data"], 15,
+               what="its completion recorded")
