@@ -174,6 +174,15 @@ try:
 finally:
     stop(p)
 
+# Leave no cgroups behind (drowsed removes its apps' leaves, not the tree it was given).
+for phase in ("unsuspended", "suspended", "latency"):
+    top = mount() / f"{CG}-{phase}"
+    for d in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True) + [top]:
+        try:
+            d.rmdir()
+        except OSError:
+            pass
+
 lat.sort()
 def pct(q):
     return lat[min(len(lat) - 1, max(0, int(round(q / 100 * len(lat))) - 1))]
