@@ -110,7 +110,8 @@ gzip -9n -c "$WORK/man/drowsed.8" >"$ROOT/usr/share/man/man8/drowsed.8.gz"
 
 say "shell completions"
 for b in drowse drowsed; do
-    "$ROOT/usr/bin/$b" --generate-completion-script bash >"$ROOT/usr/share/bash-completion/completions/$b"
+    # bash-completion sources the file: no #! line.
+    "$ROOT/usr/bin/$b" --generate-completion-script bash | sed '1{/^#!/d}' >"$ROOT/usr/share/bash-completion/completions/$b"
     "$ROOT/usr/bin/$b" --generate-completion-script zsh >"$ROOT/usr/share/zsh/vendor-completions/_$b"
     "$ROOT/usr/bin/$b" --generate-completion-script fish >"$ROOT/usr/share/fish/vendor_completions.d/$b.fish"
 done
@@ -163,6 +164,9 @@ Description: background-execution agent for low-power Linux boards
  command-line tool.
 CONTROL
 
+(cd "$ROOT" && find . -path ./DEBIAN -prune -o -type f -printf '%P\0' | LC_ALL=C sort -z |
+    xargs -0 md5sum) >"$ROOT/DEBIAN/md5sums"
+chmod 0644 "$ROOT/DEBIAN/md5sums" "$ROOT/DEBIAN/control" "$ROOT/DEBIAN/conffiles"
 find "$ROOT" -exec touch -h -d "@$EPOCH" {} +
 mkdir -p "$OUT"
 DEB=$OUT/drowse_${VERSION}_${ARCH}.deb
