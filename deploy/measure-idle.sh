@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Measures how quiet an idle drowsed is: wakeups per second (context switches of all its
-# threads), resident memory and threads.
+# threads), resident memory (RSS, PSS and private dirty) and threads, and how big the binaries
+# (as built and stripped) and the Debian package are.
 #
 #   deploy/measure-idle.sh [SECONDS]            start a private broker and drowsed on loopback
 #                                               (temp config, 2 apps with long intervals, MQTT
@@ -11,6 +12,7 @@
 # Env: MAX_WAKEUPS_PER_S  fail (exit 1) above this many wakeups per second (deploy/test.sh uses it)
 #      DROWSE_BIN_DIR  use the binaries there instead of building a release
 #      SETTLE          seconds to wait after MQTT is connected, before measuring (default 5)
+#      DEB             also print the size of this .deb and its Installed-Size (deploy/build-deb.sh)
 set -euo pipefail
 # shellcheck source=deploy/common.sh
 . "$(dirname "$0")/common.sh"
@@ -37,6 +39,31 @@ snapshot() {
             /^nonvoluntary_ctxt_switches:/ { n = $2 }
             END { if (name != "") print tid, v + n, name }' "$f" 2>/dev/null || true   # thread gone: skip
     done
+}
+
+rollup_field() {    # rollup_field PID KEY: KEY's kB in /proc/PID/smaps_rollup (empty if unreadable)
+    awk -v k="$2:" '$1 == k { print $2; exit }' "/proc/$1/smaps_rollup" 2>/dev/null || true
+}
+
+mib() { awk -v b="$1" 'BEGIN { printf "%.1f MiB", b / 1048576 }'; }
+
+# sizes: the binaries in $BIN (when set) as built and stripped (a stripped copy, as the package
+# holds them), and the package $DEB (when set).
+sizes() {
+    local b tmp
+    if [ -n "${BIN:-}" ] && command -v strip >/dev/null 2>&1; then
+        tmp=$(mktemp -d "${TMPDIR:-/tmp}/drowse-sizes.XXXXXX")
+        for b in drowsed drowse; do
+            strip --strip-unneeded --remove-section=.comment --remove-section=.note -o "$tmp/$b" "$BIN/$b"
+            printf '%-10s %s as built, %s stripped\n' "$b:" "$(mib "$(stat -c %s "$BIN/$b")")" "$(mib "$(stat -c %s "$tmp/$b")")"
+        done
+        rm -rf "$tmp"
+    fi
+    if [ -n "${DEB:-}" ]; then
+        [ -f "$DEB" ] || die "DEB=$DEB: no such file"
+        printf '%-10s %s (%s), Installed-Size %s\n' ".deb:" "$(mib "$(stat -c %s "$DEB")")" "$(basename "$DEB")" \
+            "$(mib $(( $(dpkg-deb -f "$DEB" Installed-Size) * 1024 )))"
+    fi
 }
 
 status_field() {    # status_field PID KEY: the value of KEY in /proc/PID/status
@@ -72,6 +99,11 @@ measure() {
     echo
     awk -v t="$total" -v s="$secs" 'BEGIN { printf "wakeups/s: %.3f   (%d context switches in %d s, all threads)\n", t / s, t, s }'
     awk -v r="$rss" -v h="$hwm" 'BEGIN { printf "RSS:       %.1f MiB (VmRSS; peak VmHWM %.1f MiB)\n", r / 1024, h / 1024 }'
+    local pss pdirty
+    pss=$(rollup_field "$pid" Pss)
+    pdirty=$(rollup_field "$pid" Private_Dirty)
+    [ -z "$pss" ] || awk -v p="$pss" 'BEGIN { printf "PSS:       %.1f MiB (Pss of smaps_rollup: shared pages divided among their users)\n", p / 1024 }'
+    [ -z "$pdirty" ] || awk -v p="$pdirty" 'BEGIN { printf "private dirty: %.1f MiB (Private_Dirty of smaps_rollup: memory only this process holds)\n", p / 1024 }'
     echo "threads:   $threads"
     [ ${#woke[@]} -eq 0 ] || echo "woke:      ${woke[*]}   (name[tid]:switches)"
     [ "$born" -eq 0 ] || echo "note: $born thread(s) started during the window"
@@ -83,6 +115,8 @@ measure() {
 
 if [ -n "$PID" ]; then
     measure "$PID" "$DURATION"
+    [ -z "${DROWSE_BIN_DIR:-}" ] || BIN=$DROWSE_BIN_DIR
+    sizes
     exit 0
 fi
 
@@ -156,3 +190,4 @@ fi
 say "drowsed is up and connected to mqtt://127.0.0.1:$PORT; settling for $SETTLE s"
 sleep "$SETTLE"
 measure "$DAEMON_PID" "$DURATION"
+sizes
