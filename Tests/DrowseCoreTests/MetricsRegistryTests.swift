@@ -93,7 +93,7 @@ import Testing
         #expect(p.residentBytes == 1500 * 4096)
         #expect(p.virtualBytes == 7324 * 4096)
         #expect(p.startTicksSeconds == 1234.56)
-        #expect(p.pssBytes == 4096 * 1024)
+        #expect(p.pssBytes == Optional(4_194_304.0))
         #expect(ProcessStats.parse(stat: "garbage", statm: "1 2", smapsRollup: nil, pageSize: 4096, ticksPerSecond: 100) == nil)
         #expect(ProcessStats.parse(stat: stat, statm: "", smapsRollup: nil, pageSize: 4096, ticksPerSecond: 100) == nil)
     }
