@@ -13,7 +13,7 @@ cd "$DROWSE_ROOT"
 nginx_pkg=nginx
 apt-cache show nginx-light >/dev/null 2>&1 && nginx_pkg=nginx-light
 # For the TLS tests (certificates), network-namespace tests and one fault-injection test.
-test_packages=(openssl iproute2 strace)
+test_packages=(openssl iproute2 strace python3-prometheus-client)
 had_nginx=yes
 command -v nginx >/dev/null 2>&1 || had_nginx=no
 if [ "$had_nginx" = yes ]; then

@@ -32,6 +32,17 @@ package struct APIRouter: Sendable {
 
     package init(agent: Agent) { self.agent = agent }
 
+    /// `GET /v1/metrics` answers text, not JSON (the one route that does).
+    static func isMetrics(method: String, path: String) -> Bool { method == "GET" && path == "/v1/metrics" }
+
+    /// The metrics in the Prometheus text format, or the error as JSON text; with the answer's Content-Type.
+    package func metrics(caller: Caller) async -> (status: Int, body: String, contentType: String) {
+        do { return (200, try await agent.metricsText(caller: caller), "text/plain; version=0.0.4; charset=utf-8") } catch {
+            let json = JSON.object([("error", .object([("code", .string(error.code)), ("message", .string(error.message))]))])
+            return (error.status, json.pretty + "\n", "application/json")
+        }
+    }
+
     package func handle(_ req: APIRequest, caller: Caller) async -> (Int, JSON) {
         do {
             return (200, try await route(req, caller: caller))

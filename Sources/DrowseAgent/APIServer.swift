@@ -176,6 +176,16 @@ final class APIHandler: ChannelInboundHandler, RemovableChannelHandler {
                 openEventStream(app, caller: caller, context: context)
                 return
             }
+            if APIRouter.isMetrics(method: head.method.rawValue, path: path) {
+                let router = self.router
+                let promise = context.eventLoop.makePromise(of: (status: Int, body: String, contentType: String).self)
+                promise.completeWithTask { await router.metrics(caller: caller) }
+                promise.futureResult.whenSuccess { answer in
+                    let (handler, ctx) = loopBound.value
+                    handler.respond(context: ctx, status: answer.status, text: answer.body, contentType: answer.contentType, keepAlive: keepAlive)
+                }
+                return
+            }
             let req = APIRequest(method: head.method.rawValue, path: path, query: query, body: body)
             let router = self.router
             let promise = context.eventLoop.makePromise(of: (Int, JSON).self)
@@ -222,9 +232,12 @@ final class APIHandler: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     func respond(context: ChannelHandlerContext, status: Int, json: JSON, keepAlive: Bool) {
-        let text = json.pretty + "\n"
+        respond(context: context, status: status, text: json.pretty + "\n", contentType: "application/json", keepAlive: keepAlive)
+    }
+
+    func respond(context: ChannelHandlerContext, status: Int, text: String, contentType: String, keepAlive: Bool) {
         var headers = HTTPHeaders()
-        headers.add(name: "Content-Type", value: "application/json")
+        headers.add(name: "Content-Type", value: contentType)
         headers.add(name: "Content-Length", value: String(text.utf8.count))
         if !keepAlive { headers.add(name: "Connection", value: "close") }
         let head = HTTPResponseHead(version: .http1_1, status: HTTPResponseStatus(statusCode: status), headers: headers)

@@ -40,7 +40,9 @@ extension Agent {
                     Task { await self?.fetchTimerFired() }
                 }
             })
-        return FetchService(scheduler: initialScheduler, store: store, host: host, trace: trace, logger: logger)
+        let service = FetchService(scheduler: initialScheduler, store: store, host: host, trace: trace, logger: logger)
+        service.metrics = metrics
+        return service
     }
 
     /// Starts the scheduler with the apps as the store remembers them.

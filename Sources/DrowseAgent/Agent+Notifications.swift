@@ -38,9 +38,12 @@ extension Agent {
         switch event {
         case .connected:
             // Work that needs the radio could ride this moment; the planner does so later.
-            break
+            metrics.mqttConnected()
         case .disconnected(let reason):
+            metrics.mqttDisconnected()
             logger.warning("mqtt session down: \(reason)")
+        case .pingSent:
+            metrics.mqttPinged()
         case .message(let topic, let payload, let receipt):
             // The PUBACK leaves only now: after the record (or a refusal, which is final).
             if notifications.receive(topic: topic, payload: payload) { receipt.acknowledge() } else { receipt.reject() }
@@ -63,9 +66,11 @@ extension Agent {
                 guard let at else { return }
                 self.deferredTimer = WakeTimer.after(max(0, at - self.now())) { Task { await self.deferredTimerFired() } }
             })
-        return NotificationService(
+        let service = NotificationService(
             admission: NotificationAdmission(budget: NotificationBudget(maxPerHour: config.notifications.maxPerHour)),
             store: store, host: host, topicPrefix: config.mqtt?.topicPrefix ?? "drowse", deviceID: config.deviceID, logger: logger)
+        service.metrics = metrics
+        return service
     }
 
     func deferredTimerFired() {

@@ -68,8 +68,10 @@ extension Agent {
                 self.enqueueHandler(.transfers(app: app, key: key, stdin: stdin, batch: batch))
             },
             radioUsed: { self.radioBusy() })
-        return TransferService(lifecycle: lifecycle, store: store, files: SystemTransferFiles(), host: host, stateDir: config.stateDir,
-                               logger: logger)
+        let service = TransferService(lifecycle: lifecycle, store: store, files: SystemTransferFiles(), host: host, stateDir: config.stateDir,
+                                      logger: logger)
+        service.metrics = metrics
+        return service
     }
 
     /// Start-up: every stored transfer goes back to the lifecycle.

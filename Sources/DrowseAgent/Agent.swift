@@ -74,6 +74,10 @@ package actor Agent {
     var handlerRuns: [String: [ObjectIdentifier: HandlerRun]] = [:]
     /// "psi", or why memory pressure is not watched.
     var memoryPressureStatus = "unavailable: not started"
+    /// The counters `GET /v1/metrics` shows; the services count into this one.
+    let metrics = AgentMetrics()
+    /// A write of the `[metrics] textfile` is queued for the end of this turn.
+    var metricsTextfilePending = false
 
     package init(config: MainConfig, logger: Logger, launcher: HandlerLaunching = ProcessLauncher(), schedulerTrace: String? = nil) throws {
         self.config = config
@@ -118,6 +122,7 @@ package actor Agent {
         handlePendingNotifications()
         startScheduler()
         startMemoryPressureMonitor()
+        startMetricsTextfile()
     }
 
     /// Stops cleanly: transfer progress committed, MQTT offline status published.
@@ -279,6 +284,7 @@ package actor Agent {
         if started.delivered, stopping, case .launchFailed = outcome.ending { handled = nil }
         do { try store.record(run, fetch: record, handlingNotification: handled) } catch { logger.error("store: \(error)") }
         fetch.finish(next)
+        metrics.handlerEnded(app: app.id, event: event, result: outcome.result, seconds: outcome.endedAt - outcome.startedAt)
         let level: Logger.Level = outcome.result == .failed ? .warning : .info
         logger.log(level: level, "\(event.rawValue) handler finished: \(outcome.result.rawValue) (\(outcome.summary))",
                    metadata: ["app.id": "\(app.id)"])

@@ -49,6 +49,8 @@ package final class FetchService {
     let host: FetchHost
     let trace: SchedulerTrace?
     let logger: Logger
+    /// Wake windows planned and opened are counted here (the agent hands over its own).
+    package var metrics = AgentMetrics()
 
     package init(scheduler: FetchScheduler, store: FetchStore, host: FetchHost, trace: SchedulerTrace?, logger: Logger) {
         self.scheduler = scheduler
@@ -89,6 +91,7 @@ package final class FetchService {
             case let .startFetch(ids, trigger):
                 if trigger == .scheduled {
                     logger.info("fetch window opens", metadata: ["apps": "\(ids)"])
+                    metrics.windowOpened()
                     host.windowOpened()
                 }
                 for id in ids {
@@ -102,6 +105,7 @@ package final class FetchService {
                 let delay = max(0, at - host.now())
                 logger.debug("next fetch window in \(DurationText.format(.milliseconds(Int64(saturating: delay * 1000, rounding: .up))))",
                              metadata: ["apps": "\(scheduler.planned?.apps ?? [])"])
+                metrics.windowPlanned(at: at)
                 host.setWakeTimer(at)
             case .cancelTimer:
                 host.setWakeTimer(nil)

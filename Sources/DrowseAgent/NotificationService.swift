@@ -63,6 +63,8 @@ package final class NotificationService {
     let topicPrefix: String
     let deviceID: String
     let logger: Logger
+    /// Notifications by outcome and refusals by reason are counted here (the agent hands over its own).
+    package var metrics = AgentMetrics()
 
     package init(admission: NotificationAdmission, store: NotificationStore, host: NotificationHost, topicPrefix: String, deviceID: String,
                  logger: Logger) {
@@ -83,12 +85,13 @@ package final class NotificationService {
             unexpected(topic: topic)
             return true
         }
+        metrics.notification(.received)
         guard let app = host.app(appID) else {
-            refuse("no valid app '\(LogText.escape(appID))'", app: nil)
+            refuse("no valid app '\(LogText.escape(appID))'", app: nil, .unknownApp)
             return true
         }
         guard payload.count <= Notification.maxBytes else {
-            refuse("payload of \(payload.count) bytes is over the \(Notification.maxBytes)-byte limit", app: appID)
+            refuse("payload of \(payload.count) bytes is over the \(Notification.maxBytes)-byte limit", app: appID, .tooLarge)
             return true
         }
         // Signed notifications: when the app has a public key, nothing else is accepted.
@@ -99,27 +102,28 @@ package final class NotificationService {
                 let jws = try JWS.parse(payload)
                 if let key = app.notificationPublicKey.flatMap(Base64.decode) {
                     guard Ed25519.verify(jws.signature, of: jws.signingInput, publicKey: key) else {
-                        refuse("bad signature", app: appID)
+                        refuse("bad signature", app: appID, .badSignature)
                         return true
                     }
                     signed = true
                 }
                 body = jws.payload
             } catch {
-                refuse(error.description, app: appID)
+                refuse(error.description, app: appID, .malformed)
                 return true
             }
         } else if app.notificationPublicKey != nil {
-            refuse("unsigned, and the app accepts only signed notifications", app: appID)
+            refuse("unsigned, and the app accepts only signed notifications", app: appID, .unsigned)
             return true
         }
         let note: Notification
         do { note = try Notification.parse(body) } catch {
-            refuse(error.description, app: appID)
+            refuse(error.description, app: appID, .malformed)
             return true
         }
         guard note.contentAvailable else {
             logger.info("notification ignored: not silent (no aps.content-available = 1)", metadata: ["app.id": "\(appID)"])
+            metrics.notification(.ignored)
             return true
         }
         // What happens next is NotificationAdmission's to decide; this carries it out.
@@ -142,6 +146,7 @@ package final class NotificationService {
                 logger.error("notification not recorded, left to the broker to deliver again: \(error)", metadata: ["app.id": "\(appID)"])
                 return false
             }
+            if seq != nil { metrics.notification(.accepted) }
             // Written (a kill -9 from here on cannot lose it), so the handler may start; the PUBACK
             // waits until the record is on disk too. A power cut in between runs the handler again
             // after the restart, like any run a crash interrupts: notifications are hints that are
@@ -164,8 +169,9 @@ package final class NotificationService {
         return true
     }
 
-    func refuse(_ why: String, app: String?) {
+    func refuse(_ why: String, app: String?, _ reason: AgentMetrics.RefusalReason) {
         refusedNotifications += 1
+        metrics.notificationRefused(reason)
         logger.warning("notification refused: \(LogText.escape(why))", metadata: app.map { ["app.id": "\($0)"] } ?? [:])
     }
 
@@ -205,17 +211,20 @@ package final class NotificationService {
         for action in actions {
             switch action {
             case .refuse(let app, .expired):
-                refuse("expired", app: app)
+                refuse("expired", app: app, .expired)
             case .record:
                 // Only `receive` asks for records; it writes them itself.
                 logger.error("notification admission asked for a record outside an arrival; ignored")
             case .duplicate(let app, let key):
+                metrics.notification(.duplicate)
                 logger.info("notification ignored: duplicate", metadata: ["app.id": "\(app)", "key": "\(LogText.escape(key))"])
             case .expire(let seq, let app):
                 logger.info("notification dropped: expired", metadata: ["app.id": "\(app)"])
+                metrics.notification(.expired)
                 try? store.markNotification(seq, state: "expired", at: host.now())
             case .dropCollapsed(let seq, let app, let collapseID):
                 logger.info("collapsed an older notification with collapse-id \(LogText.escape(collapseID))", metadata: ["app.id": "\(app)"])
+                metrics.notification(.collapsed)
                 try? store.markNotification(seq, state: "collapsed", at: host.now())
             case .drop(let seq):
                 try? store.markNotification(seq, state: "dropped", at: host.now())
@@ -245,6 +254,7 @@ package final class NotificationService {
                 deliver(app, seq: seq, payload: payload)
             case .defer(let seq, let app, let until, let inLastHour):
                 try? store.markNotification(seq, state: "deferred", at: host.now())
+                metrics.notification(.deferred)
                 logger.info("notification deferred: \(inLastHour) in the last hour (max_per_hour \(admission.budget.maxPerHour)); runs in \(DurationText.format(.milliseconds(Int64(max(0, until - host.now()) * 1000)))) at the latest",
                             metadata: ["app.id": "\(app)"])
             case .setTimer(let at):

@@ -100,6 +100,12 @@ package final class TransferService {
     let logger: Logger
     /// Set once the engine runs (its thread starts after the service exists).
     package var engine: TransferEngineControl?
+    /// Bytes, resumes, retries and failures are counted here (the agent hands over its own).
+    package var metrics = AgentMetrics()
+    /// Per running attempt: the byte offset up to which its bytes are counted.
+    var countedUpTo: [String: Int64] = [:]
+    /// Per transfer: the state and retries last saved, so a failure or retry is counted once.
+    var lastSaved: [String: (state: Transfer.State, retries: Int)] = [:]
 
     package init(lifecycle: TransferLifecycle, store: TransferStore, files: TransferFiles, host: TransferHost, stateDir: String,
                  logger: Logger) {
@@ -185,6 +191,7 @@ package final class TransferService {
             let digest = TransferLifecycle.wantsDigest(t, size: size) ? files.sha256(ofFile: final, as: who) : nil
             finalFiles[t.id] = .init(path: final, size: size, sha256: digest)
         }
+        for t in all { lastSaved[t.id] = (t.state, t.retries) }
         let events = apps.mapValues { TransferLifecycle.AppEvents(hasCommand: $0.eventsCommand != nil, launches: $0.sendsLaunchEvents) }
         drive { $0.restored(all, finalFiles: finalFiles, apps: events, now: host.now()) }
     }
@@ -200,14 +207,19 @@ package final class TransferService {
         case let .committed(id, done, total, etag, lm):
             drive { $0.progressCommitted(id: id, bytesDone: done, bytesTotal: total, etag: etag, lastModified: lm) }
         case let .progress(id, done, total):
+            countBytes(id, upTo: done, mayRestart: true)
             lifecycle.progressed(id: id, bytesDone: done, bytesTotal: total)
         case let .sent(id, sent):
+            countBytes(id, upTo: sent, mayRestart: true)
             lifecycle.sent(id: id, bytes: sent)
         case let .uploadResource(id, url, proto):
             drive { $0.uploadResourceKnown(id: id, url: url, protocolName: proto) }
         case let .completed(id, bytes, path):
+            countBytes(id, upTo: bytes, mayRestart: false)
+            countedUpTo[id] = nil
             drive { $0.attemptEnded(id: id, .completed(bytes: bytes, path: path), now: host.now()) }
         case let .failed(id, error):
+            countedUpTo[id] = nil
             drive { $0.attemptEnded(id: id, .failed(reason: error.reason, transient: error.transient, noSpace: error.noSpace), now: host.now()) }
         }
     }
@@ -284,6 +296,8 @@ package final class TransferService {
         case let .recordUploadResource(id, url, proto):
             do { try store.recordUploadResource(id: id, url: url, protocol: proto) } catch { logger.error("store: \(error)") }
         case .startEngine(let t):
+            countedUpTo[t.id] = t.bytesDone
+            if t.bytesDone > 0 || (t.kind == .upload && t.uploadURL != nil) { metrics.transferResumed() }
             switch t.kind {
             case .download:
                 if t.destination == nil { inbox(for: t.app) }
@@ -323,6 +337,7 @@ package final class TransferService {
     /// Saves a transfer's state. When the store cannot write (a full disk holds the database
     /// too), the state is kept in memory so the API still tells the truth, and saved later.
     func persist(_ t: Transfer) {
+        observe(t)
         do {
             try store.save(t)
             unsaved[t.id] = nil
@@ -330,5 +345,33 @@ package final class TransferService {
             logger.error("store: \(error)", metadata: ["transfer.id": "\(t.id)"])
             unsaved[t.id] = t
         }
+    }
+
+    // MARK: metrics
+
+    /// Counts the bytes an attempt moved, from the engine's reports of how far it got (an
+    /// absolute offset). A report below what was counted means the attempt started over (the
+    /// server ignored the range, the file changed): counting goes on from there.
+    func countBytes(_ id: String, upTo offset: Int64, mayRestart: Bool) {
+        guard let counted = countedUpTo[id], let t = lifecycle.transfer(id) else { return }
+        if offset > counted {
+            metrics.transferBytes(app: t.app, kind: t.kind, offset - counted)
+            countedUpTo[id] = offset
+        } else if mayRestart {
+            countedUpTo[id] = offset
+        }
+    }
+
+    /// A transfer's state is saved: a new retry or a failure for good is counted once, and a
+    /// finished transfer asks for the metrics textfile to be written.
+    func observe(_ t: Transfer) {
+        let before = lastSaved[t.id]
+        if let before, t.retries > before.retries { metrics.transferRetried(t.retries - before.retries) }
+        let wasFinished = before?.state.isFinished ?? false
+        if t.state.isFinished, !wasFinished, before != nil || !t.delivered {
+            if t.state == .failed { metrics.transferFailed(reason: t.reason ?? "") }
+            metrics.transferFinished()
+        }
+        if t.state.isFinished, t.delivered { lastSaved[t.id] = nil } else { lastSaved[t.id] = (t.state, t.retries) }
     }
 }

@@ -12,6 +12,13 @@ package struct MainConfig: Sendable, Equatable {
     package var transfers: TransfersConfig
     package var notifications = NotificationsConfig()
     package var lifecycle = LifecycleConfig()
+    package var metrics = MetricsConfig()
+
+    /// `[metrics]`: where node_exporter's textfile collector reads drowsed's counters.
+    package struct MetricsConfig: Sendable, Equatable {
+        /// An absolute path ending in `.prom`, rewritten atomically when something happens; nil: none.
+        package var textfile: String?
+    }
 
     /// `[lifecycle]`: suspension, background tasks, memory pressure (see `AppLifecycle`).
     package struct LifecycleConfig: Sendable, Equatable {
@@ -194,11 +201,21 @@ package struct MainConfig: Sendable, Equatable {
             lifecycle.memoryPressure = trigger
             try l.rejectUnknown()
         }
+        var metrics = MetricsConfig()
+        if var m = try r.table("metrics") {
+            if let path = try m.string("textfile") {
+                guard path.hasPrefix("/"), path.hasSuffix(".prom"), !path.hasSuffix("/.prom"), !path.contains("\u{0}") else {
+                    throw m.error("textfile", "is an absolute path ending in .prom (node_exporter's textfile collector reads only those)")
+                }
+                metrics.textfile = path
+            }
+            try m.rejectUnknown()
+        }
         try r.rejectUnknown()
         return MainConfig(
             file: file, deviceID: deviceID, stateDir: stateDir, appsDir: appsDir, socket: socket, mqtt: mqtt,
             conditions: conditions, radioModel: radioModel, scheduler: scheduler, transfers: transfers,
-            notifications: notifications, lifecycle: lifecycle)
+            notifications: notifications, lifecycle: lifecycle, metrics: metrics)
     }
 }
 

@@ -46,6 +46,8 @@ package enum MQTTSessionEvent: Sendable {
     /// message is recorded (or refused), so the broker never counts as delivered what a crash
     /// could still lose.
     case message(topic: String, payload: [UInt8], receipt: MQTTReceipt)
+    /// The keepalive was due and libmosquitto was asked to send PINGREQ (for the metrics).
+    case pingSent
 }
 
 /// The owner's answer for one received message. `acknowledge()` lets its PUBACK (and everything
@@ -428,6 +430,7 @@ package final class MQTTSession: Sendable {
                 if mosquitto_socket(mosq) < 0 {
                     return machine.disconnected(reason: ctx.lostReason ?? "keepalive: no answer from the broker", now: now())
                 }
+                session.onEvent(.pingSent)
                 if mayWrite(), mosquitto_want_write(mosq) {
                     if let e = MosquittoError(rc: mosquitto_loop_write(mosq, 1), call: "mosquitto_loop_write") {
                         return machine.disconnected(reason: ctx.lostReason ?? e.detail, now: now())

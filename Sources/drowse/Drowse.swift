@@ -32,7 +32,7 @@ struct Drowse: ParsableCommand {
         version: "0.1.0",
         subcommands: [
             Status.self, Apps.self, Fetch.self, Used.self, ConditionsCommand.self, Push.self, TransferCommand.self,
-            Transfers.self, Quit.self, Activate.self, Deactivate.self, TaskCommand.self, Keygen.self, Simulate.self,
+            Transfers.self, Quit.self, Activate.self, Deactivate.self, TaskCommand.self, Keygen.self, Simulate.self, MetricsCommand.self,
         ])
 }
 

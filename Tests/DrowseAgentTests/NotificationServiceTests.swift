@@ -75,6 +75,25 @@ struct NotificationServiceTests {
         #expect(rig.ran.count == 1)
     }
 
+    @Test("metrics: received, accepted, duplicate, ignored, and refusals by reason")
+    func metrics() throws {
+        let rig = try Rig()
+        let m = rig.service.metrics
+        func outcome(_ o: String) -> Double? { m.registry.value("drowse_notifications_total", [("outcome", o)]) }
+        func refused(_ r: String) -> Double? { m.registry.value("drowse_notifications_refused_total", [("reason", r)]) }
+        #expect(rig.push(Self.silent))
+        #expect(rig.push(Self.silent))
+        #expect(rig.push(#"{"aps": {}, "id": "loud"}"#))
+        #expect(rig.push("not json"))
+        #expect(rig.push(Self.silent, topic: Topics.notify(prefix: "drowse", device: "dev", app: "ghost")))
+        #expect(rig.push(#"{"aps": {"content-available": 1}, "pad": "\#(String(repeating: "x", count: 5000))"}"#))
+        #expect(outcome("received") == 6)
+        #expect(outcome("accepted") == 1 && outcome("duplicate") == 1 && outcome("ignored") == 1 && outcome("refused") == 3)
+        #expect(refused("malformed") == 1 && refused("unknown_app") == 1 && refused("too_large") == 1)
+        #expect(refused("bad_signature") == 0 && refused("unsigned") == 0 && refused("expired") == 0)
+        #expect(outcome("deferred") == 0 && outcome("collapsed") == 0 && outcome("expired") == 0)
+    }
+
     @Test("what cannot be a notification is refused and counted; the device's own status topic is ignored")
     func refusals() throws {
         let rig = try Rig()

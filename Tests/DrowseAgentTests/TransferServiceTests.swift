@@ -122,6 +122,35 @@ struct TransferServiceTests {
         #expect(rig.engine.downloads.count == 2 && rig.store.rows["t2"]?.attempts == 2)
     }
 
+    @Test("metrics: bytes moved (again after a resume), one retry, one resume, a failure by its reason")
+    func metrics() throws {
+        let rig = try Rig()
+        let m = rig.service.metrics
+        _ = rig.submit("t1")
+        rig.service.engineEvent(.progress(id: "t1", bytesDone: 100, bytesTotal: 400))
+        rig.service.engineEvent(.committed(id: "t1", bytesDone: 200, bytesTotal: 400, etag: nil, lastModified: nil))
+        rig.service.engineEvent(.progress(id: "t1", bytesDone: 250, bytesTotal: 400))
+        rig.service.engineEvent(.failed(id: "t1", error: TransferError("connection reset", transient: true)))
+        #expect(m.registry.value("drowse_transfer_retries_total") == 1)
+        #expect(m.registry.value("drowse_transfer_resumes_total") == 0)
+        rig.now = try #require(rig.retryAt["t1"])
+        rig.service.retryFired("t1")
+        #expect(m.registry.value("drowse_transfer_resumes_total") == 1, "the retry starts from the 200 bytes on disk")
+        rig.service.engineEvent(.progress(id: "t1", bytesDone: 300, bytesTotal: 400))
+        rig.service.engineEvent(.completed(id: "t1", bytes: 400, path: "/state/inbox/dl/t1-t1.bin"))
+        // 250 in the first attempt, 200 more (from byte 200) in the second.
+        #expect(m.registry.value("drowse_transfer_bytes_total", [("app", "dl"), ("direction", "download")]) == 450)
+        #expect(m.registry.value("drowse_transfer_retries_total") == 1)
+        for reason in TransferFailureReason.allCases {
+            #expect(m.registry.value("drowse_transfer_failures_total", [("reason", reason.rawValue)]) == 0)
+        }
+        _ = rig.submit("t2")
+        rig.service.engineEvent(.failed(id: "t2", error: TransferError("HTTP 404", transient: false)))
+        #expect(rig.store.rows["t2"]?.state == .failed)
+        #expect(m.registry.value("drowse_transfer_failures_total", [("reason", "http_4xx")]) == 1)
+        #expect(m.registry.value("drowse_transfer_retries_total") == 1)
+    }
+
     @Test("a full disk keeps the newest state in memory and shows it")
     func unsaved() throws {
         let rig = try Rig()

@@ -59,3 +59,22 @@ import Testing
         #expect(throws: ConfigError.self) { try AppDefinition.parse("id = \"x\"\n[process]\ncommand = [\"a\"]\nrestart = 1\n", file: "/a/x.toml") }
     }
 }
+
+/// `[metrics]` in drowse.toml.
+@Suite struct MetricsConfigTests {
+    private func main(_ text: String) throws -> MainConfig {
+        try MainConfig.parse("device_id = \"d\"\n" + text, file: "/etc/drowse/drowse.toml", machineID: nil)
+    }
+
+    @Test func textfile() throws {
+        #expect(try main("").metrics.textfile == nil)
+        #expect(try main("[metrics]\n").metrics.textfile == nil)
+        let m = try main("[metrics]\ntextfile = \"/var/lib/prometheus/node-exporter/drowse.prom\"\n").metrics
+        #expect(m.textfile == "/var/lib/prometheus/node-exporter/drowse.prom")
+    }
+
+    @Test(arguments: ["textfile = \"drowse.prom\"", "textfile = \"/tmp/drowse.txt\"", "textfile = \"/tmp/.prom\"", "textfile = 5", "port = 9100"])
+    func refused(line: String) {
+        #expect(throws: ConfigError.self) { try main("[metrics]\n\(line)\n") }
+    }
+}

@@ -23,6 +23,7 @@ final class SessionEvents: Sendable {
         switch e {
         case .connected: seen.withLock { $0.append(.connected) }
         case .disconnected: seen.withLock { $0.append(.disconnected) }
+        case .pingSent: break
         case .message(let topic, let payload, let receipt):
             seen.withLock { $0.append(.message(topic: topic, payload: String(decoding: payload, as: UTF8.self))) }
             if rejectNext.load(ordering: .relaxed) > 0 {
