@@ -87,25 +87,17 @@ package struct MetricsRegistry: Sendable, Equatable {
     }
 
     /// Label values: backslash, double quote and line feed are escaped.
-    package static func escapeLabelValue(_ s: String) -> String {
-        var out = ""
-        for c in s.unicodeScalars {
-            switch c {
-            case "\\": out += "\\\\"
-            case "\"": out += "\\\""
-            case "\n": out += "\\n"
-            default: out.unicodeScalars.append(c)
-            }
-        }
-        return out
-    }
+    package static func escapeLabelValue(_ s: String) -> String { escape(s, quotes: true) }
 
     /// HELP text: backslash and line feed are escaped (quotes are not, per the format).
-    package static func escapeHelp(_ s: String) -> String {
+    package static func escapeHelp(_ s: String) -> String { escape(s, quotes: false) }
+
+    private static func escape(_ s: String, quotes: Bool) -> String {
         var out = ""
         for c in s.unicodeScalars {
             switch c {
             case "\\": out += "\\\\"
+            case "\"" where quotes: out += "\\\""
             case "\n": out += "\\n"
             default: out.unicodeScalars.append(c)
             }
