@@ -192,7 +192,7 @@ package final class TransferService {
             finalFiles[t.id] = .init(path: final, size: size, sha256: digest)
         }
         for t in all { lastSaved[t.id] = (t.state, t.retries) }
-        let events = apps.mapValues { TransferLifecycle.AppEvents(hasCommand: $0.eventsCommand != nil, launches: $0.sendsLaunchEvents) }
+        let events = apps.mapValues { TransferLifecycle.AppEvents(hasCommand: $0.eventsCommand != nil || $0.isResident, launches: $0.sendsLaunchEvents) }
         drive { $0.restored(all, finalFiles: finalFiles, apps: events, now: host.now()) }
     }
 

@@ -322,3 +322,22 @@ def test_a_notification_cut_short_by_a_stop_is_delivered_again_after_the_restart
     assert again[0]["payload"]["id"] == "n-1"
     wait_until(lambda: [h for h in d.app("res")["history"] if h["event"] == "notification" and h["result"] == "new-data"], 15,
                what="its completion recorded")
+
+
+@needs_cgroup
+def test_a_finished_transfer_session_is_an_event_on_the_resident_stream(nginx, make_drowse):
+    d = make_drowse()
+    d.set_lifecycle(suspend_after="1s")
+    out = add_resident(d)
+    url, digest, _ = nginx.add_file("resident.bin", 200_000)
+    d.start()
+    wait_until(lambda: hello_count(out) >= 1, 20, what="the stream")
+    wait_state(d, "suspended")
+    tid = d.download(url, "res", "--session", "sync", "--sha256", digest)
+    ev = wait_until(lambda: [e for e in events(out) if e.get("event") == "transfers"], 30, what="the transfers event")[0]
+    assert ev["session"] == "sync"
+    assert [t["id"] for t in ev["transfers"]] == [tid] and ev["transfers"][0]["state"] == "completed"
+    assert any(e.get("completed") == ev["id"] and e["status"] == 200 for e in events(out))
+    runs = wait_until(lambda: [h for h in d.app("res")["history"] if h["event"] == "transfers"], 15, what="the run recorded")
+    assert runs[0]["ending"] == "completed: new-data"
+    wait_state(d, "suspended")
