@@ -45,12 +45,13 @@ final class SignalSuspension: AppSuspension {
     func adopt(apps: [String]) -> Set<String> { [] }
     func leaf(app: String, name: String) -> String? { nil }
     func leafEnded(_ leaf: String) {}
-    func freeze(app: String, processGroups: [pid_t]) { for g in processGroups where g > 0 { kill(-g, SIGSTOP) } }
-    func thaw(app: String, processGroups: [pid_t]) { for g in processGroups where g > 0 { kill(-g, SIGCONT) } }
+    func freeze(app: String, processGroups: [pid_t]) { SignalFreezer().stop(processGroups: processGroups) }
+    func thaw(app: String, processGroups: [pid_t]) { SignalFreezer().resume(processGroups: processGroups) }
     func killAll(app: String, processGroups: [pid_t]) {
-        for g in processGroups where g > 0 {
-            kill(-g, SIGKILL)
-            kill(-g, SIGCONT)
+        // SIGKILL ends a stopped process too; SIGCONT lets it be reaped at once.
+        for g in processGroups where g > 1 {
+            killpg(g, SIGKILL)
+            killpg(g, SIGCONT)
         }
     }
     func watchAdopted(app: String, exited: @escaping @Sendable () -> Void) {}
@@ -93,10 +94,7 @@ extension Agent {
 
     /// Process groups drowsed started for the app and that still run (for signal suspension).
     func processGroups(of app: String) -> [pid_t] {
-        var out: [pid_t] = []
-        if let pid = residents[app]?.pid { out.append(pid) }
-        for run in handlerRuns[app]?.values ?? [:].values { if let pid = run.pid { out.append(pid) } }
-        return out
+        ([residents[app]?.pid] + (handlerRuns[app] ?? [:]).values.map(\.pid)).compactMap { $0 }
     }
 
     /// Sets up suspension and the lifecycle at start: adopt what a killed drowsed left, then
@@ -207,11 +205,6 @@ extension Agent {
     }
 
     // MARK: API
-
-    func residentApp(_ id: String, caller: Caller) throws(APIError) -> AppDefinition {
-        let app = try app(id, for: caller)
-        return app
-    }
 
     package func openEventStream(_ id: String, caller: Caller, sink: EventSink) throws(APIError) {
         _ = try app(id, for: caller)

@@ -47,7 +47,6 @@ package final class LifecycleService {
     var sinks: [String: EventSink] = [:]
     /// Delivered or waiting events of resident apps: what to send, and the run it finishes.
     struct Pending {
-        var app: String
         var members: [(String, JSON)]
         var run: HandlerRun
         var sentAt: Double?
@@ -84,7 +83,7 @@ package final class LifecycleService {
     package func deliver(_ app: String, kind: AppLifecycle.EventKind, members: [(String, JSON)], run: HandlerRun) {
         let now = host.now()
         let (id, actions) = machine.deliver(app, kind: kind, now: now)
-        events[id] = Pending(app: app, members: members, run: run)
+        events[id] = Pending(members: members, run: run)
         carryOut(actions)
     }
 

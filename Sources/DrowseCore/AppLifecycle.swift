@@ -154,9 +154,6 @@ package struct AppLifecycle: Sendable {
     }
 
     package func isFrozen(_ app: String) -> Bool { apps[app]?.frozen ?? false }
-    package func isResident(_ app: String) -> Bool { apps[app]?.spec.resident ?? false }
-    package func hasStream(_ app: String) -> Bool { apps[app]?.streamOpen ?? false }
-    package var appIDs: [String] { apps.keys.sorted() }
 
     // MARK: events
 

@@ -16,8 +16,8 @@ package enum SuspensionMechanism: String, Sendable, Equatable {
 ///
 ///     <base>/daemon            drowsed itself, when <base> is the cgroup it was started in
 ///     <base>/apps/<app>/       one per app, frozen and thawed as a whole
-///     <base>/apps/<app>/resident     the resident process and its children
-///     <base>/apps/<app>/run-<n>      one leaf per handler run, killed with cgroup.kill
+///     <base>/apps/<app>/resident-…   the resident process and its children (a fresh leaf per start)
+///     <base>/apps/<app>/run-…        one leaf per handler run, killed with cgroup.kill
 ///
 /// Only freeze and kill are used, core cgroup v2 features that need no controller, so nothing
 /// here writes `cgroup.subtree_control`. Every wait blocks in poll(2) on `cgroup.events`

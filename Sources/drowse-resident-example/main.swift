@@ -5,7 +5,7 @@
 //     in the output folder: `<kind> <id> <payload JSON>`;
 //   - a fetch writes the time into last-fetch and completes with new-data;
 //   - a notification is completed with new-data; when its payload has "task": N, the app begins
-//     a background task and works N seconds in one-second steps, then ends it; when drowsed
+//     a background task and works N seconds, then ends it; when drowsed
 //     warns that the background time runs out, the work stops and the task is ended
 //     (tasks.log says which);
 //   - finished transfers are logged and completed with new-data.
@@ -91,26 +91,48 @@ func payloadText(_ e: DrowseEvent) -> String {
     }
 }
 
-/// A background task and the work done in it.
+/// A background task and the work done in it. The work stands for N seconds of real work (an
+/// upload, a sync): one wait, cut short when drowsed warns that the background time runs out.
 final class Work: Sendable {
     let app: DrowseApp
     let task: BackgroundTaskID
     let seconds: Int
-    let expired: Flag
+    let end: End
 
-    final class Flag: Sendable {
-        private let value = Atomic<Bool>(false)
-        func set() { value.store(true, ordering: .releasing) }
-        var isSet: Bool { value.load(ordering: .acquiring) }
+    /// How the work ends, whichever comes first: done, or expired (the task's expiration handler).
+    final class End: Sendable {
+        private let state = Mutex<(expired: Bool?, waiter: CheckedContinuation<Bool, Never>?)>((nil, nil))
+
+        func finish(expired: Bool) {
+            let waiter = state.withLock { s -> CheckedContinuation<Bool, Never>? in
+                guard s.expired == nil else { return nil }
+                s.expired = expired
+                defer { s.waiter = nil }
+                return s.waiter
+            }
+            waiter?.resume(returning: expired)
+        }
+
+        /// True when it ended by expiring.
+        func wait() async -> Bool {
+            await withCheckedContinuation { c in
+                let now = state.withLock { s -> Bool? in
+                    if let e = s.expired { return e }
+                    s.waiter = c
+                    return nil
+                }
+                if let now { c.resume(returning: now) }
+            }
+        }
     }
 
     /// Begins the task; nil when drowsed refuses (no background time left).
     init?(_ app: DrowseApp, seconds: Int, for event: String) async {
-        let expired = Flag()
+        let end = End()
         do {
             task = try await app.beginBackgroundTask(name: "work-\(event)") {
                 // Runs when drowsed warns that the background time runs out: stop the work.
-                expired.set()
+                end.finish(expired: true)
             }
         } catch {
             say("resident: no background task for \(event): \(error)")
@@ -119,24 +141,29 @@ final class Work: Sendable {
         }
         self.app = app
         self.seconds = seconds
-        self.expired = expired
+        self.end = end
         say("resident: task \(task) begun for \(seconds)s of work")
         write("\(stamp()) begun \(task) \(seconds)", to: "tasks.log")
     }
 
-    /// Works in one-second steps until done or expired, then ends the task.
+    /// Does the work until it is done or the task expires, then ends the task.
     func run() async {
-        var step = 0
-        while step < seconds && !expired.isSet {
-            try? await Task.sleep(for: .seconds(1))
-            step += 1
-            let left = (try? await app.backgroundTimeRemaining) ?? 0
-            say("resident: task \(task) step \(step)/\(seconds), \(Int(left))s of background time left")
+        let clock = ContinuousClock()
+        let start = clock.now
+        let left = (try? await app.backgroundTimeRemaining) ?? 0
+        say("resident: task \(task): \(seconds)s of work, \(Int(left))s of background time left")
+        let end = self.end, seconds = self.seconds
+        let work = Task {
+            try? await Task.sleep(for: .seconds(seconds))  // the work itself, not a poll
+            end.finish(expired: false)
         }
-        let how = expired.isSet ? "expired" : "done"
+        let expired = await end.wait()
+        work.cancel()
+        let took = Int((clock.now - start).components.seconds)
+        let how = expired ? "expired" : "done"
         do { try await app.endBackgroundTask(task) } catch { say("resident: ending \(task): \(error)") }
-        say("resident: task \(task) \(how) after \(step)s")
-        write("\(stamp()) \(how) \(task) \(step)", to: "tasks.log")
+        say("resident: task \(task) \(how) after \(took)s")
+        write("\(stamp()) \(how) \(task) \(took)", to: "tasks.log")
     }
 }
 

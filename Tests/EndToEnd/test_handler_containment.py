@@ -40,9 +40,9 @@ def run_escape(broker, make_drowse, mode: str) -> int:
 
 def test_a_setsid_child_is_killed_at_the_deadline(broker, make_drowse):
     pid = run_escape(broker, make_drowse, "hang")
-    wait_until(lambda: gone(pid), 5, what=f"the setsid'd child {pid} to be killed and reaped")
+    assert wait_until(lambda: gone(pid), 5, what=f"the setsid'd child {pid} to be killed and reaped")
 
 
 def test_a_setsid_child_is_killed_when_its_handler_exits(broker, make_drowse):
     pid = run_escape(broker, make_drowse, "exit")
-    wait_until(lambda: gone(pid), 5, what=f"the setsid'd child {pid} to be killed and reaped")
+    assert wait_until(lambda: gone(pid), 5, what=f"the setsid'd child {pid} to be killed and reaped")
