@@ -34,7 +34,8 @@ extension Agent {
     func writeMetricsTextfile() {
         metricsTextfilePending = false
         guard let path = config.metrics.textfile else { return }
-        do { try FileSystem.writeAtomically(path, Array(metricsExposition().utf8), mode: 0o644) } catch {
+        // Rewritten at every change: atomic for node_exporter, but not flushed to the SD card each time.
+        do { try FileSystem.writeAtomically(path, Array(metricsExposition().utf8), mode: 0o644, durable: false) } catch {
             logger.warning("metrics textfile not written: \(error)")
         }
     }

@@ -22,6 +22,18 @@ struct FileSystemTests {
         }
     }
 
+    @Test("writeAtomically without fsyncs still replaces the file whole and leaves no temporary")
+    func writeAtomicallyNotDurable() async throws {
+        try await withTempDir { dir in
+            let path = dir + "/drowse.prom"
+            try FileSystem.writeAtomically(path, Array("old".utf8), durable: false)
+            try FileSystem.writeAtomically(path, Array("new contents".utf8), durable: false)
+            #expect(try FileSystem.readText(path) == "new contents")
+            #expect(FileSystem.listDirectory(dir) == ["drowse.prom"])
+            #expect(throws: SystemError.self) { try FileSystem.writeAtomically(dir + "/missing/x.prom", [1], durable: false) }
+        }
+    }
+
     @Test("writeAtomically replaces an existing file whole")
     func writeAtomicallyReplaces() async throws {
         try await withTempDir { dir in
