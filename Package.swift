@@ -5,7 +5,7 @@ let package = Package(
     name: "drowse",
     platforms: [.macOS(.v14)],
     products: [
-        .executable(name: "drowsed", targets: ["drowsed"]),
+        // One multi-call program: `drowsed` is a link to `drowse` (deploy/common.sh makes it).
         .executable(name: "drowse", targets: ["drowse"]),
         .library(name: "DrowseKit", targets: ["DrowseKit"]),
         .executable(name: "drowse-resident-example", targets: ["drowse-resident-example"]),
@@ -29,7 +29,7 @@ let package = Package(
         .target(name: "DrowseCore"),
         .target(name: "DrowseStore", dependencies: ["DrowseCore", "CSQLite"]),
         // `drowse simulate`: scenarios, the virtual-clock driver of the fetch scheduler and the
-        // baselines. Linked into `drowse` only, not into `drowsed`.
+        // baselines.
         .target(name: "DrowseSimulation", dependencies: ["DrowseCore"]),
         .target(name: "DrowseSystem", dependencies: [
             "DrowseCore", "CDrowseSys", "CCrypto",
@@ -51,7 +51,8 @@ let package = Package(
             .product(name: "NIOHTTP1", package: "swift-nio"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
         ]),
-        .executableTarget(name: "drowsed", dependencies: [
+        // The daemon's entry point and command line, run by `drowse` under the name `drowsed`.
+        .target(name: "DrowseDaemon", dependencies: [
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOPosix", package: "swift-nio"),
             "DrowseAgent", "DrowseCore", "DrowseSystem", "CDrowseSys",
@@ -60,7 +61,7 @@ let package = Package(
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
         ]),
         .executableTarget(name: "drowse", dependencies: [
-            "DrowseCore", "DrowseSimulation", "DrowseSystem", "DrowseMQTT",
+            "DrowseDaemon", "DrowseCore", "DrowseSimulation", "DrowseSystem", "DrowseMQTT",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         // The client library a resident app imports: the lifecycle API over the Unix socket.

@@ -5,7 +5,8 @@
 #   sudo dpkg -i OUTDIR/drowse_*.deb    installs it, enables and starts drowsed
 #
 # The package holds:
-#   /usr/bin/drowsed, /usr/bin/drowse                 release build (Swift runtime linked in), stripped
+#   /usr/bin/drowse, /usr/bin/drowsed -> drowse        one multi-call release build (Swift runtime
+#                                                     linked in), stripped; run as drowsed, the daemon
 #   /usr/lib/systemd/system/drowsed.service           deploy/drowsed.service, ExecStart=/usr/bin/drowsed
 #   /etc/drowse/drowse.toml (conffile), /etc/drowse/apps.d/
 #   /usr/lib/sysusers.d/drowse.conf                   the "drowse" group (postinst creates it)
@@ -52,12 +53,14 @@ install -d -m 0755 "$ROOT/DEBIAN" "$ROOT/usr/bin" "$ROOT/usr/lib/systemd/system"
     "$ROOT/usr/share/bash-completion/completions" "$ROOT/usr/share/zsh/vendor-completions" \
     "$ROOT/usr/share/fish/vendor_completions.d"
 
-say "stripped binaries from $BIN"
+say "stripped binary from $BIN"
+# What dh_strip does: keeps the dynamic symbols and Swift's metadata sections.
+strip --strip-unneeded --remove-section=.comment --remove-section=.note \
+    -o "$ROOT/usr/bin/drowse" "$BIN/drowse"
+chmod 0755 "$ROOT/usr/bin/drowse"
+# One program, two names: the daemon is drowse run as drowsed.
+ln -s drowse "$ROOT/usr/bin/drowsed"
 for b in drowsed drowse; do
-    # What dh_strip does: keeps the dynamic symbols and Swift's metadata sections.
-    strip --strip-unneeded --remove-section=.comment --remove-section=.note \
-        -o "$ROOT/usr/bin/$b" "$BIN/$b"
-    chmod 0755 "$ROOT/usr/bin/$b"
     "$ROOT/usr/bin/$b" --version >/dev/null || die "the stripped $b does not run"
 done
 
@@ -141,7 +144,7 @@ echo /etc/drowse/drowse.toml >"$ROOT/DEBIAN/conffiles"
 # dpkg-shlibdeps finds them in the installed libraries' shlibs/symbols files.
 mkdir -p "$WORK/shlibs/debian"
 printf 'Source: drowse\n\nPackage: drowse\nArchitecture: any\n' >"$WORK/shlibs/debian/control"
-DEPENDS=$(cd "$WORK/shlibs" && dpkg-shlibdeps -O "$ROOT/usr/bin/drowsed" "$ROOT/usr/bin/drowse" |
+DEPENDS=$(cd "$WORK/shlibs" && dpkg-shlibdeps -O "$ROOT/usr/bin/drowse" |
           sed -n 's/^shlibs:Depends=//p')
 [ -n "$DEPENDS" ] || die "dpkg-shlibdeps found no dependencies"
 INSTALLED_SIZE=$(du -sk --exclude=DEBIAN "$ROOT" | cut -f1)
@@ -161,7 +164,7 @@ Description: background-execution agent for low-power Linux boards
  background transfers that survive crashes, restarts and power cuts.
  .
  This package holds the daemon drowsed (a systemd service) and the drowse
- command-line tool.
+ command-line tool: one program under two names.
 CONTROL
 
 (cd "$ROOT" && find . -path ./DEBIAN -prune -o -type f -printf '%P\0' | LC_ALL=C sort -z |

@@ -116,6 +116,15 @@ stop_pid() {
     wait "$pid" 2>/dev/null || true
 }
 
+# link_drowsed DIR: drowse is one multi-call program; run as `drowsed` it is the daemon.
+# SwiftPM builds only `drowse`, so the `drowsed` name is a relative symbolic link beside it.
+link_drowsed() {
+    [ -x "$1/drowse" ] || return 0
+    if [ ! -L "$1/drowsed" ] || [ "$(readlink "$1/drowsed")" != drowse ]; then
+        ln -sfn drowse "$1/drowsed"
+    fi
+}
+
 # release_binaries: sets BIN to $DROWSE_BIN_DIR, or to the release build, (re)building it when it
 # is missing or older than anything in Sources/. Build output goes to stderr.
 release_binaries() {
@@ -123,8 +132,8 @@ release_binaries() {
         BIN=$DROWSE_BIN_DIR
     else
         BIN=$DROWSE_ROOT/.build/release
-        if [ ! -x "$BIN/drowsed" ] || [ ! -x "$BIN/drowse" ] ||
-           [ -n "$(find "$DROWSE_ROOT/Sources" -newer "$BIN/drowsed" -print -quit)" ]; then
+        if [ ! -x "$BIN/drowse" ] ||
+           [ -n "$(find "$DROWSE_ROOT/Sources" -newer "$BIN/drowse" -print -quit)" ]; then
             need_swift
             say "swift build ${DROWSE_RELEASE_FLAGS[*]}"
             (cd "$DROWSE_ROOT" && swift build "${DROWSE_RELEASE_FLAGS[@]}") >&2
@@ -132,5 +141,6 @@ release_binaries() {
             say "using the release build in $BIN (newer than everything in Sources/)"
         fi
     fi
+    link_drowsed "$BIN"
     [ -x "$BIN/drowsed" ] && [ -x "$BIN/drowse" ] || die "no drowsed and drowse in $BIN"
 }

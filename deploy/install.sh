@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs Drowse on a real board (Debian / Raspberry Pi OS with systemd) and starts it:
-#   /usr/local/bin/drowsed, /usr/local/bin/drowse      release build, Swift runtime linked in
+#   /usr/local/bin/drowse, drowsed (a link to it)      release build, Swift runtime linked in
 #   /etc/systemd/system/drowsed.service                 deploy/drowsed.service
 #   /etc/drowse/drowse.toml                             deploy/drowse.toml, only if absent
 #   /etc/drowse/apps.d/                                 app definitions (left as they are)
@@ -24,7 +24,9 @@ BIN=$(swift build "${DROWSE_RELEASE_FLAGS[@]}" --show-bin-path)
 
 say "installing into /usr/local/bin, /etc/drowse and /etc/systemd/system"
 as_root install -d -m 0755 /usr/local/bin /etc/drowse /etc/drowse/apps.d /usr/local/share/doc/drowse
-as_root install -m 0755 "$BIN/drowsed" "$BIN/drowse" /usr/local/bin/
+as_root install -m 0755 "$BIN/drowse" /usr/local/bin/
+# One multi-call program: drowsed is drowse under another name (replaces an older separate binary).
+as_root ln -sfn drowse /usr/local/bin/drowsed
 as_root install -m 0644 deploy/drowsed.service /etc/systemd/system/drowsed.service
 as_root install -m 0644 README.md /usr/local/share/doc/drowse/README.md
 if as_root test -e /etc/drowse/drowse.toml; then

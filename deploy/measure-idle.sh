@@ -53,10 +53,10 @@ sizes() {
     local b tmp
     if [ -n "${BIN:-}" ] && command -v strip >/dev/null 2>&1; then
         tmp=$(mktemp -d "${TMPDIR:-/tmp}/drowse-sizes.XXXXXX")
-        for b in drowsed drowse; do
-            strip --strip-unneeded --remove-section=.comment --remove-section=.note -o "$tmp/$b" "$BIN/$b"
-            printf '%-10s %s as built, %s stripped\n' "$b:" "$(mib "$(stat -c %s "$BIN/$b")")" "$(mib "$(stat -c %s "$tmp/$b")")"
-        done
+        # One multi-call program: drowsed is a link to drowse.
+        strip --strip-unneeded --remove-section=.comment --remove-section=.note -o "$tmp/drowse" "$BIN/drowse"
+        printf '%-10s %s as built, %s stripped (drowsed is a link to it)\n' "drowse:" \
+            "$(mib "$(stat -c %s "$BIN/drowse")")" "$(mib "$(stat -c %s "$tmp/drowse")")"
         rm -rf "$tmp"
     fi
     if [ -n "${DEB:-}" ]; then
@@ -129,6 +129,7 @@ else
     swift build "${DROWSE_RELEASE_FLAGS[@]}"
     BIN=$(swift build "${DROWSE_RELEASE_FLAGS[@]}" --show-bin-path)
 fi
+link_drowsed "$BIN"
 [ -x "$BIN/drowsed" ] && [ -x "$BIN/drowse" ] || die "no drowsed and drowse in $BIN"
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/drowse-measure.XXXXXX")
@@ -175,6 +176,9 @@ minimum_interval = "24h"
 events_command = ["/bin/true"]
 EOF
 
+# A binary just linked sits in the page cache unwritten, and smaps counts those pages of the
+# mapping as Private_Dirty: write it back first, as it is on a board.
+sync "$(readlink -f "$BIN/drowse")" 2>/dev/null || sync
 "$BIN/drowsed" --config "$TMP/drowse.toml" 2>"$TMP/drowsed.log" &
 DAEMON_PID=$!
 

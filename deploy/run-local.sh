@@ -25,6 +25,7 @@ need_swift
 say "swift build ${DROWSE_RELEASE_FLAGS[*]}"
 swift build "${DROWSE_RELEASE_FLAGS[@]}"
 BIN=.build/release        # swift build keeps this link pointing at the release products
+link_drowsed "$BIN"       # drowsed is drowse under another name
 
 BROKER_PID=
 DAEMON_PID=

@@ -76,6 +76,9 @@ head -n 1 /usr/share/doc/drowse/copyright | grep -q '^Format: https://www.debian
     fail "copyright is not in the machine-readable format"
 getent group drowse >/dev/null || fail "postinst did not create the drowse group"
 /usr/bin/drowse --version >/dev/null || fail "/usr/bin/drowse does not run"
+[ -L /usr/bin/drowsed ] && [ "$(readlink /usr/bin/drowsed)" = drowse ] ||
+    fail "/usr/bin/drowsed is not the link to the multi-call drowse"
+/usr/bin/drowsed --help 2>&1 | grep -q -- '--check-config' || fail "drowse run as drowsed is not the daemon"
 say "drowsed --check-config on the installed config"
 /usr/bin/drowsed --check-config --config /etc/drowse/drowse.toml || fail "drowsed --check-config failed on the installed config"
 

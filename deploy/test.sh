@@ -39,6 +39,7 @@ need_swift
 
 say "swift build"
 swift build
+link_drowsed "$(swift build --show-bin-path)"
 say "swift test"
 swift test
 
@@ -46,6 +47,7 @@ swift test
 # (a 1 Hz libdispatch timer, a polling loop) fails the tests.
 say "idle check of the release build"
 swift build "${DROWSE_RELEASE_FLAGS[@]}"
+link_drowsed "$(swift build "${DROWSE_RELEASE_FLAGS[@]}" --show-bin-path)"
 DROWSE_BIN_DIR=$(swift build "${DROWSE_RELEASE_FLAGS[@]}" --show-bin-path) MAX_WAKEUPS_PER_S=0.2 SETTLE=3 \
     deploy/measure-idle.sh 15
 

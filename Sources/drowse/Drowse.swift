@@ -3,13 +3,26 @@ import Glibc
 #endif
 import ArgumentParser
 import DrowseCore
+import DrowseDaemon
 import DrowseSystem
 
+/// One program, two names: `drowse`, the command-line tool, and `drowsed`, the daemon (a link to
+/// this binary). The board then holds the Swift runtime and every module the two share once.
 @main
 enum Main {
+    static func main() async {
+        let name = CommandLine.arguments.first.map { String($0.split(separator: "/").last ?? "") } ?? ""
+        let args = Array(CommandLine.arguments.dropFirst())
+        if name.hasPrefix("drowsed") {
+            await DaemonEntry.main(arguments: args)
+        } else {
+            cli(args)
+        }
+    }
+
     /// `--socket PATH` may also come before the subcommand (`drowse --socket S status`).
-    static func main() {
-        var args = Array(CommandLine.arguments.dropFirst())
+    static func cli(_ arguments: [String]) {
+        var args = arguments
         while let first = args.first, first.hasPrefix("--socket") {
             if first == "--socket", args.count >= 2 {
                 setenv("DROWSE_SOCKET", args[1], 1)

@@ -24,6 +24,10 @@ REPO = Path(__file__).resolve().parents[2]
 BIN_DIR = Path(os.environ.get("DROWSE_BIN_DIR", str(REPO / ".build" / "debug")))
 DROWSED = BIN_DIR / "drowsed"
 DROWSE = BIN_DIR / "drowse"
+# drowse is one multi-call program, the daemon when run as `drowsed`: SwiftPM builds only
+# `drowse`, and the name `drowsed` is a link beside it (deploy/common.sh's link_drowsed).
+if DROWSE.is_file() and not os.path.lexists(DROWSED):
+    os.symlink("drowse", DROWSED)
 MOSQUITTO = shutil.which("mosquitto", path="/usr/sbin:/usr/bin:/sbin:/bin") or "/usr/sbin/mosquitto"
 MOSQUITTO_PUB = shutil.which("mosquitto_pub") or "/usr/bin/mosquitto_pub"
 NGINX = shutil.which("nginx", path="/usr/sbin:/usr/bin:/sbin:/bin") or "/usr/sbin/nginx"

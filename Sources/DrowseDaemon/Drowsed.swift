@@ -11,16 +11,19 @@ import NIOCore
 import NIOPosix
 import ServiceLifecycle
 
-@main
-enum Entry {
-    static func main() async {
+/// drowsed's entry point. `drowse` is one multi-call program: run under the name `drowsed` (a
+/// link to it), it calls this instead of the command-line tool, so the Swift runtime and the code
+/// both share exist once on the board.
+public enum DaemonEntry {
+    /// Runs the daemon with `arguments` (without the program name) and exits.
+    public static func main(arguments: [String]) async {
         // Swift concurrency runs on NIO's event loops, not libdispatch's worker pool: that pool
         // starts a 1 Hz monitor timer on Linux, and drowsed must not wake when idle.
         NIOSingletons.groupLoopCountSuggestion = 2
         if !NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor() && !installEnqueueHook() {
             StandardStream.error("drowsed: warning: could not run Swift concurrency on NIO's event loops; libdispatch's pool will wake the process every second\n")
         }
-        await Drowsed.main()
+        await Drowsed.main(arguments)
     }
 
     typealias EnqueueGlobalHook = @convention(thin) (UnownedJob, @convention(thin) (UnownedJob) -> Void) -> Void
