@@ -6,7 +6,7 @@ import signal
 import subprocess
 import time
 
-from drowse_e2e import DROWSE, DROWSED, Broker, notify_topic, wait_until
+from drowse_e2e import DROWSE, DROWSED, REPO, Broker, notify_topic, wait_until
 
 
 def run_cli(*args, timeout=60):
@@ -171,3 +171,59 @@ def test_bad_groups_and_urls_are_config_errors(make_drowse):
         r = subprocess.run([str(DROWSED), "--config", str(d.config), "--check-config"], capture_output=True, text=True, timeout=30)
         assert r.returncode != 0, r
         assert words in r.stderr + r.stdout and str(d.config) in r.stderr + r.stdout, r
+
+
+class AclBroker(Broker):
+    """A broker with user names and passwords and the ACL deploy/mosquitto/make-acl.sh generates."""
+
+    def __init__(self, workdir, inventory: str, users: list[str]):
+        super().__init__(workdir)
+        self.passwd = self.dir / "passwd"
+        self.acl = self.dir / "acl"
+        for i, u in enumerate(users):
+            subprocess.run(["mosquitto_passwd", *(["-c"] if i == 0 else []), "-b", str(self.passwd), u, f"pw-{u}"],
+                           check=True, capture_output=True, timeout=30)
+        r = subprocess.run([str(REPO / "deploy" / "mosquitto" / "make-acl.sh")], input=inventory, capture_output=True,
+                           text=True, check=True, timeout=30)
+        self.acl.write_text(r.stdout)
+
+    def listener_lines(self):
+        return [f"listener {self.port} 127.0.0.1", "allow_anonymous false",
+                f"password_file {self.passwd}", f"acl_file {self.acl}"]
+
+
+def test_generated_acl_gives_a_device_its_groups_only(workdir, request, make_drowse):
+    # Both devices say they are in eu; the inventory (and so the ACL) puts only acl-in there.
+    b = AclBroker(workdir / "acl-broker", "acl-in eu\nacl-out beta\n", ["provider", "acl-in", "acl-out"])
+    request.node._extra_brokers = [b]
+    b.start()
+    try:
+        devices = {}
+        for dev in ("acl-in", "acl-out"):
+            pw = workdir / f"{dev}.pw"
+            pw.write_text(f"pw-{dev}\n")
+            devices[dev] = start_device(make_drowse, b, dev, ["eu"])
+            devices[dev].stop()
+            devices[dev].set_mqtt(username=dev, password_file=str(pw))
+            devices[dev].start()
+        wait_subscribed_all(b, {"acl-in": ["eu"], "acl-out": ["eu"]})
+        for d in devices.values():
+            d.wait_mqtt_connected(True)
+        ppw = workdir / "provider.pw"
+        ppw.write_text("pw-provider\n")
+        creds = ["--username", "provider", "--password-file", str(ppw)]
+        r = run_cli("push", "--broker", b.url, *creds, "--group", "eu", "--app", "news", "--silent", "--id", "g", "-d", "content-id=1")
+        assert r.returncode == 0, r.stderr
+        # Its own topic still reaches acl-out: the ACL withholds only the group it is not in.
+        r = run_cli("push", "--broker", b.url, *creds, "--device", "acl-out", "--app", "news", "--silent", "-d", "content-id=2")
+        assert r.returncode == 0, r.stderr
+        devices["acl-in"].wait_runs("news", 1, timeout=20)
+        devices["acl-out"].wait_runs("news", 1, timeout=20)
+        time.sleep(1.5)
+        assert content_ids(devices["acl-in"]) == [1]
+        assert content_ids(devices["acl-out"]) == [2]
+        # The provider reads every status; the ACL lets each device write its own.
+        listed = {e["device_id"] for e in json.loads(run_cli("fleet", "--broker", b.url, *creds, "--json").stdout)}
+        assert listed == {"acl-in", "acl-out"}
+    finally:
+        b.stop()
