@@ -26,6 +26,7 @@ extension Agent {
             windowOpened: {
                 // Notifications held back by their rate budget ride this window, and so does the keepalive.
                 self.flushDeferred()
+                self.windowOpenedForStatus()
                 self.mqtt?.rideWindow()
             },
             readConditions: {

@@ -190,6 +190,7 @@ extension Agent {
                             ending: "background task time ran out", startedAt: t, endedAt: t, timedOut: true)
         do { try store.record(run, fetch: record, handlingNotification: nil) } catch { logger.error("store: \(error)") }
         fetch.finish(next)
+        runResulted(app: app, failed: true)
     }
 
     /// A resident app's event, as its stream line's members (besides event, id and deadline).

@@ -16,22 +16,24 @@ extension Agent {
         let options = MQTTSessionOptions(
             host: m.host, port: m.port, clientID: m.clientID, keepalive: Int(m.keepalive.seconds), tls: m.tls,
             username: m.username, password: password, caFile: m.caFile, certFile: m.certFile, keyFile: m.keyFile,
-            will: (statusTopic, Array(JSON.object([("online", false)]).serialized.utf8)))
+            will: (statusTopic, Array(FleetStatus.offlineJSON.serialized.utf8)),
+            moreBrokers: m.brokers.dropFirst().map { ($0.host, $0.port) })
         let (stream, continuation) = AsyncStream<MQTTSessionEvent>.makeStream()
         mqttEvents = continuation
         let session = MQTTSession(options: options, logger: logger) { continuation.yield($0) }
         mqtt = session
-        session.setSubscriptions(apps.keys.sorted().map { Topics.notify(prefix: m.topicPrefix, device: config.deviceID, app: $0) })
-        session.setPublishOnConnect([(statusTopic, Array(statusPayload().serialized.utf8))])
+        session.setSubscriptions(apps.keys.sorted().flatMap {
+            Topics.notifyTopics(prefix: m.topicPrefix, device: config.deviceID, groups: m.groups, app: $0)
+        })
+        loadFailedApps()
+        let status = fleetStatus()
+        fleet.published = status
+        session.setPublishOnConnect([(statusTopic, Array(status.json.serialized.utf8))])
         session.setNetwork(online: conditions.network != .none)
         session.start()
         background.append(Task {
             for await event in stream { await self.mqttEvent(event) }
         })
-    }
-
-    func statusPayload() -> JSON {
-        .object([("online", true), ("apps", .array(apps.keys.sorted().map { .string($0) })), ("version", .string(Agent.version))])
     }
 
     func mqttEvent(_ event: MQTTSessionEvent) async {
@@ -70,6 +72,7 @@ extension Agent {
             admission: NotificationAdmission(budget: NotificationBudget(maxPerHour: config.notifications.maxPerHour)),
             store: store, host: host, topicPrefix: config.mqtt?.topicPrefix ?? "drowse", deviceID: config.deviceID, logger: logger)
         service.metrics = metrics
+        service.groups = config.mqtt?.groups ?? []
         return service
     }
 

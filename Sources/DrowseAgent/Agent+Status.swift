@@ -8,7 +8,8 @@ extension Agent {
             ("version", .string(Agent.version)), ("device_id", .string(config.deviceID)),
             ("mqtt", .object([
                 ("configured", .bool(config.mqtt != nil)), ("connected", .bool(mqtt?.connected ?? false)),
-                ("url", JSON(config.mqtt?.url)), ("refused_notifications", JSON(notifications.refusedNotifications)),
+                ("url", JSON(config.mqtt?.url)), ("broker", JSON(mqtt?.broker)),
+                ("refused_notifications", JSON(notifications.refusedNotifications)),
                 ("unexpected_messages", JSON(notifications.unexpectedMessages)),
             ])),
             ("conditions", conditions.json),

@@ -39,6 +39,8 @@ package actor Agent {
     var engine: TransferEngine?
     var mqtt: MQTTSession?
     var mqttEvents: AsyncStream<MQTTSessionEvent>.Continuation?
+    /// What the retained fleet status needs (Agent+FleetStatus.swift).
+    var fleet = FleetStatusState()
     var transferEvents: AsyncStream<TransferEvent>.Continuation?
 
     var windowTimer: WakeTimer?
@@ -285,6 +287,7 @@ package actor Agent {
         do { try store.record(run, fetch: record, handlingNotification: handled) } catch { logger.error("store: \(error)") }
         fetch.finish(next)
         metrics.handlerEnded(app: app.id, event: event, result: outcome.result, seconds: outcome.endedAt - outcome.startedAt)
+        runResulted(app: app.id, failed: outcome.result == .failed)
         let level: Logger.Level = outcome.result == .failed ? .warning : .info
         logger.log(level: level, "\(event.rawValue) handler finished: \(outcome.result.rawValue) (\(outcome.summary))",
                    metadata: ["app.id": "\(app.id)"])

@@ -62,6 +62,8 @@ package final class NotificationService {
     let host: NotificationHost
     let topicPrefix: String
     let deviceID: String
+    /// `[mqtt] groups`: notifications on these groups' topics are the device's too.
+    package var groups: [String] = []
     let logger: Logger
     /// Notifications by outcome and refusals by reason are counted here (the agent hands over its own).
     package var metrics = AgentMetrics()
@@ -81,7 +83,7 @@ package final class NotificationService {
     /// then it must not be acknowledged, so the broker delivers it again.
     @discardableResult
     package func receive(topic: String, payload: [UInt8]) -> Bool {
-        guard let appID = Topics.app(inNotifyTopic: topic, prefix: topicPrefix, device: deviceID) else {
+        guard let appID = Topics.app(inNotifyTopic: topic, prefix: topicPrefix, device: deviceID, groups: groups) else {
             unexpected(topic: topic)
             return true
         }
@@ -129,9 +131,10 @@ package final class NotificationService {
         // What happens next is NotificationAdmission's to decide; this carries it out.
         let arrival = NotificationAdmission.Arrival(app: appID, note: note, signed: signed, allowDownload: app.allowDownload)
         let t = host.now()
-        let actions = admission.received(arrival, now: t) {
-            SHA256Hasher.hexDigest(of: Array(topic.utf8) + [0] + body)
-        }
+        // The key is the app's (the store's unique index is app + key), never the topic's: a
+        // notification that reaches the device by two routes (its own topic and a group's, or two
+        // groups) runs once. Without an id, the payload itself is the identity.
+        let actions = admission.received(arrival, now: t) { SHA256Hasher.hexDigest(of: body) }
         for action in actions {
             guard case .record(_, let key) = action else {
                 carryOut([action])

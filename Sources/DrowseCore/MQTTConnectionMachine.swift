@@ -12,6 +12,19 @@
 /// radio on anyway, the machine sends the retained status (QoS 1: its PUBACK restarts the
 /// incoming side too) once half the keepalive has gone by, so the next ping falls a whole
 /// keepalive later instead of waking the radio on its own.
+///
+/// More than one broker (`[mqtt] url` as a list, the preferred first): losing the broker (a
+/// failed attempt or a dropped connection) moves to the next one in the list, with the usual
+/// backoff. While connected to any but the first, the machine goes back to the first when a
+/// keepalive ping falls due (or a wake window opens) and `failbackAt` has passed: instead of the
+/// PINGREQ it disconnects cleanly (the broker keeps the session) and connects to the preferred
+/// broker. If that broker does not answer (connect fails, refused, no CONNACK), the machine returns
+/// to the broker it came from at once, with no backoff, and the next try waits longer
+/// (`failbackBackoff`: from one keepalive doubling to 30 minutes). Why no timer of its own: an
+/// idle device wakes for the keepalive anyway (the radio is up for that packet), so riding it
+/// costs no extra wakeup; a timer of its own would wake an idle board just to ask. The price is
+/// that moving back waits for the next keepalive (240 s by default) after `failbackAt`, and a
+/// device whose link is never idle for a keepalive moves back at its next wake window.
 package struct MQTTConnectionMachine: Sendable {
     package enum TimerPurpose: String, Sendable, Equatable {
         /// The backoff after a lost or failed connection is over: connect.
@@ -69,10 +82,22 @@ package struct MQTTConnectionMachine: Sendable {
     package let keepalive: Double
     /// How long to wait for CONNACK: a hung broker accepts connections and says nothing.
     package var connackTimeout: Double { min(30, keepalive) }
-    /// "host:port", for log texts.
-    package let peer: String
-    /// The broker is on this machine: reachable whatever the network says.
-    package let peerIsLoopback: Bool
+    /// The brokers ("host:port", for log texts), the preferred first.
+    package let peers: [String]
+    let loopbackPeers: [Bool]
+    /// The broker in use (or tried next): an index into `peers`.
+    package private(set) var current = 0
+    /// "host:port" of the broker in use, for log texts.
+    package var peer: String { peers[current] }
+    /// The broker in use is on this machine: reachable whatever the network says.
+    package var peerIsLoopback: Bool { loopbackPeers[current] }
+    /// While on a broker other than the first: not before this time does the machine try the first again.
+    package private(set) var failbackAt: Double?
+    /// A try of the preferred broker is under way; it came from this broker (index) and goes back
+    /// there at once if the preferred one does not answer.
+    package private(set) var failingBackFrom: Int?
+    /// Spaces the tries of the preferred broker: a keepalive at first, doubling up to 30 minutes.
+    var failbackBackoff: Backoff
 
     var phase: Phase = .idle
     var backoff: Backoff
@@ -90,10 +115,17 @@ package struct MQTTConnectionMachine: Sendable {
     var timer: (at: Double, purpose: TimerPurpose)?
 
     package init(keepalive: Double, peer: String, peerIsLoopback: Bool = false, backoff: Backoff = Backoff(base: 1, cap: 60), seed: UInt64) {
+        self.init(keepalive: keepalive, brokers: [(peer, peerIsLoopback)], backoff: backoff, seed: seed)
+    }
+
+    /// `brokers`: "host:port" and whether it is this machine, the preferred first (at least one).
+    package init(keepalive: Double, brokers: [(peer: String, loopback: Bool)], backoff: Backoff = Backoff(base: 1, cap: 60), seed: UInt64) {
+        precondition(!brokers.isEmpty, "at least one broker")
         self.keepalive = keepalive
-        self.peer = peer
-        self.peerIsLoopback = peerIsLoopback
+        self.peers = brokers.map(\.peer)
+        self.loopbackPeers = brokers.map(\.loopback)
         self.backoff = backoff
+        self.failbackBackoff = Backoff(base: max(1, keepalive), cap: max(keepalive, 1800))
         self.random = SplitMix64(seed: seed)
     }
 
@@ -151,6 +183,10 @@ package struct MQTTConnectionMachine: Sendable {
         return [.log(.warning, "cannot connect to \(peer): \(reason)")] + lose(reason, now: now)
     }
 
+    /// The broker to connect to, as an index into the brokers the machine was made with (the
+    /// owner reads it when it carries out `.connect`).
+    package var brokerToConnect: Int { current }
+
     /// CONNACK arrived: `rc` 0 accepts, anything else refuses (`reason` says why in words).
     package mutating func connack(rc: Int, reason: String, now: Double) -> [Action] {
         guard case .awaitingConnack = phase else { return [] }
@@ -159,6 +195,13 @@ package struct MQTTConnectionMachine: Sendable {
         }
         phase = .connected
         if !lostToRejection { backoff.reset() }
+        if current == 0 {
+            failbackAt = nil
+            failbackBackoff.reset()
+        } else if failbackAt == nil {
+            failbackAt = now + failbackBackoff.next(unit: random.unit())
+        }
+        failingBackFrom = nil
         lastOut = now
         return [.subscribe, .publishStatus, .log(.info, "connected to \(peer)"), .report(.connected)] + timerActions(now: now)
     }
@@ -211,6 +254,8 @@ package struct MQTTConnectionMachine: Sendable {
     /// A keepalive period passed without traffic: PINGREQ goes now.
     package mutating func keepaliveDue(now: Double) -> [Action] {
         guard phase == .connected else { return [] }
+        // The radio wakes for this packet anyway: try the preferred broker instead, if it is time.
+        if pingSentAt == nil, failbackDue(now: now) { return failBack(now: now) }
         if pingSentAt == nil { pingSentAt = now }
         // The client library restarts its own clock when it sends the ping.
         lastIn = now
@@ -221,6 +266,7 @@ package struct MQTTConnectionMachine: Sendable {
     /// A wake window opened (the radio is on anyway): if the keepalive is past its half, send
     /// traffic now so the next ping falls a whole keepalive later.
     package mutating func windowOpened(now: Double) -> [Action] {
+        if phase == .connected, pingSentAt == nil, failbackDue(now: now) { return failBack(now: now) }
         guard phase == .connected, now - min(lastIn, lastOut) > keepalive / 2 else { return [] }
         lastOut = now
         return [.publishStatus] + timerActions(now: now)
@@ -299,17 +345,54 @@ package struct MQTTConnectionMachine: Sendable {
         [.close(sendDisconnect: true)] + lose("no answer to PINGREQ within half a keepalive: the link is dead", now: now)
     }
 
-    /// The connection is gone (or never came): tell, and back off before the next attempt.
+    /// Connected to a broker other than the preferred one, and the time to try that one has come.
+    private func failbackDue(now: Double) -> Bool {
+        guard current != 0, let at = failbackAt else { return false }
+        return now >= at
+    }
+
+    /// Leave the broker in use (cleanly: it keeps the session) and connect to the preferred one now.
+    private mutating func failBack(now: Double) -> [Action] {
+        let from = current
+        var actions: [Action] = [
+            .log(.info, "trying the preferred broker \(peers[0]) again (connected to \(peers[from]))"),
+            .report(.disconnected(reason: "moving back to the preferred broker")), .close(sendDisconnect: true),
+        ]
+        phase = .waiting
+        pingSentAt = nil
+        failingBackFrom = from
+        current = 0
+        nextAttempt = now
+        actions += attemptIfDue(now: now)
+        return actions + timerActions(now: now)
+    }
+
+    /// The connection is gone (or never came): tell, and back off before the next attempt. With
+    /// more than one broker the next attempt goes to the next one; a failed try of the preferred
+    /// broker goes straight back to the broker it left.
     private mutating func lose(_ why: String, now: Double) -> [Action] {
         var actions: [Action] = []
         if phase == .connected { actions.append(.report(.disconnected(reason: why))) }
         if isOpen { actions.append(.log(.warning, "connection lost: \(why)")) }
         phase = .waiting
         pingSentAt = nil
+        if let from = failingBackFrom {
+            failingBackFrom = nil
+            current = from
+            nextAttempt = now
+            failbackAt = now + failbackBackoff.next(unit: random.unit())
+            actions.append(.log(.info, "the preferred broker did not answer: back to \(peers[from]) now"))
+            return actions + attemptIfDue(now: now) + timerActions(now: now)
+        }
+        if peers.count > 1 {
+            current = (current + 1) % peers.count
+            // Set again (with the grown failback backoff) once connected to a non-preferred broker.
+            failbackAt = nil
+        }
         let delay = backoff.next(unit: random.unit())
         nextAttempt = now + delay
         if mayConnect {
-            actions.append(.log(.info, "reconnecting in \(Int(delay * 1000)) ms"))
+            actions.append(.log(.info, "reconnecting\(peers.count > 1 ? " to \(peer)" : "") in \(Int(delay * 1000)) ms"))
         } else {
             actions.append(.log(.info, "no network: not reconnecting until there is one"))
         }

@@ -41,10 +41,16 @@ package struct MainConfig: Sendable, Equatable {
     }
 
     package struct MQTTConfig: Sendable, Equatable {
+        /// The first (preferred) broker's URL; `brokers` has them all.
         package var url: String
         package var host: String
         package var port: Int
         package var tls: Bool
+        /// Every broker of `url` (a string or a list), the preferred one first. They share one
+        /// scheme: the TLS settings (`ca_file`, `cert_file`, `key_file`) are the session's, not a broker's.
+        package var brokers: [BrokerAddress] = []
+        /// `groups`: the device also gets its apps' notifications sent to these groups.
+        package var groups: [String] = []
         package var topicPrefix: String
         package var keepalive: Duration
         package var clientID: String
@@ -53,6 +59,32 @@ package struct MainConfig: Sendable, Equatable {
         package var caFile: String?
         package var certFile: String?
         package var keyFile: String?
+    }
+
+    /// One broker of `[mqtt] url`.
+    package struct BrokerAddress: Sendable, Equatable {
+        package var url: String
+        package var host: String
+        package var port: Int
+        package var tls: Bool
+
+        package init(url: String, host: String, port: Int, tls: Bool) {
+            self.url = url
+            self.host = host
+            self.port = port
+            self.tls = tls
+        }
+
+        /// An mqtt:// or mqtts:// URL (the port defaults to 1883 or 8883), or nil.
+        package static func parse(_ url: String) -> BrokerAddress? {
+            guard let p = URLParts.parse(url), p.scheme == "mqtt" || p.scheme == "mqtts" else { return nil }
+            return BrokerAddress(url: url, host: p.host, port: p.port ?? (p.scheme == "mqtts" ? 8883 : 1883), tls: p.scheme == "mqtts")
+        }
+    }
+
+    /// Whether `name` can be a group: it becomes one topic level, so no '/', no wildcard, no NUL.
+    package static func isValidGroup(_ name: String) -> Bool {
+        !name.isEmpty && name.utf8.count <= 128 && !name.contains { $0 == "/" || $0 == "+" || $0 == "#" || $0 == "\u{0}" }
     }
 
     package struct ConditionsConfig: Sendable, Equatable {
@@ -112,10 +144,29 @@ package struct MainConfig: Sendable, Equatable {
 
         var mqtt: MQTTConfig?
         if var m = try r.table("mqtt") {
-            let url = try m.string("url") ?? "mqtt://127.0.0.1:1883"
-            guard let parsed = URLParts.parse(url), parsed.scheme == "mqtt" || parsed.scheme == "mqtts" else {
-                throw m.error("url", "'\(url)' is not an mqtt:// or mqtts:// URL")
+            let urls: [String]
+            if let list = m.table["url"], case .array = list {
+                urls = try m.stringArray("url") ?? []
+                guard !urls.isEmpty else { throw m.error("url", "the list of broker URLs is empty") }
+            } else {
+                urls = [try m.string("url") ?? "mqtt://127.0.0.1:1883"]
             }
+            var brokers: [BrokerAddress] = []
+            for url in urls {
+                guard let b = BrokerAddress.parse(url) else { throw m.error("url", "'\(url)' is not an mqtt:// or mqtts:// URL") }
+                guard brokers.isEmpty || brokers[0].tls == b.tls else {
+                    throw m.error("url", "'\(url)' mixes mqtt:// and mqtts://: every broker of the list uses the same scheme")
+                }
+                guard !brokers.contains(where: { $0.host == b.host && $0.port == b.port }) else {
+                    throw m.error("url", "'\(url)' is in the list twice")
+                }
+                brokers.append(b)
+            }
+            let groups = try m.stringArray("groups") ?? []
+            for g in groups where !isValidGroup(g) {
+                throw m.error("groups", "'\(LogText.escape(g))' is not a group name: it must be non-empty and hold no '/', '+', '#' or NUL")
+            }
+            guard Set(groups).count == groups.count else { throw m.error("groups", "names a group twice") }
             let prefix = try m.string("topic_prefix") ?? "drowse"
             guard !prefix.isEmpty, !prefix.contains(where: { $0 == "+" || $0 == "#" }) else {
                 throw m.error("topic_prefix", "must be non-empty and hold no MQTT wildcards")
@@ -124,8 +175,8 @@ package struct MainConfig: Sendable, Equatable {
                 try reader.string(key).map { ConfigPath.resolve($0, relativeTo: dir) }
             }
             mqtt = MQTTConfig(
-                url: url, host: parsed.host, port: parsed.port ?? (parsed.scheme == "mqtts" ? 8883 : 1883),
-                tls: parsed.scheme == "mqtts", topicPrefix: prefix,
+                url: brokers[0].url, host: brokers[0].host, port: brokers[0].port, tls: brokers[0].tls,
+                brokers: brokers, groups: groups, topicPrefix: prefix,
                 keepalive: try m.duration("keepalive", minimum: .seconds(5)) ?? .seconds(240),
                 clientID: try m.string("client_id") ?? "drowse-\(deviceID)",
                 username: try m.string("username"),

@@ -94,10 +94,41 @@ package enum Topics {
 
     package static func status(prefix: String, device: String) -> String { "\(prefix)/\(device)/status" }
 
-    /// The app id in a notify topic, if the topic is one of this device's.
-    package static func app(inNotifyTopic topic: String, prefix: String, device: String) -> String? {
-        let head = "\(prefix)/\(device)/apps/"
-        guard topic.hasPrefix(head), topic.hasSuffix("/notify") else { return nil }
+    /// A group's notify topic: every device in `group` (`[mqtt] groups`) gets it for its app `app`.
+    package static func groupNotify(prefix: String, group: String, app: String) -> String {
+        "\(prefix)/groups/\(group)/apps/\(app)/notify"
+    }
+
+    /// The topics a device subscribes to for `app`: its own, then one per group.
+    package static func notifyTopics(prefix: String, device: String, groups: [String], app: String) -> [String] {
+        [notify(prefix: prefix, device: device, app: app)] + groups.map { groupNotify(prefix: prefix, group: $0, app: app) }
+    }
+
+    /// The filter matching every device's retained status (`drowse fleet`).
+    package static func allStatuses(prefix: String) -> String { "\(prefix)/+/status" }
+
+    /// The device id in a status topic, if it is one.
+    package static func device(inStatusTopic topic: String, prefix: String) -> String? {
+        let head = "\(prefix)/"
+        guard topic.hasPrefix(head), topic.hasSuffix("/status") else { return nil }
+        let mid = topic.dropFirst(head.count).dropLast("/status".count)
+        return mid.isEmpty || mid.contains("/") || topic.count < head.count + "/status".count ? nil : String(mid)
+    }
+
+    /// The app id in a notify topic, if the topic is one of this device's: its own
+    /// (`<prefix>/<device>/apps/<app>/notify`) or one of its groups'
+    /// (`<prefix>/groups/<group>/apps/<app>/notify`, `group` in `groups`).
+    package static func app(inNotifyTopic topic: String, prefix: String, device: String, groups: [String] = []) -> String? {
+        if let app = app(in: topic, head: "\(prefix)/\(device)/apps/") { return app }
+        let groupsHead = "\(prefix)/groups/"
+        guard !groups.isEmpty, topic.hasPrefix(groupsHead) else { return nil }
+        let rest = topic.dropFirst(groupsHead.count)
+        guard let slash = rest.firstIndex(of: "/"), groups.contains(String(rest[..<slash])) else { return nil }
+        return app(in: topic, head: groupsHead + rest[..<slash] + "/apps/")
+    }
+
+    private static func app(in topic: String, head: String) -> String? {
+        guard topic.hasPrefix(head), topic.hasSuffix("/notify"), topic.count >= head.count + "/notify".count else { return nil }
         let mid = topic.dropFirst(head.count).dropLast("/notify".count)
         return mid.isEmpty || mid.contains("/") ? nil : String(mid)
     }

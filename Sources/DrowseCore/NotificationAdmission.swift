@@ -222,8 +222,11 @@ package struct NotificationAdmission: Sendable {
         return out
     }
 
-    /// A checked notification arrived. `digest` (of topic and payload) is asked for only when the
-    /// notification has no `id`.
+    /// A checked notification arrived. `digest` (of the payload) is asked for
+    /// only when the notification has no `id`.
+    ///
+    /// The dedupe key never holds the topic: one notification that reaches the device by two
+    /// routes (its own topic and a group's, or two groups) is one notification for the app.
     package mutating func received(_ a: Arrival, now: Double, digest: () -> String) -> [Action] {
         var out = pruneIfDue(now: now)
         if a.expired(at: now) {

@@ -20,12 +20,16 @@ package struct MQTTSessionOptions: Sendable {
     package var certFile: String?
     package var keyFile: String?
     package var will: (topic: String, payload: [UInt8])?
+    /// Every broker, the preferred (`host`, `port`) first; the others are used when it is lost
+    /// (see `MQTTConnectionMachine`). One client id, credentials and TLS setting for all.
+    package var brokers: [(host: String, port: Int)]
 
     package init(host: String, port: Int, clientID: String, keepalive: Int, tls: Bool = false, username: String? = nil,
                 password: String? = nil, caFile: String? = nil, certFile: String? = nil, keyFile: String? = nil,
-                will: (topic: String, payload: [UInt8])? = nil) {
+                will: (topic: String, payload: [UInt8])? = nil, moreBrokers: [(host: String, port: Int)] = []) {
         self.host = host
         self.port = port
+        self.brokers = [(host, port)] + moreBrokers
         self.clientID = clientID
         self.keepalive = keepalive
         self.tls = tls
@@ -111,6 +115,7 @@ package final class MQTTSession: Sendable {
     /// Whether the board has a network, as last told (`setNetwork`).
     private let online = Atomic<Bool>(true)
     private let isConnected = Atomic<Bool>(false)
+    private let brokerInUse = Atomic<Int>(0)
     /// The receipts of the current connection: while any is unsettled nothing is written; a
     /// rejection drops the connection without writing. `connection` counts connections.
     let receipts = Mutex<ReceiptState>(ReceiptState())
@@ -124,6 +129,11 @@ package final class MQTTSession: Sendable {
     }
 
     package var connected: Bool { isConnected.load(ordering: .relaxed) }
+    /// The broker in use or tried next, as "host:port".
+    package var broker: String {
+        let b = options.brokers[brokerInUse.load(ordering: .relaxed)]
+        return b.host.contains(":") ? "[\(b.host)]:\(b.port)" : "\(b.host):\(b.port)"
+    }
 
     package init(options: MQTTSessionOptions, logger: Logger, onEvent: @escaping @Sendable (MQTTSessionEvent) -> Void) {
         self.options = options
@@ -148,6 +158,16 @@ package final class MQTTSession: Sendable {
     /// Retained messages to publish after every (re)connect, e.g. the device status.
     package func setPublishOnConnect(_ messages: [(String, [UInt8])]) {
         desired.withLock { $0.onConnect = messages }
+    }
+
+    /// A retained message that changed (the device status): published now if connected, and
+    /// after every (re)connect from now on.
+    package func updateRetained(topic: String, payload: [UInt8]) {
+        desired.withLock { d in
+            d.onConnect.removeAll { $0.0 == topic }
+            d.onConnect.append((topic, payload))
+        }
+        send(.publish(topic: topic, payload: payload, retain: true))
     }
 
     /// Whether the board has a network (a default route). Without one no connection is
@@ -305,8 +325,9 @@ package final class MQTTSession: Sendable {
             self.mosq = mosq
             self.ctx = ctx
             machine = MQTTConnectionMachine(
-                keepalive: Double(session.options.keepalive), peer: "\(session.options.host):\(session.options.port)",
-                peerIsLoopback: MQTTConnectionMachine.isLoopback(host: session.options.host), seed: UInt64.random(in: 0...UInt64.max))
+                keepalive: Double(session.options.keepalive),
+                brokers: session.options.brokers.map { b in ("\(b.host):\(b.port)", MQTTConnectionMachine.isLoopback(host: b.host)) },
+                seed: UInt64.random(in: 0...UInt64.max))
         }
 
         func now() -> Double { WallClock.monotonic() }
@@ -414,7 +435,9 @@ package final class MQTTSession: Sendable {
             case .connect:
                 ctx.connack = nil
                 ctx.lostReason = nil
-                let rc = mosquitto_connect(mosq, options.host, Int32(options.port), Int32(options.keepalive))
+                let broker = options.brokers[machine.brokerToConnect]
+                session.brokerInUse.store(machine.brokerToConnect, ordering: .relaxed)
+                let rc = mosquitto_connect(mosq, broker.host, Int32(broker.port), Int32(options.keepalive))
                 if let e = MosquittoError(rc: rc, call: "mosquitto_connect") {
                     return machine.connectFailed(reason: e.detail, now: now())
                 }

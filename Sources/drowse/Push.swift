@@ -8,10 +8,10 @@ struct Push: ParsableCommand {
         abstract: "Publish a notification to a device's app (the provider side).",
         discussion: "Example: drowse push --broker mqtt://127.0.0.1:1883 --device pi-kitchen --app weather --silent -d content-id=42")
 
-    @Option(help: "Broker URL, mqtt:// or mqtts://.") var broker: String
-    @Option(help: "Device id.") var device: String
+    @OptionGroup var connection: BrokerOptions
+    @Option(help: "Device id (or --group).") var device: String?
+    @Option(help: "Group: every device with it in [mqtt] groups gets the notification (or --device).") var group: String?
     @Option(help: "App id.") var app: String
-    @Option(help: "Topic prefix.") var prefix = "drowse"
     @Flag(help: "A silent notification: aps.content-available = 1.") var silent = false
     @Option(name: .customShort("d"), help: "Add key=value to the payload (numbers, true/false and null stay JSON).") var data: [String] = []
     @Option(help: "Notification id (for dedupe).") var id: String?
@@ -19,18 +19,16 @@ struct Push: ParsableCommand {
     @Option(help: "Priority: 10 now, 5 may wait for a wake window.") var priority: Int?
     @Option(help: "Expiration, Unix time.") var expiration: Double?
     @Option(help: "A whole JSON payload instead of building one.") var payload: String?
-    @Option(help: "CA file for mqtts://.") var cafile: String?
-    @Option(help: "Client certificate for mqtts://.") var cert: String?
-    @Option(help: "Client key for mqtts://.") var key: String?
-    @Option(help: "Username.") var username: String?
-    @Option(help: "File holding the password.") var passwordFile: String?
     @Flag(help: "Print the payload that would be published, and publish nothing.") var dryRun = false
     @Option(help: "Sign with this private key (from `drowse keygen`): the payload becomes a JWS (EdDSA).") var sign: String?
 
+    func validate() throws {
+        guard (device == nil) != (group == nil) else { throw ValidationError("give one of --device and --group") }
+        if let group, !MainConfig.isValidGroup(group) { throw ValidationError("--group '\(group)' holds '/', '+', '#' or NUL, or is empty") }
+    }
+
     func run() throws {
-        guard let url = URLParts.parse(broker), url.scheme == "mqtt" || url.scheme == "mqtts" else {
-            throw CLIError("--broker must be an mqtt:// or mqtts:// URL")
-        }
+        let target = try connection.address()
         var body: [UInt8]
         if let payload {
             body = Array(payload.utf8)
@@ -63,13 +61,13 @@ struct Push: ParsableCommand {
             StandardStream.output(String(decoding: body, as: UTF8.self) + "\n")
             return
         }
-        var password: String?
-        if let f = passwordFile { password = String(try FileSystem.readText(f).trimmingSpaces()) }
-        let topic = Topics.notify(prefix: prefix, device: device, app: app)
+        let password = try connection.password()
+        let topic = group.map { Topics.groupNotify(prefix: connection.prefix, group: $0, app: app) }
+            ?? Topics.notify(prefix: connection.prefix, device: device ?? "", app: app)
         do {
             try MQTTPublisher.publishOnce(
-                host: url.host, port: url.port ?? (url.scheme == "mqtts" ? 8883 : 1883), tls: url.scheme == "mqtts",
-                caFile: cafile, certFile: cert, keyFile: key, username: username, password: password, topic: topic, payload: body)
+                host: target.host, port: target.port, tls: target.tls, caFile: connection.cafile, certFile: connection.cert,
+                keyFile: connection.key, username: connection.username, password: password, topic: topic, payload: body)
         } catch {
             throw CLIError(error.description)
         }

@@ -127,4 +127,40 @@ struct NotificationServiceTests {
         rig.service.deferredTimerFired()
         #expect(rig.ran.map(\.seq) == [1, 2])
     }
+
+    // MARK: - Fleets: one notification by two routes
+
+    @Test("the same id by the device's own topic and a group's, or by two groups, runs once", arguments: [
+        #"{"aps": {"content-available": 1}, "id": "same"}"#,
+        // No id: the payload is the identity, whichever topic brought it.
+        #"{"aps": {"content-available": 1}, "content-id": 7}"#,
+    ])
+    func crossRouteDedupe(payload: String) throws {
+        let rig = try Rig()
+        rig.service.groups = ["eu", "beta"]
+        #expect(rig.push(payload))
+        #expect(rig.push(payload, topic: Topics.groupNotify(prefix: "drowse", group: "eu", app: "news")))
+        #expect(rig.push(payload, topic: Topics.groupNotify(prefix: "drowse", group: "beta", app: "news")))
+        #expect(rig.ran.map(\.app) == ["news"])
+        #expect(rig.store.rows.count == 1)
+    }
+
+    @Test("a group notification runs the app's handler; a group the device is not in is not its")
+    func groupRoute() throws {
+        let rig = try Rig()
+        rig.service.groups = ["eu"]
+        #expect(rig.push(Self.silent, topic: "drowse/groups/us/apps/news/notify"))
+        #expect(rig.ran.isEmpty && rig.service.unexpectedMessages == 1)
+        #expect(rig.push(Self.silent, topic: "drowse/groups/eu/apps/news/notify"))
+        #expect(rig.ran.map(\.app) == ["news"])
+    }
+
+    @Test("different payloads without an id by two routes are two notifications")
+    func differentPayloads() throws {
+        let rig = try Rig()
+        rig.service.groups = ["eu"]
+        #expect(rig.push(#"{"aps": {"content-available": 1}, "n": 1}"#))
+        #expect(rig.push(#"{"aps": {"content-available": 1}, "n": 2}"#, topic: "drowse/groups/eu/apps/news/notify"))
+        #expect(rig.ran.count == 2)
+    }
 }

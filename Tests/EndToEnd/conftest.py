@@ -20,7 +20,7 @@ sys.dont_write_bytecode = True  # keep the source tree free of __pycache__ for m
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from drowse_e2e import (  # noqa: E402
-    DROWSED, DROWSE, MOSQUITTO, NGINX, Broker, Drowse, Nginx, binaries_present, kill_strays, make_tempdir,
+    DEVICE_ID, DROWSED, DROWSE, MOSQUITTO, NGINX, Broker, Drowse, Nginx, binaries_present, kill_strays, make_tempdir,
 )
 
 
@@ -108,8 +108,9 @@ def make_drowse(workdir, request):
     made: list[Drowse] = []
 
     def make(broker: Broker | None = None, handler_deadline: str | None = "2s", extra_config: str = "",
-             name: str = "drowse") -> Drowse:
-        d = Drowse(workdir / name, broker=broker, handler_deadline=handler_deadline, extra_config=extra_config)
+             name: str = "drowse", device_id: str = DEVICE_ID) -> Drowse:
+        d = Drowse(workdir / name, broker=broker, handler_deadline=handler_deadline, extra_config=extra_config,
+                   device_id=device_id)
         made.append(d)
         request.node._drowse_instances = made
         return d

@@ -177,6 +177,7 @@ class Broker:
         self.log = self.dir / "mosquitto.log"
         self.out = self.dir / "mosquitto.out"
         self.proc: subprocess.Popen | None = None
+        self.extra_lines: list[str] = []  # appended to mosquitto.conf, e.g. a bridge (bridge_to)
 
     @property
     def url(self) -> str:
@@ -196,7 +197,29 @@ class Broker:
             f"log_dest file {self.log}",
             "log_type all",
             "log_timestamp true",
+            *self.extra_lines,
         ]
+
+    def bridge_to(self, central: "Broker", prefix: str = "drowse", name: str = "edge") -> None:
+        """Makes this broker an edge bridged to `central`, as deploy/mosquitto/bridge.conf does:
+        notifications (device and group topics) come in, statuses go out, QoS 1, cleansession false.
+        Takes effect at the next start()."""
+        self.extra_lines = [
+            f"connection {name}-to-central",
+            f"address 127.0.0.1:{central.port}",
+            f"remote_clientid bridge-{name}",
+            "cleansession false",
+            "try_private true",
+            "restart_timeout 1 5",
+            f"topic {prefix}/+/apps/+/notify in 1",
+            f"topic {prefix}/groups/+/apps/+/notify in 1",
+            f"topic {prefix}/+/status out 1",
+        ]
+
+    def bridge_subscribed(self, central: "Broker", prefix: str = "drowse") -> bool:
+        """Whether this edge's bridge subscribed on `central` (its notify filters are in the log)."""
+        filters = central.subscription_filters()
+        return f"{prefix}/groups/+/apps/+/notify" in filters and f"{prefix}/+/apps/+/notify" in filters
 
     def start(self, timeout: float = 10.0) -> None:
         self.conf.write_text("\n".join(l for l in self.config_lines() if l) + "\n")
@@ -662,6 +685,15 @@ class Drowse:
         argv += list(args)
         r = subprocess.run(argv, capture_output=True, text=True, timeout=30, env=self.env())
         assert r.returncode == 0, f"`drowse push` exited {r.returncode}: {r.stderr}"
+        return r
+
+    def push_group(self, group: str, app: str, *args: str, broker: "Broker | None" = None) -> subprocess.CompletedProcess:
+        """`drowse push --group GROUP` to `broker` (default: this instance's)."""
+        b = broker or self.broker
+        assert b is not None
+        argv = [str(DROWSE), "push", "--broker", b.url, "--group", group, "--app", app, "--silent", *args]
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=30, env=self.env())
+        assert r.returncode == 0, f"`drowse push --group` exited {r.returncode}: {r.stderr}"
         return r
 
     def push_payload_bytes(self, app: str, *args: str) -> bytes:

@@ -1,0 +1,50 @@
+import DrowseCore
+import DrowseStore
+
+/// What the retained status (`<prefix>/<device_id>/status`) is made of beyond the app list.
+struct FleetStatusState {
+    /// Unix time of the last wake window since the daemon started.
+    var lastWindow: Double?
+    /// Whether each app's last handler run (any event) failed.
+    var lastRunFailed: [String: Bool] = [:]
+    /// What was published last (or set for the next connect): a change is republished, the
+    /// same content is not.
+    var published: FleetStatus?
+}
+
+/// The fleet status: built from the agent's state, republished when something in it changes (a
+/// wake window, a run's result), never on a timer of its own.
+extension Agent {
+    func fleetStatus() -> FleetStatus {
+        let ids = apps.keys.sorted()
+        let failed = ids.filter { fleet.lastRunFailed[$0] == true } + invalidApps.map(\.id).sorted()
+        return FleetStatus(
+            online: true, apps: ids, version: Agent.version, lastWindow: fleet.lastWindow, appCount: ids.count,
+            failedApps: failed, groups: config.mqtt?.groups ?? [], time: now())
+    }
+
+    /// The last results the store remembers (fetches), before any run of this daemon's.
+    func loadFailedApps() {
+        for id in apps.keys where fleet.lastRunFailed[id] == nil {
+            fleet.lastRunFailed[id] = (try? store.app(id, now: now()))?.lastResult == .failed
+        }
+    }
+
+    func windowOpenedForStatus() {
+        fleet.lastWindow = now()
+        republishStatusIfChanged()
+    }
+
+    func runResulted(app: String, failed: Bool) {
+        fleet.lastRunFailed[app] = failed
+        republishStatusIfChanged()
+    }
+
+    func republishStatusIfChanged() {
+        guard let mqtt, let m = config.mqtt else { return }
+        let status = fleetStatus()
+        guard status.differs(from: fleet.published) else { return }
+        fleet.published = status
+        mqtt.updateRetained(topic: Topics.status(prefix: m.topicPrefix, device: config.deviceID), payload: Array(status.json.serialized.utf8))
+    }
+}

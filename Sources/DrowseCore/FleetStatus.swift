@@ -1,0 +1,140 @@
+/// The retained status a device publishes at `<prefix>/<device_id>/status`, and how `drowse
+/// fleet` reads it back (SPEC.md, "Notifications over MQTT"; issue #13, fleet status).
+///
+/// Online: `{"online": true, "apps": [...], "version", "last_window", "app_count", "failed_apps",
+/// "groups", "time"}`. The last will (and the status at a clean stop) is `{"online": false}`: the
+/// broker publishes it for a device that vanished, so it cannot say more than that. `drowse fleet`
+/// still shows what the device said last before it went offline when it saw both messages;
+/// otherwise the fields are unknown (null).
+package struct FleetStatus: Sendable, Equatable {
+    package var online: Bool
+    package var apps: [String] = []
+    package var version: String?
+    /// Unix time of the last wake window, or nil (none since the daemon started).
+    package var lastWindow: Double?
+    package var appCount: Int?
+    /// Apps whose last handler run failed, and invalid app definitions.
+    package var failedApps: [String] = []
+    package var groups: [String] = []
+    /// Unix time the message was published.
+    package var time: Double?
+
+    package init(online: Bool, apps: [String] = [], version: String? = nil, lastWindow: Double? = nil, appCount: Int? = nil,
+                 failedApps: [String] = [], groups: [String] = [], time: Double? = nil) {
+        self.online = online
+        self.apps = apps
+        self.version = version
+        self.lastWindow = lastWindow
+        self.appCount = appCount
+        self.failedApps = failedApps
+        self.groups = groups
+        self.time = time
+    }
+
+    /// The last will's payload.
+    package static let offlineJSON: JSON = .object([("online", false)])
+
+    /// The message's JSON. Keys the SPEC named first (`online`, `apps`) keep their place.
+    package var json: JSON {
+        guard online else { return .object([("online", false)] + (time.map { [("time", JSON($0))] } ?? [])) }
+        return .object([
+            ("online", true), ("apps", .array(apps.map { .string($0) })), ("version", JSON(version)),
+            ("last_window", JSON(lastWindow)), ("app_count", JSON(appCount ?? apps.count)),
+            ("failed_apps", .array(failedApps.map { .string($0) })), ("groups", .array(groups.map { .string($0) })),
+            ("time", JSON(time)),
+        ])
+    }
+
+    /// Whether publishing `self` after `previous` tells anything new: every field but `time`
+    /// (which alone changes on each publication) counts.
+    package func differs(from previous: FleetStatus?) -> Bool {
+        guard var p = previous else { return true }
+        p.time = time
+        return p != self
+    }
+
+    /// A status message as read back; nil when it is not a JSON object with a boolean `online`.
+    /// Fields of the wrong type are treated as absent: a fleet listing shows what it can.
+    package static func parse(_ payload: [UInt8]) -> FleetStatus? {
+        guard payload.count <= 65536, let json = try? JSON.parse(bytes: payload, maxDepth: 8), case .object = json,
+              let online = json["online"]?.boolValue
+        else { return nil }
+        func strings(_ key: String) -> [String] { json[key]?.arrayValue?.compactMap(\.stringValue) ?? [] }
+        let apps = strings("apps")
+        return FleetStatus(
+            online: online, apps: apps, version: json["version"]?.stringValue, lastWindow: json["last_window"]?.doubleValue,
+            appCount: json["app_count"]?.intValue ?? (json["apps"]?.arrayValue != nil ? apps.count : nil),
+            failedApps: strings("failed_apps"), groups: strings("groups"), time: json["time"]?.doubleValue)
+    }
+}
+
+/// `drowse fleet`'s view of the devices, built from the retained status messages it received.
+package struct FleetListing: Sendable, Equatable {
+    package struct Device: Sendable, Equatable {
+        package var id: String
+        package var status: FleetStatus
+
+        package init(id: String, status: FleetStatus) {
+            self.id = id
+            self.status = status
+        }
+
+        /// `--json`'s object for the device.
+        package var json: JSON {
+            .object([
+                ("device_id", .string(id)), ("online", .bool(status.online)), ("version", JSON(status.version)),
+                ("last_seen", JSON(status.time)), ("last_window", JSON(status.lastWindow)),
+                ("failed_apps", .array(status.failedApps.map { .string($0) })),
+                ("groups", .array(status.groups.map { .string($0) })), ("app_count", JSON(status.appCount)),
+            ])
+        }
+    }
+
+    package private(set) var devices: [String: Device] = [:]
+
+    package init() {}
+
+    /// A message on `topic` arrived; messages that are not a device's status are ignored. An
+    /// offline status keeps what the device said before it (from an earlier message).
+    @discardableResult
+    package mutating func received(topic: String, payload: [UInt8], prefix: String) -> Bool {
+        guard let id = Topics.device(inStatusTopic: topic, prefix: prefix), let s = FleetStatus.parse(payload) else { return false }
+        if !s.online, var known = devices[id]?.status {
+            known.online = false
+            known.time = s.time ?? known.time
+            devices[id] = Device(id: id, status: known)
+        } else {
+            devices[id] = Device(id: id, status: s)
+        }
+        return true
+    }
+
+    /// The devices sorted by id; with `group`, only those that report being in it.
+    package func list(group: String?) -> [Device] {
+        devices.values.filter { d in group.map { d.status.groups.contains($0) } ?? true }.sorted { $0.id < $1.id }
+    }
+
+    /// One text line per device: id, online/offline, version, last seen, failing apps.
+    package static func lines(_ devices: [Device], now: Double) -> [String] {
+        let rows = devices.map { d -> [String] in
+            let s = d.status
+            let seen = s.time.map { Self.ago($0, now: now) } ?? "-"
+            let failing = s.failedApps.isEmpty ? "-" : s.failedApps.joined(separator: ",")
+            return [d.id, s.online ? "online" : "offline", s.version ?? "-", seen, failing]
+        }
+        let header = ["DEVICE", "STATE", "VERSION", "LAST SEEN", "FAILING APPS"]
+        let widths = (0..<header.count).map { i in ([header] + rows).map { $0[i].count }.max() ?? 0 }
+        return ([header] + rows).map { row in
+            row.enumerated().map { i, cell in i == row.count - 1 ? cell : cell + String(repeating: " ", count: widths[i] - cell.count) }
+                .joined(separator: "  ")
+        }
+    }
+
+    /// "5m ago", "now", or "in 3s" for a clock that is ahead.
+    static func ago(_ t: Double, now: Double) -> String {
+        let d = now - t
+        guard abs(d) >= 1, abs(d) < 1e12 else { return "now" }
+        let text = DurationText.format(.seconds(Int64(abs(d).rounded())))
+        return d > 0 ? "\(text) ago" : "in \(text)"
+    }
+}

@@ -1,0 +1,87 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import CMosquitto
+import DrowseCore
+
+/// `drowse fleet`'s side: connect (clean session), subscribe to a filter, and collect the retained
+/// messages the broker sends for it. The broker sends them right after the SUBACK, back to back,
+/// so the reader stops once `quiet` seconds pass without one (counted from the SUBACK), or at
+/// `timeout` at the latest.
+package enum MQTTRetainedReader {
+    final class State {
+        var connected = false
+        var connackError: Int32?
+        var subscribedAt: Double?
+        var lastMessageAt: Double?
+        var messages: [(topic: String, payload: [UInt8])] = []
+    }
+
+    package static func collect(
+        host: String, port: Int, tls: Bool, caFile: String?, certFile: String?, keyFile: String?,
+        username: String?, password: String?, filter: String, quiet: Double = 0.5, timeout: Double = 10
+    ) throws(MQTTPublisher.Failure) -> [(topic: String, payload: [UInt8])] {
+        typealias Failure = MQTTPublisher.Failure
+        do throws(MosquittoError) {
+            try MosquittoError.check(mosquitto_lib_init(), "mosquitto_lib_init")
+        } catch { throw Failure(description: error.description) }
+        let state = State()
+        let ptr = Unmanaged.passUnretained(state).toOpaque()
+        guard let mosq = mosquitto_new(nil, true, ptr) else { throw Failure(description: "mosquitto_new failed: \(String(cString: strerror(errno)))") }
+        defer { mosquitto_destroy(mosq) }
+        do throws(MosquittoError) {
+            try MosquittoError.check(cmosq_int_option(mosq, MOSQ_OPT_PROTOCOL_VERSION, Int32(MQTT_PROTOCOL_V311)), "mosquitto_int_option(PROTOCOL_VERSION)")
+            if let username { try MosquittoError.check(mosquitto_username_pw_set(mosq, username, password), "mosquitto_username_pw_set") }
+        } catch { throw Failure(description: error.description) }
+        if tls {
+            let rc = mosquitto_tls_set(mosq, caFile, caFile == nil ? "/etc/ssl/certs" : nil, certFile, keyFile, nil)
+            if let e = MosquittoError(rc: rc, call: "mosquitto_tls_set") { throw Failure(description: "TLS setup: \(e.detail)") }
+        }
+        mosquitto_connect_callback_set(mosq) { _, obj, rc in
+            let s = Unmanaged<State>.fromOpaque(obj!).takeUnretainedValue()
+            if rc == 0 { s.connected = true } else { s.connackError = rc }
+        }
+        mosquitto_subscribe_callback_set(mosq) { _, obj, _, _, _ in
+            Unmanaged<State>.fromOpaque(obj!).takeUnretainedValue().subscribedAt = MQTTPublisher.now()
+        }
+        mosquitto_message_callback_set(mosq) { _, obj, msg in
+            let s = Unmanaged<State>.fromOpaque(obj!).takeUnretainedValue()
+            guard let m = msg?.pointee else { return }
+            s.lastMessageAt = MQTTPublisher.now()
+            // Only what the broker kept: a live status published meanwhile is as good, but the
+            // listing is of retained statuses.
+            guard m.retain else { return }
+            let payload = m.payloadlen > 0 ? Array(UnsafeRawBufferPointer(start: m.payload, count: Int(m.payloadlen))) : []
+            s.messages.append((String(cString: m.topic), payload))
+        }
+        if let e = MosquittoError(rc: mosquitto_connect(mosq, host, Int32(port), 30), call: "mosquitto_connect") {
+            throw Failure(description: "cannot connect to \(host):\(port): \(e.detail)")
+        }
+        let end = MQTTPublisher.now() + timeout
+        while !state.connected {
+            if let e = state.connackError { throw Failure(description: "broker refused: \(String(cString: mosquitto_connack_string(e)))") }
+            guard MQTTPublisher.now() < end else { throw Failure(description: "timed out waiting for the broker") }
+            if let e = MosquittoError(rc: mosquitto_loop(mosq, 100, 1), call: "mosquitto_loop") {
+                if let c = state.connackError { throw Failure(description: "broker refused: \(String(cString: mosquitto_connack_string(c)))") }
+                throw Failure(description: e.detail)
+            }
+        }
+        if let e = MosquittoError(rc: mosquitto_subscribe(mosq, nil, filter, 1), call: "mosquitto_subscribe") {
+            throw Failure(description: "subscribe: \(e.detail)")
+        }
+        while true {
+            let t = MQTTPublisher.now()
+            guard t < end else {
+                if state.subscribedAt == nil { throw Failure(description: "timed out waiting for the broker's SUBACK") }
+                break
+            }
+            if let since = state.subscribedAt, t >= max(since, state.lastMessageAt ?? since) + quiet { break }
+            if let e = MosquittoError(rc: mosquitto_loop(mosq, 50, 1), call: "mosquitto_loop") { throw Failure(description: e.detail) }
+        }
+        // Done reading; a failed goodbye changes nothing for the caller.
+        if MosquittoError(rc: mosquitto_disconnect(mosq), call: "mosquitto_disconnect") == nil {
+            _ = MosquittoError(rc: mosquitto_loop(mosq, 50, 1), call: "mosquitto_loop")
+        }
+        return state.messages
+    }
+}

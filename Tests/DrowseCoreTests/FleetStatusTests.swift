@@ -1,0 +1,86 @@
+import DrowseCore
+import Testing
+
+@Suite("FleetStatus")
+struct FleetStatusTests {
+    static let full = FleetStatus(
+        online: true, apps: ["news", "weather"], version: "0.1.0", lastWindow: 1_700_000_000, appCount: 2,
+        failedApps: ["weather", "broken"], groups: ["eu", "beta"], time: 1_700_000_100)
+
+    @Test("the online status keeps online and apps first and adds the fleet keys")
+    func json() throws {
+        let text = Self.full.json.serialized
+        #expect(text == #"{"online":true,"apps":["news","weather"],"version":"0.1.0","last_window":1700000000,"app_count":2,"failed_apps":["weather","broken"],"groups":["eu","beta"],"time":1700000100}"#)
+        var none = Self.full
+        none.lastWindow = nil
+        #expect(try JSON.parse(none.json.serialized)["last_window"]?.isNull == true)
+    }
+
+    @Test("the last will stays {\"online\": false}")
+    func offline() {
+        #expect(FleetStatus.offlineJSON.serialized == #"{"online":false}"#)
+    }
+
+    @Test("what is published parses back to the same status")
+    func roundTrip() {
+        #expect(FleetStatus.parse(Array(Self.full.json.serialized.utf8)) == Self.full)
+        #expect(FleetStatus.parse(Array(#"{"online": false}"#.utf8)) == FleetStatus(online: false))
+        // An old drowsed's status: only online and apps.
+        let old = FleetStatus.parse(Array(#"{"online": true, "apps": ["a"]}"#.utf8))
+        #expect(old == FleetStatus(online: true, apps: ["a"], appCount: 1))
+    }
+
+    @Test("what is not a status is refused", arguments: ["", "[]", "{}", #"{"online": "yes"}"#, "not json"])
+    func notStatus(text: String) {
+        #expect(FleetStatus.parse(Array(text.utf8)) == nil)
+    }
+
+    @Test("only a change of content is a reason to republish: time alone is not")
+    func differs() {
+        #expect(Self.full.differs(from: nil))
+        var later = Self.full
+        later.time = 1_800_000_000
+        #expect(!later.differs(from: Self.full))
+        var window = later
+        window.lastWindow = 1_700_000_500
+        #expect(window.differs(from: Self.full))
+        var healed = later
+        healed.failedApps = []
+        #expect(healed.differs(from: Self.full))
+    }
+
+    @Test("the listing: devices by id, an offline will keeps what the device said before, --group filters")
+    func listing() {
+        var l = FleetListing()
+        let took1 = l.received(topic: "drowse/b/status", payload: Array(Self.full.json.serialized.utf8), prefix: "drowse")
+        #expect(took1)
+        var a = Self.full
+        a.groups = ["us"]
+        a.failedApps = []
+        let took2 = l.received(topic: "drowse/a/status", payload: Array(a.json.serialized.utf8), prefix: "drowse")
+        #expect(took2)
+        let took3 = l.received(topic: "drowse/b/status", payload: Array(#"{"online":false}"#.utf8), prefix: "drowse")
+        #expect(took3)
+        let took4 = l.received(topic: "drowse/c/status", payload: Array(#"{"online":false}"#.utf8), prefix: "drowse")
+        #expect(took4)
+        let took5 = l.received(topic: "drowse/d/status", payload: Array("garbage".utf8), prefix: "drowse")
+        #expect(!took5)
+        let took6 = l.received(topic: "drowse/x/apps/y/notify", payload: Array(Self.full.json.serialized.utf8), prefix: "drowse")
+        #expect(!took6)
+        #expect(l.list(group: nil).map(\.id) == ["a", "b", "c"])
+        let b = l.list(group: nil)[1]
+        #expect(!b.status.online && b.status.version == "0.1.0" && b.status.groups == ["eu", "beta"])
+        #expect(l.list(group: "eu").map(\.id) == ["b"])
+        #expect(l.list(group: "us").map(\.id) == ["a"])
+        #expect(l.list(group: "none").isEmpty)
+        let obj = b.json
+        for key in ["device_id", "online", "version", "last_seen", "last_window", "failed_apps", "groups", "app_count"] {
+            #expect(obj[key] != nil, "\(key)")
+        }
+        #expect(obj["last_seen"]?.doubleValue == 1_700_000_100)
+        let lines = FleetListing.lines(l.list(group: nil), now: 1_700_000_160)
+        #expect(lines.count == 4)
+        #expect(lines[2].hasPrefix("b ") && lines[2].contains("offline") && lines[2].contains("1m ago") && lines[2].hasSuffix("weather,broken"))
+        #expect(lines[3].hasPrefix("c ") && lines[3].contains("offline"))
+    }
+}
