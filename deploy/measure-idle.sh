@@ -11,7 +11,9 @@
 #
 # Env: MAX_WAKEUPS_PER_S  fail (exit 1) above this many wakeups per second (deploy/test.sh uses it)
 #      DROWSE_BIN_DIR  use the binaries there instead of building a release
-#      SETTLE          seconds to wait after MQTT is connected, before measuring (default 5)
+#      SETTLE          seconds to wait after MQTT is connected, before measuring (default 12:
+#                      longer than the local API's 10 s idle timeout, whose timer, armed by the
+#                      script's own `drowse status` calls, still fires once after they closed)
 #      DEB             also print the size of this .deb and its Installed-Size (deploy/build-deb.sh)
 set -euo pipefail
 # shellcheck source=deploy/common.sh
@@ -24,7 +26,7 @@ if [ "${1:-}" = --pid ]; then
     shift 2
 fi
 DURATION=${1:-60}
-SETTLE=${SETTLE:-5}
+SETTLE=${SETTLE:-12}
 case "$DURATION" in ''|*[!0-9]*|0) die "SECONDS must be a positive whole number, not '$DURATION'" ;; esac
 
 # snapshot PID: one line per thread: "TID SWITCHES NAME", where SWITCHES is voluntary plus

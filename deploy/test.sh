@@ -48,7 +48,7 @@ swift test
 say "idle check of the release build"
 swift build "${DROWSE_RELEASE_FLAGS[@]}"
 link_drowsed "$(swift build "${DROWSE_RELEASE_FLAGS[@]}" --show-bin-path)"
-DROWSE_BIN_DIR=$(swift build "${DROWSE_RELEASE_FLAGS[@]}" --show-bin-path) MAX_WAKEUPS_PER_S=0.2 SETTLE=3 \
+DROWSE_BIN_DIR=$(swift build "${DROWSE_RELEASE_FLAGS[@]}" --show-bin-path) MAX_WAKEUPS_PER_S=0.1 SETTLE=11 \
     deploy/measure-idle.sh 15
 
 DROWSE_BIN_DIR=$(swift build --show-bin-path)

@@ -16,6 +16,11 @@ import ServiceLifecycle
 /// both share exist once on the board.
 public enum DaemonEntry {
     /// Runs the daemon with `arguments` (without the program name) and exits.
+    ///
+    /// On the main actor, like the caller's `main`: a nonisolated async function would start on
+    /// the global executor, that is on libdispatch's pool before the hook below is installed,
+    /// and that pool's monitor then wakes the process every second for good.
+    @MainActor
     public static func main(arguments: [String]) async {
         // Swift concurrency runs on NIO's event loops, not libdispatch's worker pool: that pool
         // starts a 1 Hz monitor timer on Linux, and drowsed must not wake when idle.
