@@ -6,7 +6,8 @@
 #
 # install (dpkg -i; postinst must also pass where systemd is not PID 1), files where Debian puts
 # them, drowsed --check-config on the installed config, an upgrade to a rebuild with a bumped
-# version (conffile edits and /var/lib/drowse/state.db kept), dpkg -r (files gone, conffile and
+# version (conffile edits and /var/lib/drowse/state.db kept, a download under way resumes with a
+# Range request to a loopback nginx and finishes with the right sha256), dpkg -r (files gone, conffile and
 # state kept), dpkg -P (everything gone), lintian without errors. Exits non-zero on any failure.
 # Env: DROWSE_BIN_DIR  passed to deploy/build-deb.sh for the upgrade build (default: the
 #                      release build, as build-deb.sh finds it)
@@ -26,6 +27,8 @@ dpkg-query -W -f='${Status}' drowse 2>/dev/null | grep -q 'installed' &&
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/drowse-test-deb.XXXXXX")
 MADE_MACHINE_ID=no
 FAILED=yes
+DAEMON_PID=
+NGINX_PID=
 # shellcheck disable=SC2329  # run by the EXIT trap
 cleanup() {
     trap - EXIT
@@ -33,6 +36,9 @@ cleanup() {
         say "cleaning up after a failure: dpkg -P drowse"
         dpkg -P drowse >/dev/null 2>&1 || true
     fi
+    stop_pid "$DAEMON_PID" 15
+    stop_pid "$NGINX_PID"
+    rm -rf /var/lib/drowse-test-deb
     [ "$MADE_MACHINE_ID" = no ] || rm -f /etc/machine-id
     rm -rf "$TMP"
 }
@@ -82,16 +88,61 @@ getent group drowse >/dev/null || fail "postinst did not create the drowse group
 say "drowsed --check-config on the installed config"
 /usr/bin/drowsed --check-config --config /etc/drowse/drowse.toml || fail "drowsed --check-config failed on the installed config"
 
-# The state an upgrade must keep: a state.db (made by drowsed itself when systemd did not start
-# it) and a user's edit of the conffile.
-if [ ! -e /var/lib/drowse/state.db ]; then
-    say "no state.db yet (systemd did not start drowsed): running drowsed once to make one"
-    /usr/bin/drowsed --config /etc/drowse/drowse.toml 2>"$TMP/drowsed.log" &
-    pid=$!
-    wait_until 20 test -e /var/lib/drowse/state.db || { cat "$TMP/drowsed.log" >&2; stop_pid "$pid"; fail "drowsed made no state.db"; }
-    sleep 1
-    stop_pid "$pid" 15
-fi
+# The state an upgrade must keep: a state.db, a user's edit of the conffile, and a download under
+# way, which must resume after the upgrade (not start again). Where systemd runs, the service
+# postinst started does the work and the upgrade restarts it; elsewhere (a container, CI) the
+# test runs the installed drowsed itself around the upgrade.
+SYSTEMD=no
+[ -d /run/systemd/system ] && SYSTEMD=yes
+start_daemon() {
+    [ "$SYSTEMD" = no ] || return 0
+    /usr/bin/drowsed --config /etc/drowse/drowse.toml 2>>"$TMP/drowsed.log" &
+    DAEMON_PID=$!
+}
+stop_daemon() {
+    [ "$SYSTEMD" = no ] || return 0
+    stop_pid "$DAEMON_PID" 15
+    DAEMON_PID=
+}
+cli() { /usr/bin/drowse --socket /run/drowse/drowse.sock "$@"; }
+
+# A loopback nginx serving 6 MiB at 512 KiB/s: the download takes 12 s, the upgrade lands in it.
+command -v nginx >/dev/null 2>&1 || need_packages nginx-light
+PORT=$(free_port)
+mkdir -p "$TMP/www" "$TMP/nginx/tmp"
+head -c $((6 * 1024 * 1024)) /dev/urandom >"$TMP/www/blob"
+blob_sum=$(sha256sum "$TMP/www/blob" | cut -d' ' -f1)
+cat >"$TMP/nginx/nginx.conf" <<NGINX
+user root;
+daemon off;
+worker_processes 1;
+pid $TMP/nginx/nginx.pid;
+error_log $TMP/nginx/error.log;
+events { worker_connections 16; }
+http {
+    log_format ranges '\$request_uri \$status "\$http_range"';
+    access_log $TMP/nginx/access.log ranges;
+    client_body_temp_path $TMP/nginx/tmp/body;
+    proxy_temp_path $TMP/nginx/tmp/proxy;
+    fastcgi_temp_path $TMP/nginx/tmp/fastcgi;
+    uwsgi_temp_path $TMP/nginx/tmp/uwsgi;
+    scgi_temp_path $TMP/nginx/tmp/scgi;
+    server { listen 127.0.0.1:$PORT; root $TMP/www; limit_rate 512k; }
+}
+NGINX
+nginx -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" 2>>"$TMP/nginx/stderr" &
+NGINX_PID=$!
+wait_until 10 port_in_use "$PORT" || { cat "$TMP/nginx/stderr" >&2; fail "nginx did not start"; }
+
+mkdir -p /var/lib/drowse-test-deb
+printf 'id = "debtest"\n[transfers]\nevents_command = ["/bin/true"]\n' >/etc/drowse/apps.d/debtest.toml
+start_daemon
+wait_until 20 cli status >/dev/null 2>&1 || { cat "$TMP/drowsed.log" >&2 2>/dev/null; fail "the installed drowsed does not answer"; }
+tid=$(cli transfer download "http://127.0.0.1:$PORT/blob" --app debtest --to /var/lib/drowse-test-deb/blob --sha256 "$blob_sum") ||
+    fail "drowse transfer download failed"
+done_bytes() { cli transfer show "$tid" --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["bytes_done"] or 0)'; }
+wait_until 20 test "$(done_bytes)" -ge $((1024 * 1024)) || fail "the download did not get going"
+stop_daemon
 present /var/lib/drowse/state.db
 state_sum=$(md5sum </var/lib/drowse/state.db)
 echo '# edited by deploy/test-deb.sh' >>/etc/drowse/drowse.toml
@@ -103,16 +154,29 @@ new_version=${old_version%-*}-$(( ${old_version##*-} + 1 ))
 say "building $new_version for the upgrade"
 VERSION=$new_version "$DROWSE_ROOT/deploy/build-deb.sh" "$TMP/deb" >/dev/null || fail "build-deb.sh failed for the upgrade"
 NEW=$(ls "$TMP"/deb/drowse_"${new_version}"_*.deb) || fail "no $new_version package built"
-say "upgrade: dpkg -i $NEW (over $old_version)"
+say "upgrade: dpkg -i $NEW (over $old_version, a download under way)"
 # A changed conffile that the package did not change: dpkg keeps it without asking.
 dpkg -i "$NEW" </dev/null || fail "the upgrade failed"
 [ "$(dpkg-query -W -f='${Version}' drowse)" = "$new_version" ] || fail "the upgrade did not install $new_version"
 [ "$(md5sum </etc/drowse/drowse.toml)" = "$conf_sum" ] || fail "the upgrade lost the edit to /etc/drowse/drowse.toml"
 present /var/lib/drowse/state.db
-if [ "$(status_of)" = installed ] && ! [ -d /run/systemd/system ]; then
+if [ "$SYSTEMD" = no ]; then
     [ "$(md5sum </var/lib/drowse/state.db)" = "$state_sum" ] || fail "the upgrade changed /var/lib/drowse/state.db"
 fi
 /usr/bin/drowsed --check-config --config /etc/drowse/drowse.toml || fail "--check-config failed after the upgrade"
+
+say "the download resumes under $new_version"
+start_daemon
+wait_until 20 cli status >/dev/null 2>&1 || { cat "$TMP/drowsed.log" >&2 2>/dev/null; fail "the upgraded drowsed does not answer"; }
+timeout 120 /usr/bin/drowse --socket /run/drowse/drowse.sock transfer wait "$tid" >/dev/null ||
+    fail "the download did not finish after the upgrade"
+[ "$(sha256sum </var/lib/drowse-test-deb/blob | cut -d' ' -f1)" = "$blob_sum" ] || fail "the downloaded file's sha256 is wrong"
+grep -q '"bytes=[1-9]' "$TMP/nginx/access.log" ||
+    { cat "$TMP/nginx/access.log" >&2; fail "the download started again instead of resuming (no Range request)"; }
+stop_daemon
+stop_pid "$NGINX_PID"
+NGINX_PID=
+rm -rf /var/lib/drowse-test-deb /etc/drowse/apps.d/debtest.toml
 
 say "dpkg -r drowse"
 dpkg -r drowse || fail "dpkg -r failed"
