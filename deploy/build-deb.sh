@@ -17,13 +17,14 @@
 # (only records it as enabled when systemd is not running, as in a chroot or container); prerm
 # stops it on removal; purge deletes /etc/drowse and the state in /var/lib/drowse.
 #
-# Env: DROWSE_BIN_DIR   use drowsed and drowse from there (else the release build, built if stale)
+# Env: DROWSE_BIN_DIR   use drowse from there (else the release build, built if stale and laid
+#                       out by deploy/order-text.sh)
 #      VERSION          the package version (default: `drowse --version` followed by -1)
 #      DEB_MAINTAINER   "Name <email>" (default: the author of the checkout's last commit)
 #      GENERATE_MANUAL  swift-argument-parser's generate-manual tool (default: found in .build,
 #                       or built from the resolved swift-argument-parser into .build-manual)
-# Needs dpkg-dev (dpkg-shlibdeps computes Depends from the binaries) and binutils (strip);
-# installs them when missing.
+# Needs dpkg-dev (dpkg-shlibdeps computes Depends from the binaries), binutils (strip) and
+# valgrind (deploy/order-text.sh's profile); installs them when missing.
 set -euo pipefail
 # shellcheck source=deploy/common.sh
 . "$(dirname "$0")/common.sh"
@@ -31,7 +32,11 @@ cd "$DROWSE_ROOT"
 umask 022
 
 OUT=${1:-$DROWSE_ROOT/.build/deb}
-need_packages dpkg-dev binutils
+need_packages dpkg-dev binutils valgrind
+if [ -z "${DROWSE_BIN_DIR:-}" ]; then
+    # The release build, its idle code laid out together (deploy/order-text.sh explains).
+    "$DROWSE_ROOT/deploy/order-text.sh"
+fi
 release_binaries
 
 ARCH=$(dpkg --print-architecture)

@@ -20,6 +20,7 @@ need_swift
 
 say "swift build ${DROWSE_RELEASE_FLAGS[*]}"
 swift build "${DROWSE_RELEASE_FLAGS[@]}"
+deploy/order-text.sh          # the idle daemon's code together (when valgrind is installed)
 BIN=$(swift build "${DROWSE_RELEASE_FLAGS[@]}" --show-bin-path)
 
 say "installing into /usr/local/bin, /etc/drowse and /etc/systemd/system"
