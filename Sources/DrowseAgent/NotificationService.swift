@@ -229,7 +229,9 @@ package final class NotificationService {
             case .drop(let seq):
                 try? store.markNotification(seq, state: "dropped", at: host.now())
             case .startDownload(let seq, let appID):
-                guard let app = host.app(appID), let note = notes[seq], let d = note.download else {
+                // At hand when it arrived now; read back when it waited (a rollout delay).
+                let note = notes[seq] ?? (try? store.notificationPayload(seq)).flatMap { $0 }.flatMap { try? Notification.parse(Array($0.utf8)) }
+                guard let app = host.app(appID), let note, let d = note.download else {
                     try? store.markNotification(seq, state: "failed", at: host.now())
                     continue
                 }
@@ -256,6 +258,10 @@ package final class NotificationService {
                 try? store.markNotification(seq, state: "deferred", at: host.now())
                 metrics.notification(.deferred)
                 logger.info("notification deferred: \(inLastHour) in the last hour (max_per_hour \(admission.budget.maxPerHour)); runs in \(DurationText.format(.milliseconds(Int64(max(0, until - host.now()) * 1000)))) at the latest",
+                            metadata: ["app.id": "\(app)"])
+            case .spread(_, let app, let until, let delay, let spread):
+                // The record stays `pending`: after a restart the same delay is drawn again from its received time.
+                logger.info("notification waits for its rollout delay: \(DurationText.format(.milliseconds(Int64(delay * 1000)))) of a \(DurationText.format(.milliseconds(Int64(spread * 1000)))) spread; goes on in \(DurationText.format(.milliseconds(Int64(max(0, until - host.now()) * 1000)))) or in an earlier wake window",
                             metadata: ["app.id": "\(app)"])
             case .setTimer(let at):
                 host.setDeferredTimer(at)
@@ -318,7 +324,7 @@ package final class NotificationService {
                 }
             }
             return .init(seq: rec.seq, receivedAt: rec.receivedAt, state: rec.state == "deferred" ? .deferred : .pending(budgetAt: rec.budgetAt),
-                         arrival: arrival)
+                         arrival: arrival, dedupeKey: rec.dedupeKey)
         }
         let t = host.now()
         var uses: [String: [Double]] = [:]
