@@ -148,6 +148,15 @@ struct TransferLifecycleTests {
         #expect(m.retryTimerFired(id: "t1", now: clock).isEmpty)
     }
 
+    @Test("a 503 with Retry-After: the retry timer is set no sooner than the server asked")
+    func retryAfter() throws {
+        var m = Self.machine()
+        _ = m.submitted(Self.download("t1"), now: 1000)
+        let a = m.attemptEnded(id: "t1", .failed(reason: "HTTP 503", transient: true, noSpace: false, retryAfter: .seconds(30)), now: 1001)
+        #expect(Self.retryAt(a) == 1031)
+        #expect(m.transfer("t1")?.nextRetryAt == 1031)
+    }
+
     @Test("a retry due while conditions block it waits for them instead")
     func retryIntoBlockedConditions() throws {
         var m = Self.machine()
