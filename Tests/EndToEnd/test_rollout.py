@@ -119,3 +119,30 @@ def test_retry_after_on_503_and_429_holds_the_retry_back(hostile_server, make_dr
 def sha256_file_bytes(b: bytes) -> str:
     import hashlib
     return hashlib.sha256(b).hexdigest()
+
+
+def test_a_fetch_window_inside_the_delay_carries_the_notification_early(broker, make_drowse):
+    d = make_drowse(broker=broker, handler_deadline="5s", device_id="roll-window")
+    d.add_app("ticker", fetch=d.recorder("ticker"), minimum_interval="4s")
+    d.add_app("news", notification=d.recorder("news"))
+    d.start()
+    broker.wait_subscribed(notify_topic("news", d.device_id))
+    nid = next(f"w{i}" for i in range(1000) if rollout_delay(d.device_id, f"w{i}", 120) >= 60)
+    t0 = time.time()
+    d.push("news", "--id", nid, "--spread", "120")
+    [run] = d.wait_runs("news", 1, timeout=20)
+    assert run.start - t0 < 15, "it waited for its delay instead of riding a window"
+    # It rode a window: a ticker fetch started within a moment of it.
+    ticks = [r.start for r in d.wait_runs("ticker", 1)]
+    assert min(abs(run.start - t) for t in ticks) < 1.0, (run.start, ticks)
+
+
+def test_one_that_expires_while_it_waits_never_runs(broker, make_drowse):
+    d = make_drowse(broker=broker, handler_deadline="5s", device_id="roll-expire")
+    d.add_app("news", notification=d.recorder("news"))
+    d.start()
+    broker.wait_subscribed(notify_topic("news", d.device_id))
+    nid = next(f"e{i}" for i in range(1000) if rollout_delay(d.device_id, f"e{i}", 60) >= 20)
+    d.push("news", "--id", nid, "--spread", "60", "--expiration", str(int(time.time()) + 3))
+    wait_until(lambda: "notification dropped: expired" in d.stderr_text(), 15, what="the waiting notification to expire")
+    assert d.runs("news") == []
