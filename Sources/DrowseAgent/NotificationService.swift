@@ -260,6 +260,7 @@ package final class NotificationService {
                 logger.info("notification deferred: \(inLastHour) in the last hour (max_per_hour \(admission.budget.maxPerHour)); runs in \(DurationText.format(.milliseconds(Int64(max(0, until - host.now()) * 1000)))) at the latest",
                             metadata: ["app.id": "\(app)"])
             case .spread(_, let app, let until, let delay, let spread):
+                metrics.notification(.spread)
                 // The record stays `pending`: after a restart the same delay is drawn again from its received time.
                 logger.info("notification waits for its rollout delay: \(DurationText.format(.milliseconds(Int64(delay * 1000)))) of a \(DurationText.format(.milliseconds(Int64(spread * 1000)))) spread; goes on in \(DurationText.format(.milliseconds(Int64(max(0, until - host.now()) * 1000)))) or in an earlier wake window",
                             metadata: ["app.id": "\(app)"])

@@ -135,6 +135,7 @@ struct NotificationServiceTests {
         let t0 = rig.now
         let delay = RolloutDelay.delay(deviceID: "dev", notificationID: "r1", spread: 600)
         #expect(rig.push(#"{"aps": {"content-available": 1}, "id": "r1", "spread": 600}"#))
+        #expect(rig.service.metrics.registry.value("drowse_notifications_total", [("outcome", "spread")]) == 1)
         #expect(rig.ran.isEmpty && rig.store.rows[0].state == "pending")
         let at = try #require(rig.timer)
         #expect(abs(at - (t0 + delay)) < 0.1)
