@@ -200,6 +200,16 @@ package struct TransferLifecycle: Sendable {
                 continue
             }
             hold(t)
+            if t.state == .waiting, let at = t.nextRetryAt, at > now {
+                // A retry was planned (a server's Retry-After, or the backoff): a restart does not
+                // bring it forward. Bounded, in case the clock went back meanwhile.
+                let due = min(at, now + RetryAfter.maxDelay)
+                entries[t.id]?.retryAt = due
+                actions += [.log(.info, "transfer retries at its planned time, in \(Int(saturating: due - now, rounding: .up))s",
+                                 metadata: Self.meta(t)),
+                            .setRetryTimer(id: t.id, at: due)]
+                continue
+            }
             actions.append(.log(.info, "resuming transfer from byte \(t.bytesDone)", metadata: Self.meta(t)))
             actions += begin(t.id, now: now)
         }

@@ -157,6 +157,23 @@ struct TransferLifecycleTests {
         #expect(m.transfer("t1")?.nextRetryAt == 1031)
     }
 
+    @Test("after a restart a planned retry (Retry-After) keeps its time; one already due starts at once")
+    func restoredRetryKeepsItsTime() throws {
+        var waiting = Self.download("t1")
+        waiting.state = .waiting
+        waiting.nextRetryAt = 1100
+        var due = Self.download("t2")
+        due.state = .waiting
+        due.nextRetryAt = 1040
+        var m = Self.machine()
+        let a = m.restored([waiting, due], apps: ["app": .init(hasCommand: true, launches: true)], now: 1050)
+        #expect(a.contains(.setRetryTimer(id: "t1", at: 1100)))
+        #expect(Self.started(a).map(\.id) == ["t2"])
+        // Conditions changing meanwhile do not bring it forward either.
+        #expect(Self.started(m.conditionsChanged(Self.online, now: 1060)).isEmpty)
+        #expect(Self.started(m.retryTimerFired(id: "t1", now: 1100)).map(\.id) == ["t1"])
+    }
+
     @Test("a retry due while conditions block it waits for them instead")
     func retryIntoBlockedConditions() throws {
         var m = Self.machine()

@@ -146,3 +146,21 @@ def test_one_that_expires_while_it_waits_never_runs(broker, make_drowse):
     d.push("news", "--id", nid, "--spread", "60", "--expiration", str(int(time.time()) + 3))
     wait_until(lambda: "notification dropped: expired" in d.stderr_text(), 15, what="the waiting notification to expire")
     assert d.runs("news") == []
+
+
+def test_a_retry_after_wait_survives_a_restart(hostile_server, make_drowse, workdir):
+    body = random.Random(14).randbytes(50_000)
+    hostile_server.script("/r", [error(503, [("Retry-After", "6")])], then=serve(body))
+    d = make_drowse()
+    d.add_app("dl", events=d.recorder("dl"))
+    d.start()
+    dest = workdir / "out-r.bin"
+    tid = d.download(hostile_server.url("/r"), "dl", "--to", str(dest))
+    wait_until(lambda: d.transfer(tid).get("next_retry_at"), 10, what="the retry to be planned")
+    d.restart()
+    t = wait_until(lambda: (lambda t: t if t["state"] in ("completed", "failed") else None)(d.transfer(tid)), 30,
+                   what="the transfer to finish")
+    assert t["state"] == "completed", (t, hostile_server.log())
+    reqs = hostile_server.requests_for("/r")
+    assert reqs[1].at - reqs[0].at >= 6.0, hostile_server.log()
+    assert sha256_file(dest) == sha256_file_bytes(body)
