@@ -230,7 +230,7 @@ package final class NotificationService {
                 try? store.markNotification(seq, state: "dropped", at: host.now())
             case .startDownload(let seq, let appID):
                 // At hand when it arrived now; read back when it waited (a rollout delay).
-                let note = notes[seq] ?? (try? store.notificationPayload(seq)).flatMap { $0 }.flatMap { try? Notification.parse(Array($0.utf8)) }
+                let note = notes[seq] ?? (try? store.notificationPayload(seq)).flatMap { try? Notification.parse(Array($0.utf8)) }
                 guard let app = host.app(appID), let note, let d = note.download else {
                     try? store.markNotification(seq, state: "failed", at: host.now())
                     continue
@@ -262,7 +262,8 @@ package final class NotificationService {
             case .spread(_, let app, let until, let delay, let spread):
                 metrics.notification(.spread)
                 // The record stays `pending`: after a restart the same delay is drawn again from its received time.
-                logger.info("notification waits for its rollout delay: \(DurationText.format(.milliseconds(Int64(delay * 1000)))) of a \(DurationText.format(.milliseconds(Int64(spread * 1000)))) spread; goes on in \(DurationText.format(.milliseconds(Int64(max(0, until - host.now()) * 1000)))) or in an earlier wake window",
+                func text(_ seconds: Double) -> String { DurationText.format(.milliseconds(Int64(max(0, seconds) * 1000))) }
+                logger.info("notification waits for its rollout delay: \(text(delay)) of a \(text(spread)) spread; goes on in \(text(until - host.now())) or in an earlier wake window",
                             metadata: ["app.id": "\(app)"])
             case .setTimer(let at):
                 host.setDeferredTimer(at)
