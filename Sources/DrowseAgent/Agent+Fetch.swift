@@ -24,7 +24,8 @@ extension Agent {
             now: { self.now() },
             enqueueFetch: { app, trigger, done in self.enqueueHandler(.fetch(app: app, trigger: trigger, done: done)) },
             windowOpened: {
-                // Notifications held back by their rate budget ride this window, and so does the keepalive.
+                // Notifications held back by their rate budget or waiting for their rollout delay ride
+                // this window, and so does the keepalive.
                 self.flushDeferred()
                 self.windowOpenedForStatus()
                 self.mqtt?.rideWindow()

@@ -28,9 +28,11 @@ package final class AgentMetrics {
         case ignored
         /// Held back by the app's hourly budget.
         case deferred
+        /// Held back for its rollout delay (`spread`); it runs (or starts its download) later.
+        case spread
         /// Dropped because a newer one with the same collapse-id arrived.
         case collapsed
-        /// Dropped while deferred because it expired.
+        /// Dropped while deferred (or waiting for its rollout delay) because it expired.
         case expired
     }
 

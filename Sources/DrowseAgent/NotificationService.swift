@@ -232,7 +232,9 @@ package final class NotificationService {
             case .drop(let seq):
                 try? store.markNotification(seq, state: "dropped", at: host.now())
             case .startDownload(let seq, let appID):
-                guard let app = host.app(appID), let note = notes[seq], let d = note.download else {
+                // At hand when it arrived now; read back when it waited (a rollout delay).
+                let note = notes[seq] ?? (try? store.notificationPayload(seq)).flatMap { try? Notification.parse(Array($0.utf8)) }
+                guard let app = host.app(appID), let note, let d = note.download else {
                     try? store.markNotification(seq, state: "failed", at: host.now())
                     continue
                 }
@@ -259,6 +261,12 @@ package final class NotificationService {
                 try? store.markNotification(seq, state: "deferred", at: host.now())
                 metrics.notification(.deferred)
                 logger.info("notification deferred: \(inLastHour) in the last hour (max_per_hour \(admission.budget.maxPerHour)); runs in \(DurationText.format(.milliseconds(Int64(max(0, until - host.now()) * 1000)))) at the latest",
+                            metadata: ["app.id": "\(app)"])
+            case .spread(_, let app, let until, let delay, let spread):
+                metrics.notification(.spread)
+                // The record stays `pending`: after a restart the same delay is drawn again from its received time.
+                func text(_ seconds: Double) -> String { DurationText.format(.milliseconds(Int64(max(0, seconds) * 1000))) }
+                logger.info("notification waits for its rollout delay: \(text(delay)) of a \(text(spread)) spread; goes on in \(text(until - host.now())) or in an earlier wake window",
                             metadata: ["app.id": "\(app)"])
             case .setTimer(let at):
                 host.setDeferredTimer(at)
@@ -321,7 +329,7 @@ package final class NotificationService {
                 }
             }
             return .init(seq: rec.seq, receivedAt: rec.receivedAt, state: rec.state == "deferred" ? .deferred : .pending(budgetAt: rec.budgetAt),
-                         arrival: arrival)
+                         arrival: arrival, dedupeKey: rec.dedupeKey)
         }
         let t = host.now()
         var uses: [String: [Double]] = [:]

@@ -220,7 +220,7 @@ package final class TransferService {
             drive { $0.attemptEnded(id: id, .completed(bytes: bytes, path: path), now: host.now()) }
         case let .failed(id, error):
             countedUpTo[id] = nil
-            drive { $0.attemptEnded(id: id, .failed(reason: error.reason, transient: error.transient, noSpace: error.noSpace), now: host.now()) }
+            drive { $0.attemptEnded(id: id, .failed(reason: error.reason, transient: error.transient, noSpace: error.noSpace, retryAfter: error.retryAfter), now: host.now()) }
         }
     }
 

@@ -15,14 +15,17 @@ package struct DownloadMachine: Sendable {
         package var contentLength: Int64?
         package var etag: String?
         package var lastModified: String?
+        /// The raw `Retry-After` value (read only for a 429 or 503).
+        package var retryAfter: String?
 
         package init(status: Int = 0, contentRange: String? = nil, contentLength: Int64? = nil,
-                    etag: String? = nil, lastModified: String? = nil) {
+                    etag: String? = nil, lastModified: String? = nil, retryAfter: String? = nil) {
             self.status = status
             self.contentRange = contentRange
             self.contentLength = contentLength
             self.etag = etag
             self.lastModified = lastModified
+            self.retryAfter = retryAfter
         }
     }
 
@@ -56,12 +59,15 @@ package struct DownloadMachine: Sendable {
         package var transient: Bool
         package var noSpace: Bool
         package var part: PartFile
+        /// The server asked for the next attempt to wait (429 or 503 with a valid `Retry-After`).
+        package var retryAfter: RetryAfter?
 
-        package init(_ reason: String, transient: Bool, noSpace: Bool = false, part: PartFile) {
+        package init(_ reason: String, transient: Bool, noSpace: Bool = false, part: PartFile, retryAfter: RetryAfter? = nil) {
             self.reason = reason
             self.transient = transient
             self.noSpace = noSpace
             self.part = part
+            self.retryAfter = retryAfter
         }
 
         package var description: String { reason }
@@ -189,8 +195,14 @@ package struct DownloadMachine: Sendable {
                 return [.finish(bytes: offset)]
             }
             return fail("server refused the range (HTTP 416)", transient: true, discard: true)
+        case .httpError(let code) where code == 429 || code == 503:
+            // Overloaded or rate-limited: the server may say when to come back (RFC 9110 §10.2.3);
+            // the retry is then not before that, whatever the backoff would say. Garbage is ignored.
+            let after = response.status == code ? response.retryAfter.flatMap(RetryAfter.parse) : nil
+            let note = after.map { " (Retry-After: \($0.description))" } ?? ""
+            return [.fail(Failure("HTTP \(code)\(note)", transient: true, part: .keep, retryAfter: after))]
         case .httpError(let code):
-            return fail("HTTP \(code)", transient: code >= 500 || code == 408 || code == 429)
+            return fail("HTTP \(code)", transient: code >= 500 || code == 408)
         case .unsupportedProtocol:
             return fail("refused: redirect to a URL that is not http or https", transient: false)
         case .tooManyRedirects:

@@ -9,6 +9,8 @@ package struct Notification: Sendable, Equatable {
     package var collapseID: String?
     package var expiration: Double?
     package var priority: Int
+    /// Staged rollout: the device acts at a delay in [0, spread) seconds (`RolloutDelay`); nil: at once.
+    package var spread: Double?
     /// A download the provider asks Drowse to make before waking the app (push to transfer).
     package var download: DownloadRequest?
 
@@ -67,6 +69,14 @@ package struct Notification: Sendable, Equatable {
             guard let n = p.intValue, n == 5 || n == 10 else { throw .badKey("priority", "must be 5 or 10") }
             priority = n
         }
+        var spread: Double?
+        if let v = json["spread"], !v.isNull {
+            // JSON has no NaN or infinity (the parser refuses them); a negative or oversized window is refused here.
+            guard let d = v.doubleValue, d.isFinite, d >= 0, d <= RolloutDelay.maxSpread else {
+                throw .badKey("spread", "must be a number of seconds from 0 to \(Int(RolloutDelay.maxSpread))")
+            }
+            spread = d
+        }
         var download: DownloadRequest?
         if let d = json["download"], !d.isNull {
             guard case .object = d, let url = d["url"]?.stringValue, URLParts.isTransferURL(url) else {
@@ -82,7 +92,7 @@ package struct Notification: Sendable, Equatable {
         }
         return Notification(
             payload: json, raw: bytes, contentAvailable: contentAvailable, id: id, collapseID: collapse,
-            expiration: expiration, priority: priority, download: download)
+            expiration: expiration, priority: priority, spread: spread, download: download)
     }
 }
 

@@ -23,6 +23,12 @@
 ///   that has not run yet (deferred, or admitted and still waiting for a handler slot).
 /// - a signed notification with a `download` to an app that allows it starts that download
 ///   instead of its handler, and uses no budget.
+/// - a notification with a `spread` waits its device's rollout delay (`RolloutDelay`, from the
+///   device id and the notification's id, else its dedupe key) after it was received, then goes
+///   on as if it had just arrived (download, budget). A fetch window that opens meanwhile
+///   releases it early (the radio is awake anyway); else the one timer fires at its due time.
+///   Its record stays `pending`, so after a restart the delay is drawn again, the same, from
+///   the time it was received. One that expires while it waits never runs.
 /// - deferred ones are released, oldest first and as far as the budget allows, when a fetch
 ///   window opens and when the one timer fires: at the next window or when the budget has room
 ///   again, whichever comes first. One that expired meanwhile is dropped.
@@ -43,9 +49,11 @@ package struct NotificationAdmission: Sendable {
         package var signed: Bool
         /// The app sets `notification.allow_download`.
         package var allowDownload: Bool
+        /// Staged rollout window in seconds (checked by `Notification.parse`); nil or 0: no delay.
+        package var spread: Double?
 
         package init(app: String, id: String? = nil, collapseID: String? = nil, expiration: Double? = nil, priority: Int = 5,
-                     download: Bool = false, signed: Bool = false, allowDownload: Bool = false) {
+                     download: Bool = false, signed: Bool = false, allowDownload: Bool = false, spread: Double? = nil) {
             self.app = app
             self.id = id
             self.collapseID = collapseID
@@ -54,11 +62,12 @@ package struct NotificationAdmission: Sendable {
             self.download = download
             self.signed = signed
             self.allowDownload = allowDownload
+            self.spread = spread
         }
 
         package init(app: String, note: Notification, signed: Bool, allowDownload: Bool) {
             self.init(app: app, id: note.id, collapseID: note.collapseID, expiration: note.expiration, priority: note.priority,
-                      download: note.download != nil, signed: signed, allowDownload: allowDownload)
+                      download: note.download != nil, signed: signed, allowDownload: allowDownload, spread: note.spread)
         }
 
         func expired(at now: Double) -> Bool { expiration.map { $0 < now } ?? false }
@@ -77,12 +86,15 @@ package struct NotificationAdmission: Sendable {
         package var state: State
         /// nil when it cannot run any more: its app is gone, or its payload no longer parses.
         package var arrival: Arrival?
+        /// The key it was recorded under: a rollout delay of a notification without an `id` is drawn from it.
+        package var dedupeKey: String?
 
-        package init(seq: Int64, receivedAt: Double, state: State, arrival: Arrival?) {
+        package init(seq: Int64, receivedAt: Double, state: State, arrival: Arrival?, dedupeKey: String? = nil) {
             self.seq = seq
             self.receivedAt = receivedAt
             self.state = state
             self.arrival = arrival
+            self.dedupeKey = dedupeKey
         }
     }
 
@@ -121,6 +133,9 @@ package struct NotificationAdmission: Sendable {
         /// Mark it `deferred`: it waits for a window or room in the budget, at the latest `until`
         /// (as things stand now). `inLastHour` runs of the app count against its budget.
         case `defer`(seq: Int64, app: String, until: Double, inLastHour: Int)
+        /// It waits for its rollout delay (`spread`): it goes on at `until` (received + `delay`),
+        /// or earlier in a fetch window. Its record stays `pending`.
+        case spread(seq: Int64, app: String, until: Double, delay: Double, spread: Double)
         /// The one timer for deferred notifications: fire `timerFired` at this time; nil: none.
         case setTimer(at: Double?)
         /// Delete the records of handled notifications received before `before` (their dedupe keys
@@ -129,6 +144,8 @@ package struct NotificationAdmission: Sendable {
     }
 
     package enum Phase: Sendable, Equatable {
+        /// Waiting for its rollout delay.
+        case spreading
         case deferred
         /// Admitted: queued for a handler slot, or running.
         case admitted
@@ -139,6 +156,10 @@ package struct NotificationAdmission: Sendable {
         var arrival: Arrival
         var receivedAt: Double
         var phase: Phase
+        /// Its rollout delay (0 when it has no spread).
+        var delay: Double
+        /// When its rollout delay is over.
+        var dueAt: Double { receivedAt + delay }
     }
 
     struct CollapseKey: Hashable, Sendable {
@@ -153,6 +174,8 @@ package struct NotificationAdmission: Sendable {
     package static let timerSlack = 0.01
 
     package let budget: NotificationBudget
+    /// This device's id: the rollout delay is drawn from it.
+    package let deviceID: String
     /// Notifications recorded and not yet handled that this machine follows, by seq.
     var entries: [Int64: Entry] = [:]
     /// The newest entry per app and collapse id (at most one is ever live).
@@ -166,8 +189,16 @@ package struct NotificationAdmission: Sendable {
     package private(set) var oldestPrunable: Double?
     var lastPrune: Double?
 
-    package init(budget: NotificationBudget) {
+    package init(budget: NotificationBudget, deviceID: String = "") {
         self.budget = budget
+        self.deviceID = deviceID
+    }
+
+    /// How long after it was received a notification may act: its rollout delay, if any.
+    func delay(_ a: Arrival, key: String?, seq: Int64) -> Double {
+        guard let spread = a.spread, spread > 0 else { return 0 }
+        let id = a.id ?? key ?? "seq:\(seq)"
+        return RolloutDelay.delay(deviceID: deviceID, notificationID: id, spread: spread)
     }
 
     /// Apps whose budget uses an event needs (the apps with deferred notifications, and `app`).
@@ -178,6 +209,8 @@ package struct NotificationAdmission: Sendable {
     }
 
     package var deferredCount: Int { deferredPerApp.values.reduce(0, +) }
+    /// Notifications waiting for their rollout delay.
+    package var spreadingCount: Int { entries.values.count { $0.phase == .spreading } }
     package var followedCount: Int { entries.count }
 
     /// The phase of a followed notification (for tests and status); nil when it is not followed.
@@ -200,7 +233,8 @@ package struct NotificationAdmission: Sendable {
                 becamePrunable(receivedAt: r.receivedAt)
                 continue
             }
-            let entry = Entry(seq: r.seq, arrival: a, receivedAt: r.receivedAt, phase: .deferred)
+            let entry = Entry(seq: r.seq, arrival: a, receivedAt: r.receivedAt, phase: .deferred,
+                              delay: delay(a, key: r.dedupeKey, seq: r.seq))
             switch r.state {
             case .deferred:
                 if collapseOlder(than: entry, into: &out) { continue }
@@ -249,16 +283,17 @@ package struct NotificationAdmission: Sendable {
         guard let seq else { return [.duplicate(app: a.app, dedupeKey: key)] }
         var uses = uses
         var out: [Action] = []
-        dispatch(Entry(seq: seq, arrival: a, receivedAt: at, phase: .deferred), now: now, uses: &uses, nextWindow: nextWindow, into: &out)
+        let entry = Entry(seq: seq, arrival: a, receivedAt: at, phase: .deferred, delay: delay(a, key: key, seq: seq))
+        dispatch(entry, now: now, uses: &uses, nextWindow: nextWindow, into: &out)
         out += retime(now: now, uses: uses, nextWindow: nextWindow)
         return out
     }
 
     /// A fetch window opens (the radio is awake): deferred notifications run as far as their
-    /// app's budget allows.
+    /// app's budget allows, and those waiting for their rollout delay go on now.
     package mutating func windowOpened(now: Double, uses: [String: [Double]], nextWindow: Double?) -> [Action] {
         var out = pruneIfDue(now: now)
-        out += release(now: now, uses: uses, nextWindow: nextWindow)
+        out += release(now: now, uses: uses, nextWindow: nextWindow, window: true)
         return out
     }
 
@@ -289,7 +324,7 @@ package struct NotificationAdmission: Sendable {
 
     // MARK: rules
 
-    /// Expiry, collapse, download, then the budget: runs now or waits.
+    /// Expiry, collapse, the rollout delay, then `act`: runs now or waits.
     private mutating func dispatch(_ entry: Entry, now: Double, uses: inout [String: [Double]], nextWindow: Double?,
                                    into out: inout [Action]) {
         let a = entry.arrival
@@ -302,6 +337,20 @@ package struct NotificationAdmission: Sendable {
             // An older live one is newer than this (only from a store written out of order): this one goes.
             return
         }
+        if entry.dueAt > now {
+            var e = entry
+            e.phase = .spreading
+            insert(e)
+            out.append(.spread(seq: e.seq, app: a.app, until: e.dueAt, delay: e.delay, spread: a.spread ?? 0))
+            return
+        }
+        act(entry, now: now, uses: &uses, nextWindow: nextWindow, into: &out)
+    }
+
+    /// Download, then the budget: runs now or is deferred.
+    private mutating func act(_ entry: Entry, now: Double, uses: inout [String: [Double]], nextWindow: Double?,
+                              into out: inout [Action]) {
+        let a = entry.arrival
         if a.download {
             if a.allowDownload && a.signed {
                 // Its record is marked with the transfer (or as failed) at once: handled.
@@ -351,12 +400,28 @@ package struct NotificationAdmission: Sendable {
         return false
     }
 
-    /// Deferred notifications, oldest first, run as far as their app's budget has room; expired
-    /// ones are dropped.
-    private mutating func release(now: Double, uses: [String: [Double]], nextWindow: Double?) -> [Action] {
+    /// Notifications whose rollout delay is over (all of them in a `window`) go on; deferred
+    /// ones, oldest first, run as far as their app's budget has room; expired ones are dropped.
+    private mutating func release(now: Double, uses: [String: [Double]], nextWindow: Double?, window: Bool = false) -> [Action] {
         var uses = uses
         var out: [Action] = []
-        guard deferredCount > 0 else { return retime(now: now, uses: uses, nextWindow: nextWindow) }
+        for seq in entries.keys.sorted() {
+            guard let e = entries[seq], e.phase == .spreading else { continue }
+            if e.arrival.expired(at: now) {
+                remove(e)
+                out.append(.expire(seq: seq, app: e.arrival.app))
+                becamePrunable(receivedAt: e.receivedAt)
+                continue
+            }
+            guard window || e.dueAt <= now else { continue }
+            remove(e)
+            var ready = e
+            ready.phase = .deferred
+            act(ready, now: now, uses: &uses, nextWindow: nextWindow, into: &out)
+            // Still live (admitted or deferred): a newer one with its collapse id replaces it.
+            if let c = e.arrival.collapseID, entries[seq] != nil { collapsing[CollapseKey(app: e.arrival.app, id: c)] = seq }
+        }
+        guard deferredCount > 0 else { return out + retime(now: now, uses: uses, nextWindow: nextWindow) }
         for seq in entries.keys.sorted() {
             guard var e = entries[seq], e.phase == .deferred else { continue }
             let a = e.arrival
@@ -387,6 +452,12 @@ package struct NotificationAdmission: Sendable {
         }
         // A window at or before `now` is the one opening (or one already past): not a later one.
         if let n = next, let w = nextWindow, w > now { next = min(n, w) }
+        // Rollout delays: each entry's due time, or its expiry if sooner (to drop it then). A
+        // window that opens first releases them too, but they do not wait for one.
+        for e in entries.values where e.phase == .spreading {
+            let due = min(e.dueAt, e.arrival.expiration.map { max($0, now) } ?? .infinity)
+            next = min(next ?? due, due)
+        }
         let at = next.map { max($0, now) + Self.timerSlack }
         guard at != timerAt else { return [] }
         timerAt = at

@@ -48,7 +48,8 @@ package struct TransferLifecycle: Sendable {
         /// Verified and at `path`.
         case completed(bytes: Int64, path: String)
         /// `transient`: trying again may help; `noSpace`: the disk is full.
-        case failed(reason: String, transient: Bool, noSpace: Bool)
+        /// `retryAfter`: the server's `Retry-After` on a 429 or 503.
+        case failed(reason: String, transient: Bool, noSpace: Bool, retryAfter: RetryAfter? = nil)
     }
 
     /// What an app has for finished sessions.
@@ -199,6 +200,16 @@ package struct TransferLifecycle: Sendable {
                 continue
             }
             hold(t)
+            if t.state == .waiting, let at = t.nextRetryAt, at > now {
+                // A retry was planned (a server's Retry-After, or the backoff): a restart does not
+                // bring it forward. Bounded, in case the clock went back meanwhile.
+                let due = min(at, now + RetryAfter.maxDelay)
+                entries[t.id]?.retryAt = due
+                actions += [.log(.info, "transfer retries at its planned time, in \(Int(saturating: due - now, rounding: .up))s",
+                                 metadata: Self.meta(t)),
+                            .setRetryTimer(id: t.id, at: due)]
+                continue
+            }
             actions.append(.log(.info, "resuming transfer from byte \(t.bytesDone)", metadata: Self.meta(t)))
             actions += begin(t.id, now: now)
         }
@@ -318,7 +329,7 @@ package struct TransferLifecycle: Sendable {
             actions += checkSession(SessionKey(app: t.app, session: t.session))
             actions += rearmTimeout()
             return actions
-        case let .failed(reason, transient, noSpace):
+        case let .failed(reason, transient, noSpace, retryAfter):
             // Only a running transfer has an attempt: a failure reported after conditions paused
             // it (the engine ended the attempt before it saw the stop) changes nothing.
             guard t.state == .running else { return [] }
@@ -328,7 +339,7 @@ package struct TransferLifecycle: Sendable {
                 return actions
             }
             var retry = e.retry ?? TransferRetry(attempts: t.attempts, retries: t.retries)
-            let delay = retry.attemptFailed(bytes: max(moved, t.bytesDone), noSpace: noSpace, now: now, unit: random.unit())
+            let delay = retry.attemptFailed(bytes: max(moved, t.bytesDone), noSpace: noSpace, now: now, unit: random.unit(), retryAfter: retryAfter)
             t.retries = retry.retries
             t.nextRetryAt = retry.nextRetryAt
             t.state = noSpace ? .paused : .waiting

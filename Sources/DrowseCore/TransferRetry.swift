@@ -41,8 +41,11 @@ package struct TransferRetry: Sendable, Equatable {
 
     /// An attempt failed transiently with `bytes` done by then (for an upload, what it had sent).
     /// Returns the delay before the next attempt; `unit` is a uniform random number in [0, 1).
-    package mutating func attemptFailed(bytes: Int64, noSpace: Bool, now: Double, unit: Double) -> Double {
-        let delay: Double
+    /// `retryAfter`: the server's `Retry-After` (429, 503): the next attempt is not before it
+    /// (capped at `RetryAfter.maxDelay`); the backoff still advances, and applies if it is longer.
+    package mutating func attemptFailed(bytes: Int64, noSpace: Bool, now: Double, unit: Double,
+                                        retryAfter: RetryAfter? = nil) -> Double {
+        var delay: Double
         if noSpace {
             delay = disk.next(unit: unit)
         } else if bytes - bytesAtStart >= Self.immediateAfter {
@@ -54,6 +57,7 @@ package struct TransferRetry: Sendable, Equatable {
             if bytes > bytesAtStart { network.reset() }
             delay = network.next(unit: unit)
         }
+        if let retryAfter { delay = max(delay, retryAfter.delay(now: now)) }
         // Space came back (or the link moved bytes): the disk backoff starts afresh next time.
         if !noSpace { disk.reset() }
         retries += 1

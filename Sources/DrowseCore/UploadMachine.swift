@@ -67,7 +67,8 @@ package struct UploadMachine: Sendable {
         /// The server confirmed this many bytes.
         case offset(Int64)
         case completed
-        case failed(reason: String, transient: Bool)
+        /// `retryAfter`: a 429 or 503 said when to come back (the retry is not before it).
+        case failed(reason: String, transient: Bool, retryAfter: RetryAfter? = nil)
     }
 
     enum Phase: Sendable, Equatable {
@@ -198,6 +199,16 @@ package struct UploadMachine: Sendable {
 
     /// Feeds the response to the last request; returns what to do next.
     package mutating func handle(_ r: UploadResponse) -> [Action] {
+        let actions = decide(r)
+        // Overloaded or rate-limited: the server may say when to come back (RFC 9110 §10.2.3).
+        guard r.status == 429 || r.status == 503, let after = r.headers["retry-after"].flatMap(RetryAfter.parse) else { return actions }
+        return actions.map {
+            guard case .failed(let reason, true, nil) = $0 else { return $0 }
+            return .failed(reason: reason + " (Retry-After: \(after.description))", transient: true, retryAfter: after)
+        }
+    }
+
+    mutating func decide(_ r: UploadResponse) -> [Action] {
         let s = r.status
         switch phase {
         case .discover:

@@ -12,6 +12,8 @@ package struct NotificationRecord: Sendable, Equatable {
     /// When it used its app's hourly budget: it was admitted to run (and may still wait for a
     /// handler slot). nil while it has not.
     package var budgetAt: Double? = nil
+    /// The key it was recorded under (an `id`, or a digest of topic and payload).
+    package var dedupeKey: String? = nil
 }
 
 extension Store {
@@ -41,11 +43,11 @@ extension Store {
     /// Notifications recorded but not yet handled (after a crash, they are handled on start).
     package func pendingNotifications() throws(StoreError) -> [NotificationRecord] {
         try db.query(
-            "SELECT seq, app, payload, received_at, state, signed, budget_at FROM notifications WHERE state IN ('pending', 'deferred') ORDER BY seq"
+            "SELECT seq, app, payload, received_at, state, signed, budget_at, dedupe_key FROM notifications WHERE state IN ('pending', 'deferred') ORDER BY seq"
         ).map {
             NotificationRecord(
                 seq: $0[0].int64 ?? 0, app: $0[1].string ?? "", payload: $0[2].string ?? "", receivedAt: Self.unixTime($0[3]) ?? 0,
-                state: $0[4].string ?? "pending", signed: ($0[5].int64 ?? 0) != 0, budgetAt: Self.unixTime($0[6]))
+                state: $0[4].string ?? "pending", signed: ($0[5].int64 ?? 0) != 0, budgetAt: Self.unixTime($0[6]), dedupeKey: $0[7].string)
         }
     }
 

@@ -63,11 +63,14 @@ package struct TransferError: Error, Sendable, Equatable, CustomStringConvertibl
     package var transient: Bool
     /// Disk full: wait for space rather than counting a failure.
     package var noSpace: Bool
+    /// The server's `Retry-After` (429, 503): the retry waits at least that long.
+    package var retryAfter: RetryAfter?
 
-    package init(_ reason: String, transient: Bool, noSpace: Bool = false) {
+    package init(_ reason: String, transient: Bool, noSpace: Bool = false, retryAfter: RetryAfter? = nil) {
         self.reason = reason
         self.transient = transient
         self.noSpace = noSpace
+        self.retryAfter = retryAfter
     }
 
     package var description: String { reason }

@@ -435,6 +435,7 @@ final class Download {
         case "content-length": response.contentLength = Int64(value)
         case "etag": response.etag = value
         case "last-modified": response.lastModified = value
+        case "retry-after": response.retryAfter = value
         default: break
         }
     }
@@ -559,7 +560,7 @@ final class Download {
                 case .rollBackToCommit: rollBackToCommit()
                 case .keep: commit(force: true)
                 }
-                event = .failed(id: job.id, error: TransferError(f.reason, transient: f.transient, noSpace: f.noSpace))
+                event = .failed(id: job.id, error: TransferError(f.reason, transient: f.transient, noSpace: f.noSpace, retryAfter: f.retryAfter))
             case .truncate, .request, .append, .abort:
                 break  // not answers to an ending
             }

@@ -75,9 +75,9 @@ final class Upload {
             case .completed:
                 finished = true
                 engine.emit(.completed(id: job.id, bytes: job.total, path: job.sourcePath))
-            case .failed(let reason, let transient):
+            case .failed(let reason, let transient, let retryAfter):
                 finished = true
-                engine.emit(.failed(id: job.id, error: TransferError(reason, transient: transient)))
+                engine.emit(.failed(id: job.id, error: TransferError(reason, transient: transient, retryAfter: retryAfter)))
             }
         }
         return next

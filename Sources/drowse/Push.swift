@@ -18,6 +18,7 @@ struct Push: ParsableCommand {
     @Option(help: "Collapse id: pending notifications with the same one keep only the newest.") var collapseId: String?
     @Option(help: "Priority: 10 now, 5 may wait for a wake window.") var priority: Int?
     @Option(help: "Expiration, Unix time.") var expiration: Double?
+    @Option(help: "Staged rollout: each device acts at its own delay in [0, SPREAD) seconds (0 to 86400).") var spread: Double?
     @Option(help: "A whole JSON payload instead of building one.") var payload: String?
     @Flag(help: "Print the payload that would be published, and publish nothing.") var dryRun = false
     @Option(help: "Sign with this private key (from `drowse keygen`): the payload becomes a JWS (EdDSA).") var sign: String?
@@ -47,6 +48,10 @@ struct Push: ParsableCommand {
             if let collapseId { members.append(("collapse-id", .string(collapseId))) }
             if let priority { members.append(("priority", JSON(priority))) }
             if let expiration { members.append(("expiration", .number(expiration))) }
+            if let spread {
+                guard spread.isFinite, spread >= 0, spread <= RolloutDelay.maxSpread else { throw CLIError("--spread must be 0 to 86400 seconds") }
+                members.append(("spread", .number(spread)))
+            }
             body = Array(JSON.object(members).serialized.utf8)
         }
         if let sign {

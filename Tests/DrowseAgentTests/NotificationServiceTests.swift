@@ -40,11 +40,12 @@ struct NotificationServiceTests {
         var now = 3_000_000.0
         var ran: [(app: String, seq: Int64)] = []
         var timer: Double?
-        let store = MemoryStore()
+        let store: MemoryStore
         var service: NotificationService!
         let topic = Topics.notify(prefix: "drowse", device: "dev", app: "news")
 
-        init(maxPerHour: Int = 12) throws {
+        init(maxPerHour: Int = 12, store: MemoryStore = MemoryStore()) throws {
+            self.store = store
             let news = try AppDefinition.parse("""
                 id = "news"
                 [notification]
@@ -55,7 +56,7 @@ struct NotificationServiceTests {
                 runHandler: { [unowned self] app, seq, _ in self.ran.append((app, seq)) },
                 pushDownload: { _ throws(APIError) in throw APIError.badRequest("no transfers here") },
                 nextFetchWindow: { nil }, setDeferredTimer: { [unowned self] at in self.timer = at })
-            service = NotificationService(admission: NotificationAdmission(budget: NotificationBudget(maxPerHour: maxPerHour)),
+            service = NotificationService(admission: NotificationAdmission(budget: NotificationBudget(maxPerHour: maxPerHour), deviceID: "dev"),
                                           store: store, host: host, topicPrefix: "drowse", deviceID: "dev", logger: Logger(label: "test"))
         }
 
@@ -162,5 +163,34 @@ struct NotificationServiceTests {
         #expect(rig.push(#"{"aps": {"content-available": 1}, "n": 1}"#))
         #expect(rig.push(#"{"aps": {"content-available": 1}, "n": 2}"#, topic: "drowse/groups/eu/apps/news/notify"))
         #expect(rig.ran.count == 2)
+    }
+
+    @Test("a spread notification stays pending on one timer, runs at its delay, and after a restart at the same time")
+    func spread() throws {
+        let rig = try Rig()
+        let t0 = rig.now
+        let delay = RolloutDelay.delay(deviceID: "dev", notificationID: "r1", spread: 600)
+        #expect(rig.push(#"{"aps": {"content-available": 1}, "id": "r1", "spread": 600}"#))
+        #expect(rig.service.metrics.registry.value("drowse_notifications_total", [("outcome", "spread")]) == 1)
+        #expect(rig.ran.isEmpty && rig.store.rows[0].state == "pending")
+        let at = try #require(rig.timer)
+        #expect(abs(at - (t0 + delay)) < 0.1)
+        // A restart before it is due: a new service over the same store sets the same timer.
+        let again = try Rig(store: rig.store)
+        again.now = t0 + delay / 2
+        again.service.handlePendingNotifications()
+        #expect(again.ran.isEmpty)
+        #expect(again.timer == at)
+        again.now = at
+        again.service.deferredTimerFired()
+        #expect(again.ran.map(\.seq) == [1])
+    }
+
+    @Test("a spread that is not 0 to 86400 seconds is refused as malformed")
+    func badSpread() throws {
+        let rig = try Rig()
+        #expect(rig.push(#"{"aps": {"content-available": 1}, "spread": -5}"#))
+        #expect(rig.push(#"{"aps": {"content-available": 1}, "spread": 90000}"#))
+        #expect(rig.service.refusedNotifications == 2 && rig.store.rows.isEmpty && rig.ran.isEmpty)
     }
 }

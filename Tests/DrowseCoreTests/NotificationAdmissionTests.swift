@@ -24,8 +24,8 @@ private struct World {
     var timer: Double?
     var prunes = 0
 
-    init(maxPerHour: Int) {
-        m = NotificationAdmission(budget: NotificationBudget(maxPerHour: maxPerHour))
+    init(maxPerHour: Int, deviceID: String = "") {
+        m = NotificationAdmission(budget: NotificationBudget(maxPerHour: maxPerHour), deviceID: deviceID)
     }
 
     func uses() -> [String: [Double]] {
@@ -89,6 +89,7 @@ private struct World {
                 rows[seq]?.state = "pending"
             case .runHandler(let seq, _): ran.append(seq)
             case .defer(let seq, _, _, _): rows[seq]?.state = "deferred"
+            case .spread: break  // the record stays pending
             case .setTimer(let at): timer = at
             case .prune(let before):
                 prunes += 1
@@ -102,9 +103,9 @@ private struct World {
 }
 
 private func note(_ app: String = "news", id: String? = nil, collapse: String? = nil, expires: Double? = nil, priority: Int = 5,
-                  download: Bool = false, signed: Bool = false, allowDownload: Bool = false) -> NotificationAdmission.Arrival {
+                  download: Bool = false, signed: Bool = false, allowDownload: Bool = false, spread: Double? = nil) -> NotificationAdmission.Arrival {
     .init(app: app, id: id, collapseID: collapse, expiration: expires, priority: priority, download: download, signed: signed,
-          allowDownload: allowDownload)
+          allowDownload: allowDownload, spread: spread)
 }
 
 private let hour = 3600.0
@@ -487,5 +488,107 @@ struct NotificationAdmissionTests {
         }
         #expect((2...3).contains(w.prunes - before))
         #expect(w.rows.values.allSatisfy { $0.at >= w.now - 7 * day - hour })
+    }
+}
+
+// MARK: staged rollouts (spread)
+
+@Suite("NotificationAdmission spread")
+struct NotificationAdmissionSpreadTests {
+    @Test("a spread notification waits its device's delay on one timer, then runs (and only then uses the budget)")
+    func waitsThenRuns() {
+        var w = World(maxPerHour: 5, deviceID: "pi-1")
+        let t0 = w.now
+        let delay = RolloutDelay.delay(deviceID: "pi-1", notificationID: "r1", spread: 600)
+        #expect(delay > 0 && delay < 600)
+        let out = w.receive(note(id: "r1", spread: 600))
+        #expect(out.contains(.spread(seq: 1, app: "news", until: t0 + delay, delay: delay, spread: 600)))
+        #expect(w.timer == t0 + delay + slack)
+        #expect(w.ran.isEmpty && w.state(1) == "pending" && w.uses().isEmpty)
+        #expect(w.m.phase(of: 1) == .spreading && w.m.spreadingCount == 1)
+        w.advance(to: t0 + delay - 0.001)
+        #expect(w.ran.isEmpty)
+        w.advance(to: t0 + delay + 1)
+        #expect(w.ran == [1])
+        #expect(w.uses()["news"] == [t0 + delay + slack])
+        #expect(w.timer == nil && w.m.spreadingCount == 0)
+    }
+
+    @Test("spread 0 and no spread act at once")
+    func zero() {
+        var w = World(maxPerHour: 5, deviceID: "pi-1")
+        w.receive(note(id: "a", spread: 0))
+        w.receive(note(id: "b"))
+        #expect(w.ran == [1, 2])
+    }
+
+    @Test("a fetch window that opens during the delay releases it there")
+    func ridesWindow() {
+        var w = World(maxPerHour: 5, deviceID: "pi-1")
+        w.receive(note(id: "r1", spread: 3600))
+        let due = w.m.timerAt!
+        w.now += 1
+        #expect(due > w.now)
+        w.windowOpened()
+        #expect(w.ran == [1])
+        #expect(w.timer == nil)
+    }
+
+    @Test("one that expires during its delay never runs, and is dropped at its expiry")
+    func expires() {
+        var w = World(maxPerHour: 5, deviceID: "pi-1")
+        let t0 = w.now
+        // Find an id whose delay is past the expiry.
+        let id = (0..<100).map { "x\($0)" }.first { RolloutDelay.delay(deviceID: "pi-1", notificationID: $0, spread: 100) > 50 }!
+        w.receive(note(id: id, expires: t0 + 20, spread: 100))
+        #expect(w.timer == t0 + 20 + slack)
+        w.advance(to: t0 + 200)
+        #expect(w.ran.isEmpty)
+        #expect(w.state(1) == "expired")
+    }
+
+    @Test("a signed push to transfer with a spread starts its download after the delay")
+    func download() {
+        var w = World(maxPerHour: 5, deviceID: "pi-1")
+        let t0 = w.now
+        let delay = RolloutDelay.delay(deviceID: "pi-1", notificationID: "d1", spread: 60)
+        let out = w.receive(note(id: "d1", download: true, signed: true, allowDownload: true, spread: 60))
+        #expect(!out.contains(.startDownload(seq: 1, app: "news")))
+        let later = w.advance(to: t0 + 61)
+        #expect(later.contains(.startDownload(seq: 1, app: "news")))
+        #expect(w.state(1) == "download:t-1")
+        #expect(w.timer == nil)
+        _ = delay
+    }
+
+    @Test("after a restart the same delay is drawn from the time it was received: due ones run, others wait for the rest")
+    func restart() {
+        let t0 = 50_000.0
+        let delay = RolloutDelay.delay(deviceID: "pi-1", notificationID: "r1", spread: 1000)
+        var m = NotificationAdmission(budget: NotificationBudget(maxPerHour: 5), deviceID: "pi-1")
+        let before = m.restored([.init(seq: 1, receivedAt: t0, state: .pending(budgetAt: nil), arrival: note(id: "r1", spread: 1000))],
+                                now: t0 + delay / 2, uses: [:], nextWindow: nil)
+        #expect(before.contains(.spread(seq: 1, app: "news", until: t0 + delay, delay: delay, spread: 1000)))
+        #expect(before.contains(.setTimer(at: t0 + delay + slack)))
+        var m2 = NotificationAdmission(budget: NotificationBudget(maxPerHour: 5), deviceID: "pi-1")
+        let after = m2.restored([.init(seq: 1, receivedAt: t0, state: .pending(budgetAt: nil), arrival: note(id: "r1", spread: 1000))],
+                                now: t0 + delay + 1, uses: [:], nextWindow: nil)
+        #expect(after.contains(.runHandler(seq: 1, app: "news")))
+        // Without an id, the dedupe key it was recorded under draws the delay.
+        var m3 = NotificationAdmission(budget: NotificationBudget(maxPerHour: 5), deviceID: "pi-1")
+        let keyed = RolloutDelay.delay(deviceID: "pi-1", notificationID: "hash:abc", spread: 1000)
+        let out = m3.restored([.init(seq: 7, receivedAt: t0, state: .pending(budgetAt: nil), arrival: note(spread: 1000), dedupeKey: "hash:abc")],
+                              now: t0, uses: [:], nextWindow: nil)
+        #expect(out.contains(.spread(seq: 7, app: "news", until: t0 + keyed, delay: keyed, spread: 1000)))
+    }
+
+    @Test("a newer notification with the same collapse id replaces one waiting for its delay")
+    func collapse() {
+        var w = World(maxPerHour: 5, deviceID: "pi-1")
+        w.receive(note(id: "a", collapse: "k", spread: 3600))
+        w.receive(note(id: "b", collapse: "k"))
+        #expect(w.state(1) == "collapsed")
+        #expect(w.ran == [2])
+        #expect(w.m.spreadingCount == 0 && w.timer == nil)
     }
 }

@@ -218,3 +218,26 @@ struct NotificationTests {
         #expect(Notification.Refusal.badKey("priority", "must be 5 or 10").description == "key 'priority' must be 5 or 10")
     }
 }
+
+@Suite("Notification spread")
+struct NotificationSpreadTests {
+    @Test("spread: a number of seconds from 0 to a day", arguments: ["0", "6", "20.5", "86400"])
+    func accepted(text: String) throws {
+        let n = try Notification.parse(Array(#"{"aps":{"content-available":1},"spread":\#(text)}"#.utf8))
+        #expect(n.spread == Double(text))
+    }
+
+    @Test("absent or null: no spread")
+    func absent() throws {
+        #expect(try Notification.parse(Array(#"{"aps":{"content-available":1}}"#.utf8)).spread == nil)
+        #expect(try Notification.parse(Array(#"{"spread":null}"#.utf8)).spread == nil)
+    }
+
+    @Test("refused: negative, over a day, not a number, out of range",
+          arguments: ["-1", "-0.001", "86400.5", "1e9", "1e999", "\"20\"", "true", "[1]", "{}", "NaN", "Infinity"])
+    func refused(text: String) {
+        #expect(throws: Notification.Refusal.self) {
+            try Notification.parse(Array(#"{"aps":{"content-available":1},"spread":\#(text)}"#.utf8))
+        }
+    }
+}

@@ -148,6 +148,32 @@ struct TransferLifecycleTests {
         #expect(m.retryTimerFired(id: "t1", now: clock).isEmpty)
     }
 
+    @Test("a 503 with Retry-After: the retry timer is set no sooner than the server asked")
+    func retryAfter() throws {
+        var m = Self.machine()
+        _ = m.submitted(Self.download("t1"), now: 1000)
+        let a = m.attemptEnded(id: "t1", .failed(reason: "HTTP 503", transient: true, noSpace: false, retryAfter: .seconds(30)), now: 1001)
+        #expect(Self.retryAt(a) == 1031)
+        #expect(m.transfer("t1")?.nextRetryAt == 1031)
+    }
+
+    @Test("after a restart a planned retry (Retry-After) keeps its time; one already due starts at once")
+    func restoredRetryKeepsItsTime() throws {
+        var waiting = Self.download("t1")
+        waiting.state = .waiting
+        waiting.nextRetryAt = 1100
+        var due = Self.download("t2")
+        due.state = .waiting
+        due.nextRetryAt = 1040
+        var m = Self.machine()
+        let a = m.restored([waiting, due], apps: ["app": .init(hasCommand: true, launches: true)], now: 1050)
+        #expect(a.contains(.setRetryTimer(id: "t1", at: 1100)))
+        #expect(Self.started(a).map(\.id) == ["t2"])
+        // Conditions changing meanwhile do not bring it forward either.
+        #expect(Self.started(m.conditionsChanged(Self.online, now: 1060)).isEmpty)
+        #expect(Self.started(m.retryTimerFired(id: "t1", now: 1100)).map(\.id) == ["t1"])
+    }
+
     @Test("a retry due while conditions block it waits for them instead")
     func retryIntoBlockedConditions() throws {
         var m = Self.machine()

@@ -140,6 +140,23 @@ struct UploadMachineTests {
         #expect(n.handle(UploadResponse(status: 403, headers: [:])) == [.failed(reason: "PUT: HTTP 403", transient: false)])
     }
 
+    @Test("a 503 or 429 with Retry-After carries it in the failure; garbage and other statuses do not")
+    func retryAfter() {
+        func fail(_ status: Int, _ headers: [String: String], _ proto: UploadProtocol = .put) -> [UploadMachine.Action] {
+            var m = UploadMachine(target: "http://h/x", total: 5, fileName: "", protocol: proto, resource: proto == .put ? nil : "http://h/x/1")
+            _ = m.start()
+            return m.handle(UploadResponse(status: status, headers: headers))
+        }
+        #expect(fail(503, ["retry-after": "7"]) == [.failed(reason: "PUT: HTTP 503 (Retry-After: 7s)", transient: true, retryAfter: .seconds(7))])
+        #expect(fail(429, ["retry-after": "Sun, 06 Nov 1994 08:49:37 GMT"]).first == .failed(
+            reason: "PUT: HTTP 429 (Retry-After: until 784111777 Unix time)", transient: true, retryAfter: .date(784_111_777)))
+        #expect(fail(503, ["retry-after": "soon"]) == [.failed(reason: "PUT: HTTP 503", transient: true)])
+        #expect(fail(500, ["retry-after": "7"]) == [.failed(reason: "PUT: HTTP 500", transient: true)])
+        // tus asking for the offset: the same rule.
+        #expect(fail(503, ["retry-after": "2"], .tus).first == .failed(
+            reason: "asking for the upload offset: HTTP 503 (Retry-After: 2s)", transient: true, retryAfter: .seconds(2)))
+    }
+
     @Test("cancel ends a created resource with DELETE, and a PUT has nothing to end")
     func cancel() {
         var m = UploadMachine(target: "http://h/f/", total: 5, fileName: "", protocol: .tus, resource: "http://h/f/1")

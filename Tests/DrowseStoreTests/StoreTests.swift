@@ -328,9 +328,9 @@ struct StoreTests {
             let b = try #require(try store.recordNotification(app: "news", dedupeKey: "b", payload: "B", at: 2))
             let c = try #require(try store.recordNotification(app: "weather", dedupeKey: "c", payload: "C", at: 3))
             #expect(try store.pendingNotifications() == [
-                NotificationRecord(seq: a, app: "weather", payload: "A", receivedAt: 1),
-                NotificationRecord(seq: b, app: "news", payload: "B", receivedAt: 2),
-                NotificationRecord(seq: c, app: "weather", payload: "C", receivedAt: 3),
+                NotificationRecord(seq: a, app: "weather", payload: "A", receivedAt: 1, dedupeKey: "a"),
+                NotificationRecord(seq: b, app: "news", payload: "B", receivedAt: 2, dedupeKey: "b"),
+                NotificationRecord(seq: c, app: "weather", payload: "C", receivedAt: 3, dedupeKey: "c"),
             ])
             try store.markNotification(b, state: "handled", at: 5)
             #expect(try store.pendingNotifications().map(\.seq) == [a, c])
@@ -458,7 +458,7 @@ struct StoreTests {
             #expect(try store.app("weather", now: 999) == AppRecord(
                 id: "weather", registeredAt: 100, lastFetch: 200, lastResult: .failed, consecutiveFailures: 1, lastUsed: 250))
             #expect(try store.runs(app: "weather") == [fetchRun("weather", .failed, at: 200)])
-            #expect(try store.pendingNotifications() == [NotificationRecord(seq: seq, app: "weather", payload: "P", receivedAt: 300)])
+            #expect(try store.pendingNotifications() == [NotificationRecord(seq: seq, app: "weather", payload: "P", receivedAt: 300, dedupeKey: "n1")])
             #expect(try store.recordNotification(app: "weather", dedupeKey: "n1", payload: "P", at: 301) == nil)
             var t = Self.fullTransfer()
             t.bytesDone = 77

@@ -115,7 +115,7 @@ struct UploadLocationTests {
     func refused() {
         let a = Self.created("ftp://x/u/1")
         #expect(a.count == 1)
-        guard case .failed(let reason, let transient) = a.first else { Issue.record("not refused: \(a)"); return }
+        guard case .failed(let reason, let transient, _) = a.first else { Issue.record("not refused: \(a)"); return }
         #expect(!transient && reason.contains("ftp://x/u/1"))
     }
 }

@@ -103,8 +103,9 @@ def hostile_server(workdir):
 
 @pytest.fixture
 def make_drowse(workdir, request):
-    """Factory: make_drowse(broker=None, handler_deadline="2s", extra_config="", name="drowse") -> Drowse.
-    The daemon is not started; add apps, then call .start()."""
+    """Factory: make_drowse(broker=None, handler_deadline="2s", extra_config="", name="drowse", device_id=None) -> Drowse.
+    The daemon is not started; add apps, then call .start(). Several instances need distinct names
+    (folders, sockets) and, on one broker, distinct device ids."""
     made: list[Drowse] = []
 
     def make(broker: Broker | None = None, handler_deadline: str | None = "2s", extra_config: str = "",

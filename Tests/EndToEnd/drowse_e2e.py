@@ -301,7 +301,9 @@ class Nginx:
     - /slow/...    static files with `limit_rate 4m` (per connection; `slow_rate` changes it, e.g. "7m")
     - /redirect-to-file   302 to file:///etc/passwd
     - /redirect-to-files/NAME 302 to /files/NAME (a harmless http redirect)
-    Access log lines are JSON with method, uri, status, range, if_range, body_bytes."""
+    Access log lines are JSON with method, uri, args, status, range, if_range, body_bytes, ua, and
+    msec (when the line was written, i.e. the request's end) and request_time: the request began at
+    msec - request_time (`request_start()`)."""
 
     def __init__(self, workdir: Path, port: int | None = None, slow_rate: str = "4m"):
         self.dir = workdir
@@ -334,7 +336,8 @@ class Nginx:
             http {{
                 log_format e2e escape=json '{{"method":"$request_method","uri":"$uri","status":$status,'
                                            '"range":"$http_range","if_range":"$http_if_range",'
-                                           '"body_bytes":$body_bytes_sent,"ua":"$http_user_agent"}}';
+                                           '"body_bytes":$body_bytes_sent,"ua":"$http_user_agent",'
+                                           '"args":"$args","msec":$msec,"request_time":$request_time}}';
                 access_log {self.access_log} e2e;
                 client_body_temp_path {d}/tmp/body;
                 proxy_temp_path {d}/tmp/proxy;
@@ -390,6 +393,11 @@ class Nginx:
             except ValueError:
                 pass
         return out
+
+    @staticmethod
+    def request_start(entry: dict) -> float:
+        """When a logged request began (Unix time, millisecond resolution)."""
+        return float(entry["msec"]) - float(entry["request_time"])
 
     def body_bytes(self, uri: str) -> int:
         """Sum of $body_bytes_sent over every logged request for `uri` (interrupted ones included)."""
@@ -597,6 +605,16 @@ class Drowse:
         rc = self.stop(sig)
         self.start()
         return rc
+
+    def memory(self) -> dict:
+        """The running drowsed's memory in kB from /proc/PID/smaps_rollup: {"rss": ..., "pss": ...}."""
+        assert self.proc is not None and self.proc.poll() is None, "drowsed is not running"
+        out = {}
+        for line in Path(f"/proc/{self.proc.pid}/smaps_rollup").read_text().splitlines():
+            key, _, rest = line.partition(":")
+            if key in ("Rss", "Pss"):
+                out[key.lower()] = int(rest.split()[0])
+        return out
 
     def env(self) -> dict:
         env = dict(os.environ)

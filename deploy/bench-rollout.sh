@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Staged rollout: N drowsed instances side by side, each sent one signed push to transfer at the
+# same moment, first with spread = 0, then with spread = SPREAD, in the same run; prints the
+# per-second histogram of download starts for both side by side, the most starts in any one
+# second for each, and each instance's memory while all N run.
+#
+#   deploy/bench-rollout.sh [N] [SPREAD]
+#       N       drowsed instances (default 50)
+#       SPREAD  seconds (default 20)
+#
+# Setup (everything on 127.0.0.1, in a temp dir), from Tests/EndToEnd/rollout.py and the e2e
+# helpers in drowse_e2e.py (the same code test_rollout.py runs):
+#   - one private mosquitto and one nginx on free ports; nginx logs `$msec` and `$request_time`, so
+#     a request's start is msec - request_time;
+#   - N drowsed instances, device ids roll-000 ... with their own state folder and socket, each with
+#     the app "fw": notification.public_key (one provider key for all), allow_download = true, and an
+#     events handler that hashes the downloaded file;
+#   - each round: the signed payloads are made with `drowse push --dry-run --sign --spread`, then one
+#     mosquitto_pub per device runs in parallel; the round ends when every device's events handler
+#     has seen its file with the right sha256 (a wrong one fails the run).
+# Per-instance memory: RSS and PSS of each drowsed from /proc/PID/smaps_rollup, idle before the
+# pushes and again after both rounds (PSS shares the binary's pages among the N instances).
+#
+# Env: SIZE            bytes per download (default 1048576)
+#      DROWSE_BIN_DIR  use the binaries there instead of the release build (built with
+#                      `swift build -c release --static-swift-stdlib` when missing or older than Sources/)
+#      KEEP=1          keep the temp dir (logs of every daemon, nginx's access log) and print where it is
+set -euo pipefail
+# shellcheck source=deploy/common.sh
+. "$(dirname "$0")/common.sh"
+cd "$DROWSE_ROOT"
+
+N=${1:-50}
+SPREAD=${2:-20}
+SIZE=${SIZE:-1048576}
+case "$N" in ''|*[!0-9]*) die "N must be a whole number, not '$N'" ;; esac
+case "$SPREAD" in ''|*[!0-9.]*|*.*.*) die "SPREAD must be a number of seconds, not '$SPREAD'" ;; esac
+case "$SIZE" in ''|*[!0-9]*) die "SIZE must be a whole number of bytes, not '$SIZE'" ;; esac
+[ "$N" -ge 2 ] && [ "$N" -le 500 ] || die "N must be 2 to 500"
+command -v mosquitto >/dev/null 2>&1 || die "mosquitto is not installed (apt-get install mosquitto)"
+command -v mosquitto_pub >/dev/null 2>&1 || die "mosquitto_pub is not installed (apt-get install mosquitto-clients)"
+command -v nginx >/dev/null 2>&1 || die "nginx is not installed (apt-get install nginx-light)"
+command -v python3 >/dev/null 2>&1 || die "python3 is needed to drive the instances and for the statistics"
+
+# ---------------------------------------------------------------------------- binaries
+release_binaries   # sets BIN
+
+# ---------------------------------------------------------------------------- temp dir, cleanup
+TMP=$(mktemp -d /tmp/drowse-bench-rollout.XXXXXX)
+chmod 755 "$TMP"
+cleanup() {
+    if [ "${KEEP:-}" = 1 ]; then say "kept $TMP"; else rm -rf "$TMP"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+say "$N instances, spread $SPREAD s, $SIZE bytes each, binaries from $BIN"
+# rollout.py stops every daemon, nginx and mosquitto it started, also on an error.
+DROWSE_BIN_DIR=$BIN python3 "$DROWSE_ROOT/Tests/EndToEnd/rollout.py" "$N" "$SPREAD" "$SIZE" "$TMP"
