@@ -141,7 +141,9 @@ wait_until 20 cli status >/dev/null 2>&1 || { cat "$TMP/drowsed.log" >&2 2>/dev/
 tid=$(cli transfer download "http://127.0.0.1:$PORT/blob" --app debtest --to /var/lib/drowse-test-deb/blob --sha256 "$blob_sum") ||
     fail "drowse transfer download failed"
 done_bytes() { cli transfer show "$tid" --json | python3 -c 'import json, sys; print(json.load(sys.stdin)["bytes_done"] or 0)'; }
-wait_until 20 test "$(done_bytes)" -ge $((1024 * 1024)) || fail "the download did not get going"
+got_going() { [ "$(done_bytes)" -ge $((1024 * 1024)) ]; }
+wait_until 20 got_going ||
+    { cli transfer show "$tid" >&2; cat "$TMP/drowsed.log" >&2 2>/dev/null; fail "the download did not get going"; }
 stop_daemon
 present /var/lib/drowse/state.db
 state_sum=$(md5sum </var/lib/drowse/state.db)
