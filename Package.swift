@@ -18,12 +18,14 @@ let package = Package(
     ],
     targets: [
         // C libraries, found through pkg-config.
-        .systemLibrary(name: "CCurl", pkgConfig: "libcurl", providers: [.apt(["libcurl4-openssl-dev"])]),
         .systemLibrary(name: "CMosquitto", pkgConfig: "libmosquitto", providers: [.apt(["libmosquitto-dev"])]),
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(name: "CCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
         // Small C helpers for what Swift cannot do safely between fork and exec.
         .target(name: "CDrowseSys"),
+        // libcurl's API through a table filled by dlopen when the first transfer starts: an idle
+        // drowsed does not map libcurl and its dependencies (headers: libcurl4-openssl-dev).
+        .target(name: "CCurl", linkerSettings: [.linkedLibrary("dl")]),
 
         // No I/O, no C: models, config, planner, state machines.
         .target(name: "DrowseCore"),
@@ -44,7 +46,7 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ]),
         .target(name: "DrowseAgent", dependencies: [
-            "DrowseCore", "DrowseStore", "DrowseSystem", "DrowseTransfers", "DrowseMQTT",
+            "DrowseCore", "DrowseStore", "DrowseSystem", "DrowseTransfers", "DrowseMQTT", "CCurl",
             .product(name: "Logging", package: "swift-log"),
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOPosix", package: "swift-nio"),

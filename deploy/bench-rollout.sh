@@ -2,7 +2,10 @@
 # Staged rollout: N drowsed instances side by side, each sent one signed push to transfer at the
 # same moment, first with spread = 0, then with spread = SPREAD, in the same run; prints the
 # per-second histogram of download starts for both side by side, the most starts in any one
-# second for each, and each instance's memory while all N run.
+# second for each, and each instance's memory while all N run. Then it SIGKILLs every 10th instance
+# (at least 2) and checks `drowse fleet`: all N listed, the killed ones offline (their last will),
+# the others online with this build's version, --json parses; prints listed/online/offline and how
+# long `drowse fleet` took for N devices. A mismatch fails the run (non-zero exit).
 #
 #   deploy/bench-rollout.sh [N] [SPREAD]
 #       N       drowsed instances (default 50)
@@ -18,6 +21,9 @@
 #   - each round: the signed payloads are made with `drowse push --dry-run --sign --spread`, then one
 #     mosquitto_pub per device runs in parallel; the round ends when every device's events handler
 #     has seen its file with the right sha256 (a wrong one fails the run).
+#   - after both rounds (and the memory readings), the SIGKILLs; `drowse fleet --json` is polled
+#     until the killed ones are offline (bounded: 30 s), then run once more with --json and once
+#     without, both timed, and compared with the fleet.
 # Per-instance memory: RSS and PSS of each drowsed from /proc/PID/smaps_rollup, idle before the
 # pushes and again after both rounds (PSS shares the binary's pages among the N instances).
 #

@@ -152,6 +152,12 @@ printf 'Source: drowse\n\nPackage: drowse\nArchitecture: any\n' >"$WORK/shlibs/d
 DEPENDS=$(cd "$WORK/shlibs" && dpkg-shlibdeps -O "$ROOT/usr/bin/drowse" |
           sed -n 's/^shlibs:Depends=//p')
 [ -n "$DEPENDS" ] || die "dpkg-shlibdeps found no dependencies"
+# libcurl is loaded with dlopen by the first transfer (not linked: an idle drowsed does not map
+# it), so dpkg-shlibdeps cannot see it: the dependency is the installed libcurl's shlibs entry
+# for libcurl.so.4 (libcurl4, or libcurl4t64 on newer releases).
+CURL_DEP=$(cat /var/lib/dpkg/info/libcurl4*.shlibs 2>/dev/null | sed -n 's/^libcurl 4 //p' | head -n 1)
+[ -n "$CURL_DEP" ] || die "found no shlibs entry for libcurl.so.4: is libcurl4 installed?"
+DEPENDS="$DEPENDS, $CURL_DEP"
 INSTALLED_SIZE=$(du -sk --exclude=DEBIAN "$ROOT" | cut -f1)
 cat >"$ROOT/DEBIAN/control" <<CONTROL
 Package: drowse

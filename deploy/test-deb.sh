@@ -82,6 +82,7 @@ head -n 1 /usr/share/doc/drowse/copyright | grep -q '^Format: https://www.debian
     fail "copyright is not in the machine-readable format"
 getent group drowse >/dev/null || fail "postinst did not create the drowse group"
 /usr/bin/drowse --version >/dev/null || fail "/usr/bin/drowse does not run"
+dpkg-query -W -f='${Depends}' drowse | grep -q 'libcurl4' || fail "the package does not depend on libcurl4 (loaded with dlopen)"
 [ -L /usr/bin/drowsed ] && [ "$(readlink /usr/bin/drowsed)" = drowse ] ||
     fail "/usr/bin/drowsed is not the link to the multi-call drowse"
 /usr/bin/drowsed --help 2>&1 | grep -q -- '--check-config' || fail "drowse run as drowsed is not the daemon"

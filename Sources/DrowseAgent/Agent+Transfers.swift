@@ -35,7 +35,8 @@ extension Agent {
             commitInterval: config.transfers.commitInterval.seconds, commitBytes: Int64(config.transfers.commitBytes))
         opts.lowSpeedTime = max(1, Int(saturating: config.transfers.stallTimeout.seconds, rounding: .toNearestOrAwayFromZero))
         opts.maxUnknownSize = config.transfers.maxUnknownSize
-        let engine = TransferEngine(options: opts, logger: logger) { continuation.yield($0) }
+        // Started (and libcurl loaded) by the first transfer that needs it.
+        let engine = LazyTransferEngine(options: opts, logger: logger) { continuation.yield($0) }
         self.engine = engine
         transfers.engine = engine
         background.append(Task {

@@ -36,7 +36,7 @@ package actor Agent {
     /// App files that could not be used, with why.
     var invalidApps: [(file: String, id: String, error: String)] = []
 
-    var engine: TransferEngine?
+    var engine: LazyTransferEngine?
     var mqtt: MQTTSession?
     var mqttEvents: AsyncStream<MQTTSessionEvent>.Continuation?
     /// What the retained fleet status needs (Agent+FleetStatus.swift).
@@ -146,7 +146,7 @@ package actor Agent {
             logger.info("waiting for \(runningHandlers) running handler(s) to finish")
             await withCheckedContinuation { handlersIdle.append($0) }
         }
-        if let engine { await engine.shutdown() }
+        if let running = engine?.engine { await running.shutdown() }
         transferEvents?.finish()
         mqttEvents?.finish()
         // Let the ordered streams drain so the last commits reach the store.

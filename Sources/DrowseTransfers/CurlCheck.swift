@@ -46,7 +46,7 @@ struct CurlCheck {
     /// Checks one return code. `what` names the call (`CURLOPT_RANGE`).
     static func check(_ code: CURLcode, _ what: String, _ f: OnFailure, _ logger: Logger) throws(TransferError) {
         guard code != CURLE_OK else { return }
-        let message = "libcurl refused \(what): \(String(cString: curl_easy_strerror(code)))"
+        let message = "libcurl refused \(what): \(String(cString: ccurl_easy_strerror(code)))"
         switch f {
         case .warn:
             logger.warning("\(message); going on with libcurl's default")
@@ -58,7 +58,7 @@ struct CurlCheck {
 
     /// Appends a header line; libcurl returns nil (keeping the old list) when out of memory.
     static func append(_ list: inout UnsafeMutablePointer<curl_slist>?, _ line: String) throws(TransferError) {
-        guard let longer = curl_slist_append(list, line) else {
+        guard let longer = ccurl_slist_append(list, line) else {
             throw TransferError("libcurl could not add a request header (out of memory)", transient: true)
         }
         list = longer
@@ -68,7 +68,7 @@ struct CurlCheck {
     @discardableResult
     static func multi(_ code: CURLMcode, _ what: String, _ logger: Logger) -> Bool {
         guard code != CURLM_OK else { return true }
-        logger.error("libcurl: \(what) failed: \(String(cString: curl_multi_strerror(code)))")
+        logger.error("libcurl: \(what) failed: \(String(cString: ccurl_multi_strerror(code)))")
         return false
     }
 
@@ -77,7 +77,7 @@ struct CurlCheck {
         var v = 0
         let code = ccurl_getinfo_long(easy, i, &v)
         guard code == CURLE_OK else {
-            logger.warning("libcurl: reading \(what) failed: \(String(cString: curl_easy_strerror(code)))")
+            logger.warning("libcurl: reading \(what) failed: \(String(cString: ccurl_easy_strerror(code)))")
             return nil
         }
         return v
@@ -125,14 +125,14 @@ package enum ProtocolRule: Sendable, Equatable {
     /// use, or why transfers must not run at all.
     package static func probe() -> Result<ProtocolRule, TransferError> {
         let version = String(cString: ccurl_version_str())
-        guard let easy = curl_easy_init() else {
+        guard let easy = ccurl_easy_init() else {
             return .failure(TransferError("libcurl \(version) could not make a handle", transient: false))
         }
-        defer { curl_easy_cleanup(easy) }
+        defer { ccurl_easy_cleanup(easy) }
         var codes: [String] = []
         let rule = choose(version: ccurl_version_num()) { r in
             let (code, name) = r.apply(to: easy)
-            if code != CURLE_OK { codes.append("\(name): \(String(cString: curl_easy_strerror(code)))") }
+            if code != CURLE_OK { codes.append("\(name): \(String(cString: ccurl_easy_strerror(code)))") }
             return code == CURLE_OK
         }
         guard let rule else {

@@ -53,7 +53,7 @@ package final class TransferEngine: Sendable {
 
     package init(options: Options, logger: Logger, onEvent: @escaping @Sendable (TransferEvent) -> Void) {
         let checked = Self.checkLibcurl()
-        multi = curl_multi_init()!
+        multi = ccurl_multi_init()!
         self.options = options
         self.onEvent = onEvent
         self.logger = logger
@@ -84,9 +84,9 @@ package final class TransferEngine: Sendable {
 
     /// Initialises libcurl and finds how it takes the http/https-only rule.
     static func checkLibcurl() -> Result<ProtocolRule, TransferError> {
-        let code = curl_global_init(Int(CURL_GLOBAL_DEFAULT))
+        let code = ccurl_global_init(Int(CURL_GLOBAL_DEFAULT))
         guard code == CURLE_OK else {
-            return .failure(TransferError("libcurl did not initialise: \(String(cString: curl_easy_strerror(code)))", transient: false))
+            return .failure(TransferError("libcurl did not initialise: \(String(cString: ccurl_easy_strerror(code)))", transient: false))
         }
         return ProtocolRule.probe()
     }
@@ -104,7 +104,7 @@ package final class TransferEngine: Sendable {
     private func send(_ c: Command) {
         commands.withLock { $0.append(c) }
         // Failing, the command waits for the loop's next timeout instead of running at once.
-        CurlCheck.multi(curl_multi_wakeup(multi), "curl_multi_wakeup", logger)
+        CurlCheck.multi(ccurl_multi_wakeup(multi), "curl_multi_wakeup", logger)
     }
 
     // MARK: engine thread
@@ -194,9 +194,9 @@ package final class TransferEngine: Sendable {
                     return
                 }
             }
-            CurlCheck.multi(curl_multi_perform(multi, &stillRunning), "curl_multi_perform", logger)
+            CurlCheck.multi(ccurl_multi_perform(multi, &stillRunning), "curl_multi_perform", logger)
             var left: Int32 = 0
-            while let msg = curl_multi_info_read(multi, &left) {
+            while let msg = ccurl_multi_info_read(multi, &left) {
                 guard msg.pointee.msg == CURLMSG_DONE, let easy = msg.pointee.easy_handle else { continue }
                 let result = ccurl_msg_result(msg)
                 if let u = uploadOf.removeValue(forKey: easy) {
@@ -224,26 +224,26 @@ package final class TransferEngine: Sendable {
                 }
             }
             var timeout: Int = -1
-            if !CurlCheck.multi(curl_multi_timeout(multi, &timeout), "curl_multi_timeout", logger) { timeout = 1000 }
+            if !CurlCheck.multi(ccurl_multi_timeout(multi, &timeout), "curl_multi_timeout", logger) { timeout = 1000 }
             if timeout < 0 { timeout = active.isEmpty && uploads.isEmpty && cancelling.isEmpty ? Int(Int32.max) : 1000 }
             if nextCommit.isFinite { timeout = min(timeout, max(0, Int((nextCommit - now) * 1000) + 1)) }
             var numfds: Int32 = 0
             let wait = Int32(min(timeout, Int(Int32.max)))
-            if !CurlCheck.multi(curl_multi_poll(multi, nil, 0, wait, &numfds), "curl_multi_poll", logger) {
+            if !CurlCheck.multi(ccurl_multi_poll(multi, nil, 0, wait, &numfds), "curl_multi_poll", logger) {
                 // Still block on the transfers' sockets until the planned timeout; curl_multi_wait
                 // does not hear curl_multi_wakeup, so at most 1 s, for queued commands.
-                CurlCheck.multi(curl_multi_wait(multi, nil, 0, min(wait, 1000), &numfds), "curl_multi_wait", logger)
+                CurlCheck.multi(ccurl_multi_wait(multi, nil, 0, min(wait, 1000), &numfds), "curl_multi_wait", logger)
             }
         }
     }
 
     /// Adds a handle to the multi handle; false (logged) when libcurl refuses it.
     private func addHandle(_ easy: UnsafeMutableRawPointer) -> Bool {
-        CurlCheck.multi(curl_multi_add_handle(multi, easy), "curl_multi_add_handle", logger)
+        CurlCheck.multi(ccurl_multi_add_handle(multi, easy), "curl_multi_add_handle", logger)
     }
 
     private func removeHandle(_ easy: UnsafeMutableRawPointer) {
-        CurlCheck.multi(curl_multi_remove_handle(multi, easy), "curl_multi_remove_handle", logger)
+        CurlCheck.multi(ccurl_multi_remove_handle(multi, easy), "curl_multi_remove_handle", logger)
     }
 
     /// Ends a running download (in the multi handle) and reports `event`, if any.
@@ -293,7 +293,7 @@ final class Download {
     init(job: DownloadJob, engine: TransferEngine) throws(TransferError) {
         self.job = job
         self.engine = engine
-        guard let easy = curl_easy_init() else { throw TransferError("libcurl could not make a handle", transient: true) }
+        guard let easy = ccurl_easy_init() else { throw TransferError("libcurl could not make a handle", transient: true) }
         self.easy = easy
         machine = DownloadMachine(
             committed: job.resumeFrom, total: job.expectedTotal, etag: job.etag, lastModified: job.lastModified,
@@ -528,7 +528,7 @@ final class Download {
 
     /// libcurl's result, in the machine's terms.
     func ending(_ result: CURLcode) -> DownloadMachine.Ending {
-        let message = String(cString: curl_easy_strerror(result))
+        let message = String(cString: ccurl_easy_strerror(result))
         switch result {
         case CURLE_OK: return .ok
         case CURLE_HTTP_RETURNED_ERROR:
@@ -604,8 +604,8 @@ final class Download {
 
     func close() {
         if fd >= 0 { Glibc.close(fd); fd = -1 }
-        curl_easy_cleanup(easy)
-        curl_slist_free_all(headers)
+        ccurl_easy_cleanup(easy)
+        ccurl_slist_free_all(headers)
         headers = nil
     }
 }

@@ -85,7 +85,7 @@ final class Upload {
 
     private func makeHandle(_ r: UploadRequest) -> UnsafeMutableRawPointer? {
         releaseHandle()
-        guard let easy = curl_easy_init() else {
+        guard let easy = ccurl_easy_init() else {
             finished = true
             engine.emit(.failed(id: job.id, error: TransferError("libcurl could not make a handle", transient: true)))
             return nil
@@ -227,7 +227,7 @@ final class Upload {
     func done(_ result: CURLcode) -> UnsafeMutableRawPointer? {
         if silent { releaseHandle(); return nil }
         if result != CURLE_OK {
-            let message = String(cString: curl_easy_strerror(result))
+            let message = String(cString: ccurl_easy_strerror(result))
             releaseHandle()
             finished = true
             // A dropped connection mid-body: the retry asks the server for its offset first.
@@ -242,9 +242,9 @@ final class Upload {
     }
 
     func releaseHandle() {
-        if let easy { curl_easy_cleanup(easy) }
+        if let easy { ccurl_easy_cleanup(easy) }
         easy = nil
-        curl_slist_free_all(headers)
+        ccurl_slist_free_all(headers)
         headers = nil
     }
 

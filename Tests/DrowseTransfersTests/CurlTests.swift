@@ -64,13 +64,13 @@ struct ProtocolRuleTests {
         let rule = try ProtocolRule.probe().get()
         #expect(rule == ProtocolRule.preferred(forVersion: ccurl_version_num()))
         for r in [ProtocolRule.names, .bitmask] where r == .bitmask || ccurl_version_num() >= ProtocolRule.namesSince {
-            let easy = try #require(curl_easy_init())
-            defer { curl_easy_cleanup(easy) }
+            let easy = try #require(ccurl_easy_init())
+            defer { ccurl_easy_cleanup(easy) }
             #expect(r.apply(to: easy).0 == CURLE_OK)
             // A file:// URL must now be refused by libcurl before any I/O.
             #expect(ccurl_setopt_str(easy, CURLOPT_URL, "file:///etc/hostname") == CURLE_OK)
             #expect(ccurl_setopt_long(easy, CURLOPT_NOBODY, 1) == CURLE_OK)
-            #expect(curl_easy_perform(easy) == CURLE_UNSUPPORTED_PROTOCOL)
+            #expect(ccurl_easy_perform(easy) == CURLE_UNSUPPORTED_PROTOCOL)
         }
     }
 }
@@ -79,8 +79,8 @@ struct ProtocolRuleTests {
 struct CurlCheckTests {
     @Test("a refused setting names the option and libcurl's reason; a tuning only warns")
     func refusals() throws {
-        let easy = try #require(curl_easy_init())
-        defer { curl_easy_cleanup(easy) }
+        let easy = try #require(ccurl_easy_init())
+        defer { ccurl_easy_cleanup(easy) }
         let c = CurlCheck(easy: easy, logger: Logger(label: "test"))
         let bogus = CURLoption(rawValue: 99_999)
         do {

@@ -1,12 +1,15 @@
 """Staged rollouts with real daemons: N drowsed instances (distinct device ids, state folders and
 sockets) on one mosquitto and one nginx, each sent one signed push-to-transfer at the same moment.
+After the rounds a few instances are SIGKILLed and `drowse fleet` must list all N, the killed ones
+offline (their last will) and the rest online with the right version (check_fleet).
 Used by test_rollout.py (a CI-sized run that asserts) and by deploy/bench-rollout.sh (`python3
-rollout.py N SPREAD`, which prints the histograms and memory). Standard library only.
+rollout.py N SPREAD`, which prints the histograms, memory and the fleet listing). Standard library only.
 """
 
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -148,6 +151,31 @@ class Fleet:
     def memory(self) -> list[dict]:
         return [d.memory() for d in self.devices]
 
+    def running(self) -> list[Drowse]:
+        return [d for d in self.devices if d.proc is not None and d.proc.poll() is None]
+
+    def kill(self, indices: list[int]) -> list[Drowse]:
+        """SIGKILLs the drowsed of these devices (no clean MQTT disconnect: the broker publishes
+        their last will). Their folders stay; cleanup() still kills any handler left behind."""
+        killed = [self.devices[i] for i in indices]
+        for d in killed:
+            d.stop(signal.SIGKILL, timeout=5)
+        return killed
+
+    def stop(self, timeout: float = 30.0) -> dict[str, int | None]:
+        """SIGTERMs every drowsed still running, all at once, and waits: device id -> exit status."""
+        devs = self.running()
+        for d in devs:
+            d.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for d in devs:
+            try:
+                d.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        # Drowse.stop() only records an exit that already happened (SIGKILL after the timeout).
+        return {d.device_id: d.stop(signal.SIGKILL, timeout=5) for d in devs}
+
     def cleanup(self) -> None:
         for d in self.devices:
             d.cleanup()
@@ -174,6 +202,112 @@ def run_round(fleet: Fleet, nginx: Nginx, name: str, size: int, spread: float, t
     wait_until(lambda: len(starts(nginx, uri)) >= fleet.n, 10, what=f"{fleet.n} logged requests for {uri}")
     return {"t0": t0, "url": url, "uri": uri, "digest": digest, "sha256": got, "starts": starts(nginx, uri), "spread": spread,
             "nid": name}
+
+
+class FleetMismatch(AssertionError):
+    """`drowse fleet` did not list what the fleet is."""
+
+
+def kill_indices(n: int) -> list[int]:
+    """Which devices to SIGKILL: every 10th (roll-000, roll-010, ...), at least 2 when n >= 2."""
+    idx = list(range(0, n, 10))
+    return idx if len(idx) >= 2 or n < 2 else [0, n - 1]
+
+
+def run_fleet(broker: Broker, *args: str, timeout: float = 60.0) -> tuple[subprocess.CompletedProcess, float]:
+    """`drowse fleet --broker URL ARGS`: the finished process and how long it took (s)."""
+    t = time.monotonic()
+    r = subprocess.run([str(DROWSE), "fleet", "--broker", broker.url, "--timeout", "20s", *args],
+                       capture_output=True, text=True, timeout=timeout)
+    took = time.monotonic() - t
+    if r.returncode != 0:
+        raise FleetMismatch(f"drowse fleet {' '.join(args)} exited {r.returncode}: {r.stderr}")
+    return r, took
+
+
+def fleet_json(broker: Broker) -> tuple[list[dict], float]:
+    r, took = run_fleet(broker, "--json")
+    try:
+        doc = json.loads(r.stdout)
+    except ValueError as e:
+        raise FleetMismatch(f"drowse fleet --json printed no JSON: {r.stdout[:2000]!r}") from e
+    if not isinstance(doc, list) or not all(isinstance(e, dict) and "device_id" in e for e in doc):
+        raise FleetMismatch(f"drowse fleet --json is not an array of devices: {r.stdout[:2000]!r}")
+    return doc, took
+
+
+def drowse_version() -> str:
+    r = subprocess.run([str(DROWSE), "--version"], capture_output=True, text=True, timeout=30)
+    if r.returncode != 0 or not r.stdout.strip():
+        raise FleetMismatch(f"drowse --version exited {r.returncode}: {r.stderr}")
+    return r.stdout.strip()
+
+
+def wait_wills(broker: Broker, killed: list[Drowse], timeout: float = 30.0) -> float:
+    """Polls `drowse fleet --json` until every killed device is listed offline (the broker has
+    published its last will: at once on the closed socket, at the latest 1.5 keepalives later).
+    Returns the seconds it took from the call."""
+    t = time.monotonic()
+    ids = {d.device_id for d in killed}
+
+    def offline():
+        doc, _ = fleet_json(broker)
+        return all(e.get("online") is False for e in doc if e["device_id"] in ids) and \
+            ids <= {e["device_id"] for e in doc}
+    try:
+        wait_until(offline, timeout, interval=0.2, what=f"the last wills of {sorted(ids)} in drowse fleet")
+    except TimeoutError as e:
+        raise FleetMismatch(str(e)) from None
+    return time.monotonic() - t
+
+
+def check_fleet(fleet: Fleet, killed: list[Drowse], version: str | None = None) -> dict:
+    """One `drowse fleet --json` and one plain `drowse fleet`: exactly the fleet's devices, the
+    killed ones offline, the others online with `version`. Raises FleetMismatch; returns a summary."""
+    version = version or drowse_version()
+    want = [d.device_id for d in fleet.devices]
+    dead = {d.device_id for d in killed}
+    doc, took = fleet_json(fleet.broker)
+    problems = []
+    ids = [e["device_id"] for e in doc]
+    if sorted(ids) != sorted(want):
+        extra, missing = sorted(set(ids) - set(want)), sorted(set(want) - set(ids))
+        problems.append(f"listed {len(ids)} devices, expected {len(want)} (missing {missing}, extra {extra}, "
+                        f"duplicates {sorted({i for i in ids if ids.count(i) > 1})})")
+    keys = {"device_id", "online", "version", "last_seen", "last_window", "failed_apps", "groups", "app_count"}
+    for e in doc:
+        dev = e["device_id"]
+        if set(e) != keys:
+            problems.append(f"{dev}: keys {sorted(e)}")
+        if dev in dead:
+            if e.get("online") is not False:
+                problems.append(f"{dev} was SIGKILLed but is listed online={e.get('online')!r}")
+        elif e.get("online") is not True or e.get("version") != version:
+            problems.append(f"{dev}: online={e.get('online')!r} version={e.get('version')!r} (want True, {version!r})")
+    text, text_took = run_fleet(fleet.broker)
+    lines = text.stdout.splitlines()
+    rows = {l.split()[0]: l.split() for l in lines[1:] if l.strip()}
+    if not lines or lines[0].split()[:2] != ["DEVICE", "STATE"]:
+        problems.append(f"drowse fleet: no header line: {text.stdout[:500]!r}")
+    if len(lines) - 1 != len(want) or sorted(rows) != sorted(want):
+        problems.append(f"drowse fleet printed {len(lines) - 1} device lines, expected {len(want)}")
+    for dev, cols in rows.items():
+        state = "offline" if dev in dead else "online"
+        if len(cols) < 2 or cols[1] != state:
+            problems.append(f"drowse fleet line for {dev}: {' '.join(cols)!r}, expected {state}")
+    if problems:
+        raise FleetMismatch("drowse fleet does not match the fleet:\n  " + "\n  ".join(problems[:40]))
+    online = sum(1 for e in doc if e["online"] is True)
+    return {"listed": len(doc), "online": online, "offline": len(doc) - online, "seconds": took,
+            "text_lines": len(lines) - 1, "text_seconds": text_took, "killed": sorted(dead), "version": version}
+
+
+def kill_and_check_fleet(fleet: Fleet, will_timeout: float = 30.0) -> dict:
+    """SIGKILLs every 10th instance (at least 2), waits for their last wills, then check_fleet.
+    The summary also has "will_seconds" (from the kills until the listing showed them offline)."""
+    killed = fleet.kill(kill_indices(fleet.n))
+    waited = wait_wills(fleet.broker, killed, will_timeout)
+    return {**check_fleet(fleet, killed), "will_seconds": waited}
 
 
 def main(argv: list[str]) -> int:
@@ -229,6 +363,13 @@ def main(argv: list[str]) -> int:
         print(f"                            PSS {stats('pss', mem)}")
         print(f"  after both rollouts:      RSS {stats('rss', mem_after)}")
         print(f"                            PSS {stats('pss', mem_after)}")
+
+        print(f"SIGKILLing {len(kill_indices(n))} instances, then drowse fleet ...", file=sys.stderr, flush=True)
+        f = kill_and_check_fleet(fleet)
+        print(f"\ndrowse fleet after SIGKILLing {len(f['killed'])} instances ({', '.join(f['killed'])}; "
+              f"all listed offline by their last will {f['will_seconds']:.1f} s after the kills):")
+        print(f"  --json: listed {f['listed']}, online {f['online']}, offline {f['offline']}, "
+              f"{f['seconds']:.2f} s for {n} devices; text: {f['text_lines']} device lines, {f['text_seconds']:.2f} s")
         return 0
     finally:
         if fleet is not None:

@@ -1,6 +1,7 @@
 """Staged rollouts (issue #13, "Fleets"): a notification's `spread` makes each device act at its own
 delay in [0, spread), drawn from its device id and the notification id, so a fleet's downloads
-arrive flat over the window; the delay survives a restart; downloads honour Retry-After on 429/503.
+arrive flat over the window; the delay survives a restart; downloads honour Retry-After on 429/503;
+`drowse fleet` lists the whole fleet, SIGKILLed devices offline by their last will.
 Everything on 127.0.0.1: one mosquitto, one nginx (or the scripted server), real drowsed instances.
 """
 
@@ -8,13 +9,14 @@ from __future__ import annotations
 
 import email.utils
 import json
+import subprocess
 import random
 import signal
 import time
 
-from drowse_e2e import notify_topic, sha256_file, wait_until
+from drowse_e2e import DROWSE, notify_topic, sha256_file, wait_until
 from hostile_server import error, serve
-from rollout import Fleet, max_in_window, rollout_delay, run_round
+from rollout import Fleet, fleet_json, kill_and_check_fleet, kill_indices, max_in_window, rollout_delay, run_round
 
 N = 12
 SPREAD = 6.0
@@ -48,6 +50,31 @@ def test_a_spread_rollout_spreads_the_downloads_over_the_window(broker, nginx, m
         started = spread["starts"][d.device_id] - spread["t0"]
         assert expected - 0.1 <= started <= expected + 2.5, (d.device_id, expected, started)
     assert max(s) - spread["t0"] < SPREAD + 2.5
+
+    # SIGKILL every 10th (roll-000, roll-010): `drowse fleet` lists all 12, those two offline by
+    # their last will, the others online with this build's version; --json parses.
+    version = subprocess.run([str(DROWSE), "--version"], capture_output=True, text=True, timeout=30).stdout.strip()
+    killed = [f"roll-{i:03d}" for i in kill_indices(N)]
+    assert killed == ["roll-000", "roll-010"]
+    f = kill_and_check_fleet(fleet)
+    assert f["killed"] == killed and f["version"] == version, f
+    assert (f["listed"], f["online"], f["offline"], f["text_lines"]) == (N, N - 2, 2, N), f
+    assert f["will_seconds"] < 20 and f["seconds"] < 10, f
+    doc, _ = fleet_json(broker)
+    by_id = {e["device_id"]: e for e in doc}
+    assert len(doc) == N and set(by_id) == {d.device_id for d in fleet.devices}, doc
+    for dev, e in by_id.items():
+        assert e["online"] is (dev not in killed), e
+        if dev not in killed:
+            assert e["version"] == version and e["app_count"] == 1 and e["failed_apps"] == [], e
+    assert [d.device_id for d in fleet.running()] == sorted(set(by_id) - set(killed))
+
+    # The others still stop cleanly, and then say so themselves (offline, kept retained).
+    rcs = fleet.stop()
+    assert sorted(rcs) == sorted(set(by_id) - set(killed)) and set(rcs.values()) == {0}, rcs
+    doc = wait_until(lambda: (lambda d: d if all(e["online"] is False for e in d) else None)(fleet_json(broker)[0]), 20,
+                     interval=0.3, what="every device offline after the stop")
+    assert len(doc) == N, doc
 
 
 def test_a_notification_waiting_for_its_delay_survives_a_restart_and_runs_at_its_time(broker, make_drowse):
