@@ -16,27 +16,41 @@ package enum MQTTPublisher {
         var published = false
     }
 
+    /// A one-shot client (`drowse push`, `drowse fleet`): libmosquitto initialised, a clean
+    /// session speaking MQTT 3.1.1, the credentials and TLS set. The caller destroys it.
+    static func makeClient(context: UnsafeMutableRawPointer, tls: Bool, caFile: String?, certFile: String?, keyFile: String?,
+                           username: String?, password: String?) throws(Failure) -> OpaquePointer {
+        do throws(MosquittoError) {
+            try MosquittoError.check(mosquitto_lib_init(), "mosquitto_lib_init")
+        } catch { throw Failure(description: error.description) }
+        guard let mosq = mosquitto_new(nil, true, context) else { throw Failure(description: "mosquitto_new failed: \(String(cString: strerror(errno)))") }
+        do throws(MosquittoError) {
+            try MosquittoError.check(cmosq_int_option(mosq, MOSQ_OPT_PROTOCOL_VERSION, Int32(MQTT_PROTOCOL_V311)), "mosquitto_int_option(PROTOCOL_VERSION)")
+            if let username { try MosquittoError.check(mosquitto_username_pw_set(mosq, username, password), "mosquitto_username_pw_set") }
+        } catch {
+            mosquitto_destroy(mosq)
+            throw Failure(description: error.description)
+        }
+        if tls {
+            let rc = mosquitto_tls_set(mosq, caFile, caFile == nil ? "/etc/ssl/certs" : nil, certFile, keyFile, nil)
+            if let e = MosquittoError(rc: rc, call: "mosquitto_tls_set") {
+                mosquitto_destroy(mosq)
+                throw Failure(description: "TLS setup: \(e.detail)")
+            }
+        }
+        return mosq
+    }
+
     package static func publishOnce(
         host: String, port: Int, tls: Bool, caFile: String?, certFile: String?, keyFile: String?,
         username: String?, password: String?, topic: String, payload: [UInt8], retain: Bool = false, timeout: Double = 10
     ) throws(Failure) {
         // Every failure below is the one-shot's failure: nothing was published (or nothing is known
         // to be), so the command says why and exits non-zero.
-        do throws(MosquittoError) {
-            try MosquittoError.check(mosquitto_lib_init(), "mosquitto_lib_init")
-        } catch { throw Failure(description: error.description) }
         let state = State()
-        let ptr = Unmanaged.passUnretained(state).toOpaque()
-        guard let mosq = mosquitto_new(nil, true, ptr) else { throw Failure(description: "mosquitto_new failed: \(String(cString: strerror(errno)))") }
+        let mosq = try makeClient(context: Unmanaged.passUnretained(state).toOpaque(), tls: tls, caFile: caFile, certFile: certFile,
+                                  keyFile: keyFile, username: username, password: password)
         defer { mosquitto_destroy(mosq) }
-        do throws(MosquittoError) {
-            try MosquittoError.check(cmosq_int_option(mosq, MOSQ_OPT_PROTOCOL_VERSION, Int32(MQTT_PROTOCOL_V311)), "mosquitto_int_option(PROTOCOL_VERSION)")
-            if let username { try MosquittoError.check(mosquitto_username_pw_set(mosq, username, password), "mosquitto_username_pw_set") }
-        } catch { throw Failure(description: error.description) }
-        if tls {
-            let rc = mosquitto_tls_set(mosq, caFile, caFile == nil ? "/etc/ssl/certs" : nil, certFile, keyFile, nil)
-            if let e = MosquittoError(rc: rc, call: "mosquitto_tls_set") { throw Failure(description: "TLS setup: \(e.detail)") }
-        }
         mosquitto_connect_callback_set(mosq) { _, obj, rc in
             let s = Unmanaged<State>.fromOpaque(obj!).takeUnretainedValue()
             if rc == 0 { s.connected = true } else { s.connackError = rc }

@@ -22,21 +22,10 @@ package enum MQTTRetainedReader {
         username: String?, password: String?, filter: String, quiet: Double = 0.5, timeout: Double = 10
     ) throws(MQTTPublisher.Failure) -> [(topic: String, payload: [UInt8])] {
         typealias Failure = MQTTPublisher.Failure
-        do throws(MosquittoError) {
-            try MosquittoError.check(mosquitto_lib_init(), "mosquitto_lib_init")
-        } catch { throw Failure(description: error.description) }
         let state = State()
-        let ptr = Unmanaged.passUnretained(state).toOpaque()
-        guard let mosq = mosquitto_new(nil, true, ptr) else { throw Failure(description: "mosquitto_new failed: \(String(cString: strerror(errno)))") }
+        let mosq = try MQTTPublisher.makeClient(context: Unmanaged.passUnretained(state).toOpaque(), tls: tls, caFile: caFile, certFile: certFile,
+                                                keyFile: keyFile, username: username, password: password)
         defer { mosquitto_destroy(mosq) }
-        do throws(MosquittoError) {
-            try MosquittoError.check(cmosq_int_option(mosq, MOSQ_OPT_PROTOCOL_VERSION, Int32(MQTT_PROTOCOL_V311)), "mosquitto_int_option(PROTOCOL_VERSION)")
-            if let username { try MosquittoError.check(mosquitto_username_pw_set(mosq, username, password), "mosquitto_username_pw_set") }
-        } catch { throw Failure(description: error.description) }
-        if tls {
-            let rc = mosquitto_tls_set(mosq, caFile, caFile == nil ? "/etc/ssl/certs" : nil, certFile, keyFile, nil)
-            if let e = MosquittoError(rc: rc, call: "mosquitto_tls_set") { throw Failure(description: "TLS setup: \(e.detail)") }
-        }
         mosquitto_connect_callback_set(mosq) { _, obj, rc in
             let s = Unmanaged<State>.fromOpaque(obj!).takeUnretainedValue()
             if rc == 0 { s.connected = true } else { s.connackError = rc }
