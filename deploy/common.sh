@@ -122,6 +122,39 @@ stop_pid() {
     wait "$pid" 2>/dev/null || true
 }
 
+# write_quiet_agent DIR PORT DEVICE_ID: DIR/drowse.toml and DIR/apps.d/ for a drowsed connected to
+# the broker on 127.0.0.1:PORT, with two apps like the examples but with fetch intervals long
+# enough that nothing runs unless asked (deploy/measure-idle.sh, deploy/order-text.sh). Paths in
+# the config are relative to DIR.
+write_quiet_agent() {
+    local dir=$1 port=$2 device=$3
+    mkdir -p "$dir/apps.d"
+    cat >"$dir/drowse.toml" <<EOF
+device_id = "$device"
+state_dir = "state"
+apps_dir  = "apps.d"
+socket    = "drowse.sock"
+[mqtt]
+url = "mqtt://127.0.0.1:$port"
+EOF
+    cat >"$dir/apps.d/weather.toml" <<EOF
+id = "weather"
+[fetch]
+command = ["/bin/true"]
+minimum_interval = "12h"
+[notification]
+command = ["/bin/true"]
+EOF
+    cat >"$dir/apps.d/news.toml" <<EOF
+id = "news"
+[fetch]
+command = ["/bin/sh", "-c", "exit 100"]
+minimum_interval = "24h"
+[transfers]
+events_command = ["/bin/true"]
+EOF
+}
+
 # link_drowsed DIR: drowse is one multi-call program; run as `drowsed` it is the daemon.
 # SwiftPM builds only `drowse`, so the `drowsed` name is a relative symbolic link beside it.
 link_drowsed() {

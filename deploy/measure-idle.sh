@@ -151,32 +151,7 @@ trap 'exit 143' TERM
 PORT=$(free_port)
 start_broker "$TMP/broker" "$PORT"
 
-mkdir -p "$TMP/apps.d"
-cat >"$TMP/drowse.toml" <<EOF
-device_id = "measure"
-state_dir = "state"
-apps_dir  = "apps.d"
-socket    = "drowse.sock"
-[mqtt]
-url = "mqtt://127.0.0.1:$PORT"
-EOF
-# Like the examples, but with intervals long enough that nothing runs while we measure.
-cat >"$TMP/apps.d/weather.toml" <<EOF
-id = "weather"
-[fetch]
-command = ["/bin/true"]
-minimum_interval = "12h"
-[notification]
-command = ["/bin/true"]
-EOF
-cat >"$TMP/apps.d/news.toml" <<EOF
-id = "news"
-[fetch]
-command = ["/bin/true"]
-minimum_interval = "24h"
-[transfers]
-events_command = ["/bin/true"]
-EOF
+write_quiet_agent "$TMP" "$PORT" measure
 
 # A binary just linked sits in the page cache unwritten, and smaps counts those pages of the
 # mapping as Private_Dirty: write it back first, as it is on a board.

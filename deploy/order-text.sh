@@ -45,32 +45,10 @@ ln -s drowse "$TMP/drowsed"
 
 PORT=$(free_port)
 start_broker "$TMP/broker" "$PORT"
-mkdir -p "$TMP/apps.d"
-cat >"$TMP/drowse.toml" <<EOF
-device_id = "order"
-state_dir = "state"
-apps_dir  = "apps.d"
-socket    = "drowse.sock"
-[mqtt]
-url = "mqtt://127.0.0.1:$PORT"
+write_quiet_agent "$TMP" "$PORT" order
+cat >>"$TMP/drowse.toml" <<EOF
 [metrics]
 textfile = "$TMP/metrics.prom"
-EOF
-cat >"$TMP/apps.d/weather.toml" <<EOF
-id = "weather"
-[fetch]
-command = ["/bin/true"]
-minimum_interval = "12h"
-[notification]
-command = ["/bin/true"]
-EOF
-cat >"$TMP/apps.d/news.toml" <<EOF
-id = "news"
-[fetch]
-command = ["/bin/sh", "-c", "exit 100"]
-minimum_interval = "24h"
-[transfers]
-events_command = ["/bin/true"]
 EOF
 
 say "profiling drowsed under callgrind (about a minute)"
