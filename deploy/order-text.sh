@@ -27,6 +27,8 @@ cd "$DROWSE_ROOT"
 release_binaries
 command -v valgrind >/dev/null 2>&1 ||
     { say "no valgrind (apt-get install valgrind): the release binary keeps the compiler's layout"; exit 0; }
+command -v mosquitto >/dev/null 2>&1 ||
+    { say "no mosquitto for the profile's broker: the release binary keeps the compiler's layout"; exit 0; }
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/drowse-order.XXXXXX")
 BROKER_PID=
@@ -89,4 +91,8 @@ sed -n -E 's/^c?fn=\([0-9]+\) (.+)$/.text.\1/p' "$TMP/callgrind.out" | awk '!see
 n=$(wc -l <"$ORDER")
 [ "$n" -gt 1000 ] || { say "warning: the profile found only $n functions: the release binary keeps the compiler's layout"; exit 0; }
 say "relinking with $n functions first (--section-ordering-file)"
-swift build "${DROWSE_RELEASE_FLAGS[@]}" -Xlinker "--section-ordering-file=$ORDER" >&2
+if ! swift build "${DROWSE_RELEASE_FLAGS[@]}" -Xlinker "--section-ordering-file=$ORDER" >&2; then
+    # A linker without the option (lld; GNU ld before 2.43): keep the compiler's layout.
+    say "warning: the relink with the ordering failed: the release binary keeps the compiler's layout"
+    swift build "${DROWSE_RELEASE_FLAGS[@]}" >&2
+fi

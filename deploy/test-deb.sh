@@ -91,17 +91,17 @@ say "drowsed --check-config on the installed config"
 
 # The state an upgrade must keep: a state.db, a user's edit of the conffile, and a download under
 # way, which must resume after the upgrade (not start again). Where systemd runs, the service
-# postinst started does the work and the upgrade restarts it; elsewhere (a container, CI) the
-# test runs the installed drowsed itself around the upgrade.
+# is restarted and stopped around the upgrade with systemctl; elsewhere (a container, CI) the
+# test runs the installed drowsed itself.
 SYSTEMD=no
 [ -d /run/systemd/system ] && SYSTEMD=yes
-start_daemon() {
-    [ "$SYSTEMD" = no ] || return 0
+start_daemon() {     # (re)start: drowsed reads apps.d when it starts
+    if [ "$SYSTEMD" = yes ]; then systemctl restart drowsed; return; fi
     /usr/bin/drowsed --config /etc/drowse/drowse.toml 2>>"$TMP/drowsed.log" &
     DAEMON_PID=$!
 }
 stop_daemon() {
-    [ "$SYSTEMD" = no ] || return 0
+    if [ "$SYSTEMD" = yes ]; then systemctl stop drowsed; return; fi
     stop_pid "$DAEMON_PID" 15
     DAEMON_PID=
 }

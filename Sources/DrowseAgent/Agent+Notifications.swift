@@ -16,7 +16,8 @@ extension Agent {
         let options = MQTTSessionOptions(
             host: m.host, port: m.port, clientID: m.clientID, keepalive: Int(m.keepalive.seconds), tls: m.tls,
             username: m.username, password: password, caFile: m.caFile, certFile: m.certFile, keyFile: m.keyFile,
-            will: (statusTopic, Array(FleetStatus.offlineJSON.serialized.utf8)),
+            will: (statusTopic, Array(FleetStatus.offlineJSON(apps: apps.keys.sorted(), version: Agent.version,
+                                                              groups: m.groups).serialized.utf8)),
             moreBrokers: m.brokers.dropFirst().map { ($0.host, $0.port) })
         let (stream, continuation) = AsyncStream<MQTTSessionEvent>.makeStream()
         mqttEvents = continuation

@@ -2,10 +2,11 @@
 /// fleet` reads it back (SPEC.md, "Notifications over MQTT"; issue #13, fleet status).
 ///
 /// Online: `{"online": true, "apps": [...], "version", "last_window", "app_count", "failed_apps",
-/// "groups", "time"}`. The last will (and the status at a clean stop) is `{"online": false}`: the
-/// broker publishes it for a device that vanished, so it cannot say more than that. `drowse fleet`
-/// still shows what the device said last before it went offline when it saw both messages;
-/// otherwise the fields are unknown (null).
+/// "groups", "time"}`. The last will (and the status at a clean stop) is `{"online": false}` with
+/// what does not change while the daemon runs (`apps`, `version`, `app_count`, `groups`): it
+/// replaces the retained status, and a listing by group must still find a dead device. The
+/// broker publishes it for a device that vanished, so it holds no `time`, `last_window` or
+/// `failed_apps`; `drowse fleet` shows those from the device's last status when it saw both.
 package struct FleetStatus: Sendable, Equatable {
     package var online: Bool
     package var apps: [String] = []
@@ -31,8 +32,17 @@ package struct FleetStatus: Sendable, Equatable {
         self.time = time
     }
 
-    /// The last will's payload.
+    /// The last will's payload with nothing known about the device.
     package static let offlineJSON: JSON = .object([("online", false)])
+
+    /// The last will (and clean-stop) payload of a device: offline, with the fields that stay the
+    /// same while its daemon runs.
+    package static func offlineJSON(apps: [String], version: String, groups: [String]) -> JSON {
+        .object([
+            ("online", false), ("apps", .array(apps.map { .string($0) })), ("version", .string(version)),
+            ("app_count", JSON(apps.count)), ("groups", .array(groups.map { .string($0) })),
+        ])
+    }
 
     /// The message's JSON. Keys the SPEC named first (`online`, `apps`) keep their place.
     package var json: JSON {

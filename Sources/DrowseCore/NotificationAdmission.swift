@@ -233,7 +233,8 @@ package struct NotificationAdmission: Sendable {
                 becamePrunable(receivedAt: r.receivedAt)
                 continue
             }
-            let entry = Entry(seq: r.seq, arrival: a, receivedAt: r.receivedAt, phase: .deferred,
+            // A clock set back since (a board without an RTC) must not put the delay months away.
+            let entry = Entry(seq: r.seq, arrival: a, receivedAt: min(r.receivedAt, now), phase: .deferred,
                               delay: delay(a, key: r.dedupeKey, seq: r.seq))
             switch r.state {
             case .deferred:

@@ -26,6 +26,9 @@ struct Push: ParsableCommand {
     func validate() throws {
         guard (device == nil) != (group == nil) else { throw ValidationError("give one of --device and --group") }
         if let group, !MainConfig.isValidGroup(group) { throw ValidationError("--group '\(group)' holds '/', '+', '#' or NUL, or is empty") }
+        // A whole payload is sent as given: a spread left out of it silently would start the
+        // whole fleet at once, the load spike it is there to prevent.
+        if payload != nil, spread != nil { throw ValidationError("--spread goes with the payload options, not --payload: put \"spread\" in the payload") }
     }
 
     func run() throws {

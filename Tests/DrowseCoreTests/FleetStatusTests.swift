@@ -19,6 +19,14 @@ struct FleetStatusTests {
     @Test("the last will stays {\"online\": false}")
     func offline() {
         #expect(FleetStatus.offlineJSON.serialized == #"{"online":false}"#)
+        // A device's will: what a listing by group needs of a dead device.
+        let will = FleetStatus.offlineJSON(apps: ["b", "a"], version: "1.2", groups: ["eu"])
+        #expect(will.serialized == #"{"online":false,"apps":["b","a"],"version":"1.2","app_count":2,"groups":["eu"]}"#)
+        var listing = FleetListing()
+        listing.received(topic: "drowse/dead/status", payload: Array(will.serialized.utf8), prefix: "drowse")
+        let dead = listing.list(group: "eu")
+        #expect(dead.map(\.id) == ["dead"] && dead[0].status.online == false && dead[0].status.version == "1.2")
+        #expect(listing.list(group: "us").isEmpty)
     }
 
     @Test("what is published parses back to the same status")

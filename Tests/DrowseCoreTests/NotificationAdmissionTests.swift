@@ -580,6 +580,12 @@ struct NotificationAdmissionSpreadTests {
         let out = m3.restored([.init(seq: 7, receivedAt: t0, state: .pending(budgetAt: nil), arrival: note(spread: 1000), dedupeKey: "hash:abc")],
                               now: t0, uses: [:], nextWindow: nil)
         #expect(out.contains(.spread(seq: 7, app: "news", until: t0 + keyed, delay: keyed, spread: 1000)))
+        // The clock went back since it was received (a board without an RTC): the delay counts
+        // from now, not from a time months ahead.
+        var m4 = NotificationAdmission(budget: NotificationBudget(maxPerHour: 5), deviceID: "pi-1")
+        let back = m4.restored([.init(seq: 1, receivedAt: t0 + 1e7, state: .pending(budgetAt: nil), arrival: note(id: "r1", spread: 1000))],
+                               now: t0, uses: [:], nextWindow: nil)
+        #expect(back.contains(.setTimer(at: t0 + delay + slack)))
     }
 
     @Test("a newer notification with the same collapse id replaces one waiting for its delay")

@@ -106,6 +106,10 @@ def test_groups_across_bridge_dedupe_and_fleet(workdir, request, make_drowse):
             {e["device_id"]: e for e in json.loads(fleet(central, "--json"))}), 20, interval=0.5, what="a3 offline")
         assert all(by_id[d]["online"] for d in groups if d != "a3")
 
+        # The will replaced a3's retained status, and still says what a listing by group needs.
+        assert by_id["a3"]["version"] == "0.1.0" and by_id["a3"]["groups"] == ["us"], by_id["a3"]
+        us = json.loads(fleet(central, "--json", "--group", "us"))
+        assert [(e["device_id"], e["online"]) for e in us] == [("a3", False)], us
         eu = json.loads(fleet(central, "--json", "--group", "eu"))
         assert sorted(e["device_id"] for e in eu) == ["a1", "a2", "b1"]
         text = fleet(central)
@@ -162,6 +166,9 @@ def test_push_needs_device_or_group(workdir):
     assert r.returncode != 0
     r = run_cli("push", "--broker", "mqtt://127.0.0.1:1", "--app", "news", "--group", "eu/west")
     assert r.returncode != 0 and "--group" in r.stderr
+    # A whole payload goes as given: --spread would be silently lost, so it is refused.
+    r = run_cli("push", "--broker", "mqtt://127.0.0.1:1", "--app", "news", "--device", "x", "--payload", "{}", "--spread", "5")
+    assert r.returncode != 0 and "--spread" in r.stderr
 
 
 def test_bad_groups_and_urls_are_config_errors(make_drowse):
