@@ -155,7 +155,8 @@ package struct ProcessLauncher: HandlerLaunching {
         case .started(let child):
             run.attach(pid: child.pid, wakeFD: child.wakeFD)
             OSThread.detach(name: "handler-\(request.app)") {
-                let ending = Self.supervise(pid: child.pid, stdinFD: child.stdinFD, stdoutFD: child.stdoutFD, stderrFD: child.stderrFD,
+                let ending = Self.supervise(pid: child.pid, stdinFD: child.stdinFD, stdinWritten: child.stdinWritten,
+                                            stdoutFD: child.stdoutFD, stderrFD: child.stderrFD,
                                             wakeFD: child.wakeFD, run: run, req: request, output: output)
                 run.finish(HandlerOutcome(ending: ending, startedAt: child.startedAt, endedAt: WallClock.now()))
             }
@@ -166,6 +167,8 @@ package struct ProcessLauncher: HandlerLaunching {
     struct Child {
         var pid: pid_t
         var stdinFD: Int32, stdoutFD: Int32, stderrFD: Int32
+        /// Bytes of the standard input already in the pipe when the child started.
+        var stdinWritten: Int
         /// An eventfd `HandlerRun.terminate` signals.
         var wakeFD: Int32
         var startedAt: Double
@@ -231,6 +234,15 @@ package struct ProcessLauncher: HandlerLaunching {
             return failed("pipe: \(String(cString: strerror(rcPipe)))", errno: rcPipe)
         }
 
+        // The standard input goes into the pipe before the handler exists (a pipe holds 64 KiB, a
+        // notification is at most 4 KiB): a drowsed killed right after the start cannot leave a
+        // handler with an empty or cut payload. What does not fit is written as the handler reads.
+        var stdinWritten = 0
+        if !req.stdin.isEmpty, fcntl(inPipe[1], F_SETFL, fcntl(inPipe[1], F_GETFL) | O_NONBLOCK) == 0 {
+            let w = req.stdin.withUnsafeBytes { write(inPipe[1], $0.baseAddress!, $0.count) }
+            if w > 0 { stdinWritten = w }
+        }
+
         let wakeFD = drowse_eventfd()
         guard wakeFD >= 0 else {
             let e = errno
@@ -269,10 +281,11 @@ package struct ProcessLauncher: HandlerLaunching {
             }
             return failed("\(program): \(String(cString: strerror(rc)))", errno: rc)
         }
-        return .started(Child(pid: pid, stdinFD: inPipe[1], stdoutFD: outPipe[0], stderrFD: errPipe[0], wakeFD: wakeFD, startedAt: start))
+        return .started(Child(pid: pid, stdinFD: inPipe[1], stdoutFD: outPipe[0], stderrFD: errPipe[0], stdinWritten: stdinWritten,
+                              wakeFD: wakeFD, startedAt: start))
     }
 
-    private static func supervise(pid: pid_t, stdinFD: Int32, stdoutFD: Int32, stderrFD: Int32, wakeFD: Int32, run: HandlerRun,
+    private static func supervise(pid: pid_t, stdinFD: Int32, stdinWritten: Int, stdoutFD: Int32, stderrFD: Int32, wakeFD: Int32, run: HandlerRun,
                                   req: LaunchRequest, output: @escaping @Sendable (String, Bool) -> Void) -> HandlerOutcome.Ending {
         for fd in [stdinFD, stdoutFD, stderrFD] {
             // A pipe left blocking could stall this thread on a read; say so in the handler's log.
@@ -282,7 +295,7 @@ package struct ProcessLauncher: HandlerLaunching {
         }
         let pidfd = drowse_pidfd_open(pid)
         var inFD: Int32 = stdinFD
-        var written = 0
+        var written = stdinWritten
         var outFD = stdoutFD, errFD = stderrFD
         var lines: [Int32: [UInt8]] = [stdoutFD: [], stderrFD: []]
         var limiter = OutputRateLimiter()
@@ -333,7 +346,7 @@ package struct ProcessLauncher: HandlerLaunching {
         // Enforced on the monotonic clock: boards without an RTC jump at their first NTP sync.
         let deadline = WallClock.monotonic() + (req.deadline - WallClock.now())
         carryOut(shutdown.started(now: WallClock.monotonic(), deadline: deadline))
-        if req.stdin.isEmpty { close(inFD); inFD = -1 }
+        if written >= req.stdin.count { close(inFD); inFD = -1 }
 
         func flush(_ fd: Int32, final: Bool) {
             guard var buf = lines[fd] else { return }
