@@ -288,10 +288,13 @@ def test_kill_9_at_random_moments_loses_nothing_and_repeats_only_interrupted_run
     time.sleep(2.0)
     starts = runs("started")
     assert set(starts) == set(wanted), f"unexpected ids: {set(starts) ^ set(wanted)}"
+    # A handler stamps its start after sh and date have run: one that the killed drowsed started
+    # just before the SIGKILL (its payload already in its pipe) may stamp a few ms after the kill.
+    late = 0.25
     for nid, ts in starts.items():
         ts.sort()
         for first, second in zip(ts, ts[1:]):
-            assert any(first < gone and before < second for before, gone, _ in kills), \
+            assert any(first < gone + late and before < second for before, gone, _ in kills), \
                 f"{nid} started at {first:.3f} and again at {second:.3f} with no kill in between: {kills}"
 
 
