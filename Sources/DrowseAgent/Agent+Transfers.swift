@@ -106,24 +106,42 @@ extension Agent {
             throw .badRequest("only http and https URLs can be transferred: '\(req.url)'")
         }
         var total: Int64?
+        // Whose rights the transfer's files are touched with, at every attempt: the app's user,
+        // whoever queued it (root included), so a root-queued transfer into an app's folder is
+        // no tool against the machine. Only an app that runs as root gets root's rights.
+        let owner: (uid: UInt32, gid: UInt32)?
+        if let user = app.user {
+            guard let account = UserAccount.lookup(name: user) else {
+                throw APIError(409, "no_such_user", "app '\(app.id)' runs as '\(user)', which is not a user here")
+            }
+            owner = account.uid == 0 ? nil : (account.uid, account.gid)
+        } else {
+            owner = caller.uid == 0 ? nil : (caller.uid, caller.gid)
+        }
+        let files = owner.map { FileIdentity.of(uid: $0.uid, gid: $0.gid) }
+        // Each path is checked for the caller too: an admin reaches no file through an app
+        // that it could not reach itself.
+        var deciders = [caller.subject]
+        if let files, files.uid != caller.uid { deciders.append(Permissions.Subject(uid: files.uid, gids: files.groups)) }
         let callerFiles = FileIdentity(uid: caller.uid, gid: caller.gid, groups: [caller.gid] + caller.groups)
         if req.kind == .upload {
             guard let src = req.source, src.hasPrefix("/") else { throw .badRequest("an upload needs the absolute path of its file") }
-            // drowsed runs as root: it reads only what the caller could read itself. The check by
-            // mode bits says why; opening as the caller is what the kernel enforces (and what
-            // every later attempt does again).
-            guard Permissions.canRead(src, by: caller.subject),
-                let size = FileIdentity.regularFileSize(src, as: callerFiles)
+            // drowsed runs as root: it reads only what the caller and the app's user could read.
+            // The check by mode bits says why; opening as them is what the kernel enforces (and
+            // every later attempt opens as the app's user again).
+            guard deciders.allSatisfy({ Permissions.canRead(src, by: $0) }),
+                let size = FileIdentity.regularFileSize(src, as: callerFiles),
+                files == nil || FileIdentity.regularFileSize(src, as: files) == size
             else {
-                throw APIError(403, "forbidden", "'\(src)' is not a regular file you can read")
+                throw APIError(403, "forbidden", "'\(src)' is not a regular file you and the app's user can read")
             }
             total = size
         }
         if let d = req.destination {
             guard d.hasPrefix("/") else { throw .badRequest("--to must be an absolute path") }
             guard FileSystem.isDirectory(ConfigPath.directory(of: d)) else { throw .badRequest("folder of '\(d)' does not exist") }
-            guard Permissions.canWrite(d, by: caller.subject) else {
-                throw APIError(403, "forbidden", "you cannot write '\(d)'")
+            guard deciders.allSatisfy({ Permissions.canWrite(d, by: $0) }) else {
+                throw APIError(403, "forbidden", "you or the app's user cannot write '\(d)'")
             }
         }
         guard req.timeoutResource > 0 else { throw .badRequest("--timeout-resource must be positive") }
@@ -144,10 +162,8 @@ extension Agent {
         t.timeoutAt = t.createdAt + req.timeoutResource
         t.requirements = req.requirements
         if req.kind == .download, let size = req.expectedSize { t.bytesTotal = size }
-        if caller.uid != 0 {
-            t.ownerUID = caller.uid
-            t.ownerGID = caller.gid
-        }
+        t.ownerUID = owner?.uid
+        t.ownerGID = owner?.gid
         if req.kind == .upload {
             t.source = req.source
             t.bytesTotal = total

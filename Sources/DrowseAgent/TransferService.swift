@@ -135,12 +135,21 @@ package final class TransferService {
         return stateDir + "/inbox/\(t.app)/\(t.id)-\(name)"  // inbox(for:) makes the folder
     }
 
-    /// Whose paths a transfer's files live at: the API caller who gave `--to` or the upload's
-    /// source. drowsed touches them only as that user (FileIdentity); nil for root's own paths
-    /// (a root caller, the state folder).
+    /// Whose rights a transfer's own paths (`--to`, an upload's source) are touched with: the
+    /// identity stored when it was queued (the app's user; the caller for an app that runs as
+    /// root). A row stored before that rule (queued by root, no owner) takes its app's user.
+    /// nil only for an app that runs as root, queued by root: that choice is made in the app
+    /// file (`user`), never by who queues.
     package func identity(_ t: Transfer) -> FileIdentity? {
-        guard t.destination != nil || t.kind == .upload, let uid = t.ownerUID, let gid = t.ownerGID else { return nil }
-        return FileIdentity.of(uid: uid, gid: gid)
+        guard t.destination != nil || t.kind == .upload else { return nil }  // the part file is in root's state folder
+        if let uid = t.ownerUID, let gid = t.ownerGID { return FileIdentity.of(uid: uid, gid: gid) }
+        return appIdentity(t.app)
+    }
+
+    /// The app's user, when it is not root: the identity for its inbox, which that user owns.
+    func appIdentity(_ app: String) -> FileIdentity? {
+        guard let o = owner(ofApp: app), o.uid != 0 else { return nil }
+        return FileIdentity.of(uid: o.uid, gid: o.gid)
     }
 
     func owner(ofApp id: String) -> (uid: UInt32, gid: UInt32)? {
@@ -187,8 +196,11 @@ package final class TransferService {
         for t in all where !t.state.isFinished && t.kind == .download {
             let final = finalPath(t)
             let who = identity(t)
-            guard !files.exists(partPath(t), as: who), let size = files.regularFileSize(final, as: who) else { continue }
-            let digest = TransferLifecycle.wantsDigest(t, size: size) ? files.sha256(ofFile: final, as: who) : nil
+            // An inbox file is in a folder its app's user owns (and may have put a link there):
+            // read as that user, never through a link, like every path a user can write.
+            let finalWho = t.destination == nil ? appIdentity(t.app) : who
+            guard !files.exists(partPath(t), as: who), let size = files.regularFileSize(final, as: finalWho) else { continue }
+            let digest = TransferLifecycle.wantsDigest(t, size: size) ? files.sha256(ofFile: final, as: finalWho) : nil
             finalFiles[t.id] = .init(path: final, size: size, sha256: digest)
         }
         for t in all { lastSaved[t.id] = (t.state, t.retries) }

@@ -54,10 +54,15 @@ package struct FileIdentity: Sendable, Equatable {
         return fd
     }
 
-    /// Opens a regular file for reading as `who`: never blocks on a FIFO, refuses anything
-    /// that is not a regular file. Returns the descriptor and the file's size.
+    /// Opens a regular file for reading as `who`: never through a symlink at the last component
+    /// (folders on the way are resolved with `who`'s rights), never blocks on a FIFO, refuses
+    /// anything that is not a regular file. Returns the descriptor and the file's size.
     package static func openRegularForReading(_ path: String, as who: FileIdentity?) throws(SystemError) -> (fd: Int32, size: Int64) {
-        let fd = try open(path, O_RDONLY | O_NONBLOCK, as: who)
+        let fd: Int32
+        do { fd = try open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW, as: who) } catch {
+            if error.errno == ELOOP { throw SystemError("open \(path): a symbolic link (give the file's own path)", errno: ELOOP) }
+            throw error
+        }
         var st = stat()
         guard fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else {
             close(fd)

@@ -44,9 +44,10 @@ package struct SHA256Hasher: ~Copyable {
     }
 
     /// The hex SHA-256 of a file, read in 1 MiB blocks.
-    /// With `who`, the file is opened as that user (FileIdentity).
+    /// With `who`, the file is opened as that user (FileIdentity); never through a symlink at
+    /// the last component, and only a regular file.
     package static func hexDigest(ofFile path: String, as who: FileIdentity? = nil) throws(SystemError) -> String {
-        let fd = try FileIdentity.open(path, O_RDONLY | O_NONBLOCK, as: who)
+        let (fd, _) = try FileIdentity.openRegularForReading(path, as: who)
         defer { close(fd) }
         var h = SHA256Hasher()
         var buf = [UInt8](repeating: 0, count: 1 << 20)

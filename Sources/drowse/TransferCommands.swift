@@ -26,7 +26,7 @@ struct TransferCommand: ParsableCommand {
             guard URLParts.isTransferURL(url) else { throw CLIError("only http and https URLs can be transferred: '\(url)'") }
             let body = JSON.object([
                 ("kind", "download"), ("url", .string(url)), ("app", .string(app)), ("session", .string(session)),
-                ("to", JSON(to.map(absolute))), ("sha256", JSON(sha256)), ("timeout_resource", JSON(try timeoutSeconds(timeoutResource))),
+                ("to", JSON(to.map(resolved))), ("sha256", JSON(sha256)), ("timeout_resource", JSON(try timeoutSeconds(timeoutResource))),
                 ("discretionary", .bool(conditions.discretionary)), ("no_cellular", .bool(conditions.noCellular)),
                 ("requires_power", .bool(conditions.requiresPower)),
             ])
@@ -55,7 +55,7 @@ struct TransferCommand: ParsableCommand {
             if let contentType { fields.append(("content_type", .string(contentType))) }
             let body = JSON.object(fields + [
                 ("kind", "upload"), ("url", .string(url)), ("app", .string(app)), ("session", .string(session)),
-                ("file", .string(absolute(file))), ("protocol", .string(`protocol`)),
+                ("file", .string(resolved(file))), ("protocol", .string(`protocol`)),
                 ("timeout_resource", JSON(try timeoutSeconds(timeoutResource))),
                 ("discretionary", .bool(conditions.discretionary)), ("no_cellular", .bool(conditions.noCellular)),
                 ("requires_power", .bool(conditions.requiresPower)),
@@ -166,6 +166,23 @@ func absolute(_ path: String) -> String {
     var buf = [CChar](repeating: 0, count: 4096)
     guard getcwd(&buf, buf.count) != nil else { return path }
     return String(cString: buf) + "/" + path
+}
+
+/// The path with every symlink resolved, as the user running the CLI sees it: drowsed never
+/// follows a link at the last component of a path it opens for someone, so the CLI hands it the
+/// real one (a `--to` whose file does not exist yet keeps its name in its resolved folder).
+func resolved(_ path: String) -> String {
+    let full = absolute(path)
+    if let r = realpath(full, nil) {
+        defer { free(r) }
+        return String(cString: r)
+    }
+    guard let slash = full.lastIndex(of: "/") else { return full }
+    let folder = slash == full.startIndex ? "/" : String(full[..<slash])
+    guard let r = realpath(folder, nil) else { return full }
+    defer { free(r) }
+    let dir = String(cString: r)
+    return (dir == "/" ? "" : dir) + "/" + full[full.index(after: slash)...]
 }
 
 func timeoutSeconds(_ text: String?) throws -> Double? {

@@ -39,12 +39,18 @@ struct TransferServiceTests {
         var sizes: [String: Int64] = [:]
         var removed: [String] = []
         var inboxes: [String] = []
+        var accounts: [String: (uid: UInt32, gid: UInt32)] = [:]
+        /// Each path read, with the uid it was read as (nil: root's own rights).
+        var readAs: [(path: String, uid: UInt32?)] = []
         func exists(_ path: String, as who: FileIdentity?) -> Bool { sizes[path] != nil }
-        func regularFileSize(_ path: String, as who: FileIdentity?) -> Int64? { sizes[path] }
+        func regularFileSize(_ path: String, as who: FileIdentity?) -> Int64? {
+            readAs.append((path, who?.uid))
+            return sizes[path]
+        }
         func sha256(ofFile path: String, as who: FileIdentity?) -> String? { nil }
         func remove(_ path: String, as who: FileIdentity?) { removed.append(path); sizes[path] = nil }
         func makeInbox(_ dir: String, owner: (uid: UInt32, gid: UInt32)?) -> SystemError? { inboxes.append(dir); return nil }
-        func account(_ user: String) -> (uid: UInt32, gid: UInt32)? { nil }
+        func account(_ user: String) -> (uid: UInt32, gid: UInt32)? { accounts[user] }
     }
 
     final class Rig {
@@ -196,5 +202,57 @@ struct TransferServiceTests {
         fresh.service.restore(apps: fresh.apps)
         #expect(fresh.store.rows["t6"]?.state == .completed)
         #expect(fresh.engine.downloads.isEmpty)
+    }
+
+    /// An app that runs as uid 4242 ("bob"), its rows queued by root (no owner stored, as rows
+    /// were before "Security, second pass").
+    func bobRig() throws -> Rig {
+        let rig = try Rig()
+        rig.files.accounts["bob"] = (4242, 4242)
+        rig.apps["dl"] = try AppDefinition.parse("""
+            id = "dl"
+            user = "bob"
+            [transfers]
+            events_command = ["/bin/true"]
+            """, file: "/etc/drowse/apps.d/dl.toml")
+        return rig
+    }
+
+    @Test("a root-queued download into an app's folder and a root-queued upload are touched as the app's user")
+    func rootQueuedUsesTheAppsRights() throws {
+        let rig = try bobRig()
+        var t = Transfer(id: "t7", app: "dl", session: "s", kind: .download, url: "http://127.0.0.1/x", destination: "/home/bob/dl/x",
+                         sha256: nil, createdAt: rig.now)
+        t.timeoutAt = rig.now + 86400
+        #expect(rig.service.job(t).identity?.uid == 4242, "root's request must not give root's rights to bob's paths")
+        var u = Transfer(id: "t8", app: "dl", session: "s", kind: .upload, url: "http://127.0.0.1/up", destination: nil,
+                         sha256: nil, createdAt: rig.now)
+        u.source = "/home/bob/f"
+        #expect(rig.service.uploadJob(u).identity?.uid == 4242)
+        // An owner stored at queueing time wins (an admin's request for an app that runs as root).
+        t.ownerUID = 1000
+        t.ownerGID = 1000
+        #expect(rig.service.job(t).identity?.uid == 1000)
+        // An app that runs as root, queued by root: root's rights, the app file's explicit choice.
+        rig.files.accounts["bob"] = (0, 0)
+        t.ownerUID = nil
+        t.ownerGID = nil
+        #expect(rig.service.job(t).identity == nil)
+    }
+
+    @Test("at start-up an inbox file (in a folder its app's user owns) is read as that user")
+    func restoreReadsInboxAsTheApp() throws {
+        let rig = try bobRig()
+        var t = Transfer(id: "t9", app: "dl", session: "s", kind: .download, url: "http://127.0.0.1/t9.bin", destination: nil,
+                         sha256: nil, createdAt: rig.now)
+        t.state = .running
+        t.bytesTotal = 10
+        t.timeoutAt = rig.now + 86400
+        rig.store.rows["t9"] = t
+        rig.files.sizes["/state/inbox/dl/t9-t9.bin"] = 10
+        rig.files.readAs = []
+        rig.service.restore(apps: rig.apps)
+        let reads = rig.files.readAs.filter { $0.path == "/state/inbox/dl/t9-t9.bin" }
+        #expect(!reads.isEmpty && reads.allSatisfy { $0.uid == 4242 }, "\(reads)")
     }
 }

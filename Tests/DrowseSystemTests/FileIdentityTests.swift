@@ -54,6 +54,16 @@ struct FileIdentityTests {
         }
     }
 
+    @Test("root too never reads through a symlink at a path's last component (sizes and digests)")
+    func rootDoesNotFollowLinks() async throws {
+        try await withLayout { dir in
+            #expect(FileIdentity.regularFileSize(dir + "/home/link", as: nil) == nil)
+            #expect(FileIdentity.regularFileSize(dir + "/secret", as: nil) == 9)
+            #expect(throws: SystemError.self) { try SHA256Hasher.hexDigest(ofFile: dir + "/home/link", as: nil) }
+            #expect(throws: SystemError.self) { try SHA256Hasher.hexDigest(ofFile: dir + "/home/link", as: nobody) }
+        }
+    }
+
     @Test("a FIFO is refused without blocking")
     func fifoIsRefused() async throws {
         try await withTempDir { dir in

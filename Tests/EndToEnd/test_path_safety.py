@@ -49,6 +49,19 @@ def cli_as_nobody(d, *args: str) -> str:
     return r.stdout.strip()
 
 
+def cli_as(queuer: str, d, *args: str) -> str:
+    """`drowse ARGS` as the app's user (nobody) or as root acting for the app ("Security, second
+    pass" item 1: root's request must touch the app's paths with the app's rights, not root's)."""
+    if queuer == "nobody":
+        return cli_as_nobody(d, *args)
+    r = d.cli_ok(*args)
+    return r.stdout.strip()
+
+
+# Who queues the transfer for app "dl" (which runs as nobody); the attacker is always nobody.
+QUEUERS = pytest.mark.parametrize("queuer", ["nobody", "root"])
+
+
 def show_as_root(d, tid: str) -> dict:
     return d.transfer(tid)
 
@@ -92,13 +105,13 @@ def vault_state(vault):
     return sorted((p.name, p.stat().st_uid, p.stat().st_mode, sha256_file(p)) for p in vault.iterdir())
 
 
-def start_held_download(d, hostile_server, home, name: str):
+def start_held_download(d, hostile_server, home, name: str, queuer: str = "nobody"):
     data = random.Random(name).randbytes(512 * KiB)
     gate = threading.Event()
     etag = '"v1"'
     url = hostile_server.script("/" + name, [held_then_cut(data, 200 * KiB, gate, etag)], then=serve(data, etag=etag))
     dest = home / "dl" / name
-    tid = cli_as_nobody(d, "transfer", "download", url, "--app", "dl", "--to", str(dest))
+    tid = cli_as(queuer, d, "transfer", "download", url, "--app", "dl", "--to", str(dest))
     part = home / "dl" / f".{name}.{tid}.drowse-part"
     # The first attempt has written (and committed) part of the file and is now held open.
     wait_until(lambda: part.exists() and part.stat().st_size > 0 and d.transfer(tid)["bytes_done"] > 0, 15,
@@ -106,10 +119,11 @@ def start_held_download(d, hostile_server, home, name: str):
     return tid, dest, part, gate, data
 
 
-def test_download_folder_swapped_for_symlink_to_root_folder(world, hostile_server):
+@QUEUERS
+def test_download_folder_swapped_for_symlink_to_root_folder(world, hostile_server, queuer):
     d, home, vault, secret = world
     before = vault_state(vault)
-    tid, dest, part, gate, data = start_held_download(d, hostile_server, home, "f.bin")
+    tid, dest, part, gate, data = start_held_download(d, hostile_server, home, "f.bin", queuer)
     # As nobody: move the download folder away and put a symlink to the root-only folder in its place.
     as_nobody("sh", "-c", f"mv '{home}/dl' '{home}/dl-old' && ln -s '{vault}' '{home}/dl'")
     gate.set()
@@ -119,10 +133,11 @@ def test_download_folder_swapped_for_symlink_to_root_folder(world, hostile_serve
     assert not (home / "dl-old" / "f.bin").exists()
 
 
-def test_part_file_swapped_for_symlink_to_root_file(world, hostile_server):
+@QUEUERS
+def test_part_file_swapped_for_symlink_to_root_file(world, hostile_server, queuer):
     d, home, vault, secret = world
     before = vault_state(vault)
-    tid, dest, part, gate, data = start_held_download(d, hostile_server, home, "g.bin")
+    tid, dest, part, gate, data = start_held_download(d, hostile_server, home, "g.bin", queuer)
     as_nobody("sh", "-c", f"rm -f '{part}' && ln -s '{secret}' '{part}'")
     gate.set()
     t = wait_final(d, tid)
@@ -134,7 +149,8 @@ def test_part_file_swapped_for_symlink_to_root_file(world, hostile_server):
     assert not dest.exists() or not dest.is_symlink()
 
 
-def test_upload_source_swapped_for_symlink_to_root_file(world):
+@QUEUERS
+def test_upload_source_swapped_for_symlink_to_root_file(world, queuer):
     d, home, vault, secret = world
     src = home / "out.bin"
     src.write_bytes(random.Random(7).randbytes(secret.stat().st_size))  # same size as the secret
@@ -144,8 +160,8 @@ def test_upload_source_swapped_for_symlink_to_root_file(world):
     try:
         server.set_read_rate(64 * KiB)  # the first attempt takes ~1 s: time to swap while it runs
         server.add_fault("drop", after=48 * KiB, methods=["PUT"])
-        tid = cli_as_nobody(d, "transfer", "upload", str(src), server.url("/up/out.bin"), "--app", "dl",
-                            "--protocol", "put")
+        tid = cli_as(queuer, d, "transfer", "upload", str(src), server.url("/up/out.bin"), "--app", "dl",
+                     "--protocol", "put")
         wait_until(lambda: server.log(method="PUT"), 15, what="the first PUT")
         as_nobody("sh", "-c", f"rm -f '{src}' && ln -s '{secret}' '{src}'")
         t = wait_final(d, tid)
