@@ -19,7 +19,11 @@ extension Agent {
     /// worth it (a wake window, a handler's or a transfer's end, a notification, the MQTT
     /// session coming or going). Never on a timer: an idle daemon writes nothing.
     func startMetricsTextfile() {
-        guard config.metrics.textfile != nil else { return }
+        guard let path = config.metrics.textfile else { return }
+        do { metricsTextfile = try ReplacedFile(path: path, mode: 0o644) } catch {
+            logger.warning("metrics textfile not written: \(error)")
+            return
+        }
         metrics.onFlush = { self.metricsChanged() }
         writeMetricsTextfile()
     }
@@ -33,9 +37,10 @@ extension Agent {
 
     func writeMetricsTextfile() {
         metricsTextfilePending = false
-        guard let path = config.metrics.textfile else { return }
-        // Rewritten at every change: atomic for node_exporter, but not flushed to the SD card each time.
-        do { try FileSystem.writeAtomically(path, Array(metricsExposition().utf8), mode: 0o644, durable: false) } catch {
+        guard let file = metricsTextfile else { return }
+        // Rewritten at every change: atomic for node_exporter (and readable by it: 0644), but not
+        // flushed to the SD card each time.
+        do { try file.write(Array(metricsExposition().utf8), durable: false) } catch {
             logger.warning("metrics textfile not written: \(error)")
         }
     }

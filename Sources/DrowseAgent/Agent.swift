@@ -80,6 +80,8 @@ package actor Agent {
     let metrics = AgentMetrics()
     /// A write of the `[metrics] textfile` is queued for the end of this turn.
     var metricsTextfilePending = false
+    /// The `[metrics] textfile`, its folder opened once at start-up (see `ReplacedFile`).
+    var metricsTextfile: ReplacedFile?
 
     package init(config: MainConfig, logger: Logger, launcher: HandlerLaunching = ProcessLauncher(), schedulerTrace: String? = nil) throws {
         self.config = config

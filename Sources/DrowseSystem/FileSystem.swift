@@ -100,34 +100,12 @@ package enum FileSystem {
         }
     }
 
-    /// Writes `bytes` to a temporary file, fsyncs it and renames it over `path`, then fsyncs the
-    /// folder. `durable: false` skips both fsyncs: readers still never see half a file, but a
-    /// power cut may lose the new content (fine for a file rewritten at every change, and two
-    /// fewer flushes of an SD card each time).
+    /// Writes `bytes` to a fresh temporary file beside `path` (never through a planted name:
+    /// see `ReplacedFile`), fsyncs it and renames it over `path`, then fsyncs the folder.
+    /// `durable: false` skips both fsyncs: readers still never see half a file, but a power cut
+    /// may lose the new content. The file gets `mode` whatever the umask.
     package static func writeAtomically(_ path: String, _ bytes: [UInt8], mode: mode_t = 0o644, durable: Bool = true) throws(SystemError) {
-        let tmp = path + ".tmp.\(getpid())"
-        let fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode)
-        guard fd >= 0 else { throw SystemError("open \(tmp)", errno: errno) }
-        do { try writeAll(fd, bytes, what: "write \(tmp)") } catch {
-            close(fd)
-            unlink(tmp)
-            throw error
-        }
-        if (durable && fsync(fd) != 0) || close(fd) != 0 {
-            let e = errno
-            unlink(tmp)
-            throw SystemError("fsync \(tmp)", errno: e)
-        }
-        if durable {
-            do { try rename(tmp, to: path) } catch {
-                unlink(tmp)
-                throw error
-            }
-        } else if Glibc.rename(tmp, path) != 0 {
-            let e = errno
-            unlink(tmp)
-            throw SystemError("rename \(tmp) to \(path)", errno: e)
-        }
+        try ReplacedFile(path: path, mode: mode).write(bytes, durable: durable)
     }
 
     /// rename(2) then fsync of the destination folder, so the new name survives a power cut.

@@ -185,3 +185,54 @@ def test_metrics_are_for_root_and_the_drowse_group(make_drowse):
     assert r.returncode != 0
     assert "drowse group" in r.stderr, r.stderr
     assert "drowse_" not in r.stdout
+
+
+def test_textfile_folder_writer_cannot_turn_root_into_a_file_writer(make_drowse, workdir):
+    """"Security, second pass" item 3: whoever may write the textfile's folder (here nobody, as the
+    prometheus user often owns node-exporter's folder) plants symlinks at every name drowsed could
+    use for its temporary file and at the final name; root must write through none of them. The
+    textfile is readable by node_exporter (0644) even under the unit's umask 077."""
+    if os.geteuid() != 0:
+        import pytest
+        pytest.skip("needs root to act as another user")
+    nobody = 65534
+    os.chmod(workdir, 0o755)
+    folder = workdir / "node-exporter"
+    folder.mkdir()
+    os.chown(folder, nobody, nobody)
+    vault = workdir / "vault"
+    vault.mkdir(mode=0o700)
+    target = vault / "root-only"
+    target.write_bytes(b"root's file\n")
+    os.chmod(target, 0o600)
+    textfile = folder / "drowse.prom"
+    d = make_drowse(extra_config=f'[metrics]\ntextfile = "{textfile}"\n')
+    d.add_app("news", fetch=d.recorder("news"))
+    old_umask = os.umask(0o077)
+    try:
+        d.start(wait=False)
+    finally:
+        os.umask(old_umask)
+    pid = d.proc.pid
+    # Names an older drowsed used (`<textfile>.tmp.<pid>`), planted as nobody for the pids around.
+    for p in range(max(1, pid - 5), pid + 50):
+        subprocess.run(["setpriv", f"--reuid={nobody}", f"--regid={nobody}", "--clear-groups",
+                        "ln", "-sf", str(target), f"{textfile}.tmp.{p}"], check=True)
+    d.wait_ready()
+    wait_until(lambda: textfile.is_file() and not textfile.is_symlink(), 10, what="the metrics textfile")
+    # A link planted at the final name is replaced, not written through.
+    subprocess.run(["setpriv", f"--reuid={nobody}", f"--regid={nobody}", "--clear-groups",
+                    "ln", "-sf", str(target), f"{textfile}.new"], check=True)
+    subprocess.run(["setpriv", f"--reuid={nobody}", f"--regid={nobody}", "--clear-groups",
+                    "mv", "-f", f"{textfile}.new", str(textfile)], check=True)
+    out = d.json("fetch", "news", timeout=30)
+    assert out["result"] == "new-data", out
+
+    def rewritten():
+        return textfile.is_file() and not textfile.is_symlink() and "drowse_fetch_runs_total" in textfile.read_text()
+    wait_until(rewritten, 10, what="the textfile rewritten after the fetch")
+    assert target.read_bytes() == b"root's file\n", "root wrote through a planted link"
+    st = target.stat()
+    assert (st.st_uid, st.st_mode & 0o777) == (0, 0o600)
+    assert textfile.stat().st_mode & 0o777 == 0o644, oct(textfile.stat().st_mode)
+    parse(textfile.read_text())
