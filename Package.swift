@@ -52,6 +52,7 @@ let package = Package(
             .product(name: "NIOPosix", package: "swift-nio"),
             .product(name: "NIOHTTP1", package: "swift-nio"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            .product(name: "UnixSignals", package: "swift-service-lifecycle"),
         ]),
         // The daemon's entry point and command line, run by `drowse` under the name `drowsed`.
         .target(name: "DrowseDaemon", dependencies: [

@@ -1,25 +1,36 @@
 import DrowseSystem
 import Logging
 import ServiceLifecycle
+import UnixSignals
 
-/// Runs the agent inside the ServiceGroup: starts it, tells systemd it is ready, and stops
-/// it cleanly on SIGTERM/SIGINT.
+/// Runs the agent inside the ServiceGroup: starts it, tells systemd it is ready, re-reads the
+/// app files on SIGHUP (`systemctl reload drowsed`), and stops it cleanly on SIGTERM/SIGINT.
 package struct AgentService: Service {
     let agent: Agent
     let logger: Logger
     let onReady: @Sendable () -> Void
+    /// systemd notifications (`RELOADING=1` … `READY=1` around a reload).
+    let notify: @Sendable (String) -> Void
 
-    package init(agent: Agent, logger: Logger, onReady: @escaping @Sendable () -> Void) {
+    package init(agent: Agent, logger: Logger, notify: @escaping @Sendable (String) -> Void = { _ in },
+                 onReady: @escaping @Sendable () -> Void) {
         self.agent = agent
         self.logger = logger
+        self.notify = notify
         self.onReady = onReady
     }
 
     package func run() async throws {
+        // Trapped before anything else: SIGHUP's default action would end the daemon.
+        let hangups = await UnixSignalsSequence(trapping: .sighup)
         await agent.start()
         onReady()
-        // Sleep until shutdown: no loop, no timer.
-        try? await gracefulShutdown()
+        // Sleep until shutdown (no loop, no timer), waking only for a reload.
+        for await _ in hangups.cancelOnGracefulShutdown() {
+            notify("RELOADING=1\nMONOTONIC_USEC=\(UInt64(WallClock.monotonic() * 1_000_000))")
+            await agent.reload()
+            notify("READY=1")
+        }
         // Queued runs do not start now; running ones finish in agent.shutdown().
         await agent.stopQueuedHandlers()
         await agent.shutdown()

@@ -64,13 +64,22 @@ package final class FetchService {
     /// store remembers them.
     package func start(apps: [(id: String, interval: Double?)], conditions: FetchScheduler.Conditions) {
         let t = host.now()
-        let list = apps.sorted { $0.id < $1.id }.compactMap { app -> FetchScheduler.App? in
+        schedule(.started(apps: remembered(apps, now: t), conditions: conditions, now: t))
+    }
+
+    /// The app files were read again: the scheduler takes the apps as they are now.
+    package func appsChanged(_ apps: [(id: String, interval: Double?)]) {
+        let t = host.now()
+        schedule(.appsChanged(apps: remembered(apps, now: t), now: t))
+    }
+
+    func remembered(_ apps: [(id: String, interval: Double?)], now t: Double) -> [FetchScheduler.App] {
+        apps.sorted { $0.id < $1.id }.compactMap { app -> FetchScheduler.App? in
             do { return try store.schedulerApp(app.id, interval: app.interval, now: t) } catch {
                 logger.error("store: app \(app.id) not scheduled: \(error)")
                 return nil
             }
         }
-        schedule(.started(apps: list, conditions: conditions, now: t))
     }
 
     /// Feeds one event to the scheduler and carries out its actions. Returns the manual fetch it

@@ -98,6 +98,8 @@ extension FetchScheduler.Event {
         switch self {
         case let .started(apps, c, now):
             .object([("type", "started"), ("now", JSON(now)), ("conditions", c.json), ("apps", .array(apps.map(\.json)))])
+        case let .appsChanged(apps, now):
+            .object([("type", "apps_changed"), ("now", JSON(now)), ("apps", .array(apps.map(\.json)))])
         case let .fetchRequested(app, now): .object([("type", "fetch_requested"), ("app", .string(app)), ("now", JSON(now))])
         case let .fetchAbandoned(app, now): .object([("type", "fetch_abandoned"), ("app", .string(app)), ("now", JSON(now))])
         case let .handlerEnded(app, fetch, start, end):
@@ -125,6 +127,10 @@ extension FetchScheduler.Event {
             var apps: [FetchScheduler.App] = []
             for a in try need(j["apps"]?.arrayValue, "apps") { apps.append(try .init(json: a)) }
             self = .started(apps: apps, conditions: try .init(json: try need(j["conditions"], "conditions")), now: try need(now, "now"))
+        case "apps_changed":
+            var apps: [FetchScheduler.App] = []
+            for a in try need(j["apps"]?.arrayValue, "apps") { apps.append(try .init(json: a)) }
+            self = .appsChanged(apps: apps, now: try need(now, "now"))
         case "fetch_requested": self = .fetchRequested(app: try need(j["app"]?.stringValue, "app"), now: try need(now, "now"))
         case "fetch_abandoned": self = .fetchAbandoned(app: try need(j["app"]?.stringValue, "app"), now: try need(now, "now"))
         case "handler_ended":

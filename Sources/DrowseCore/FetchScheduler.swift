@@ -110,6 +110,10 @@ package struct FetchScheduler: Sendable {
     package enum Event: Sendable, Equatable {
         /// The daemon starts (or the simulation begins) with these apps, as the store remembers them.
         case started(apps: [App], conditions: Conditions, now: Double)
+        /// The app files were read again (`systemctl reload drowsed`): these are the apps now, as
+        /// the store remembers them. Apps already known keep their usage, running fetch and
+        /// plan state and take the new interval; new ones are added, gone ones dropped.
+        case appsChanged(apps: [App], now: Double)
         /// `drowse fetch ID`.
         case fetchRequested(app: String, now: Double)
         /// A fetch the scheduler started never ran (its app went away, or drowsed is stopping).
@@ -127,7 +131,7 @@ package struct FetchScheduler: Sendable {
 
         package var now: Double {
             switch self {
-            case .started(_, _, let t), .fetchRequested(_, let t), .fetchAbandoned(_, let t), .conditionsChanged(_, let t),
+            case .started(_, _, let t), .appsChanged(_, let t), .fetchRequested(_, let t), .fetchAbandoned(_, let t), .conditionsChanged(_, let t),
                  .radioUsed(let t), .used(_, let t), .timerFired(let t):
                 t
             case .handlerEnded(_, _, _, let t): t
@@ -189,6 +193,26 @@ package struct FetchScheduler: Sendable {
             order = apps.keys.sorted()
             conditions = c
             policy.lowBattery = c.lowBattery
+        case let .appsChanged(list, _):
+            let ids = Set(list.map(\.id))
+            for gone in apps.keys where !ids.contains(gone) {
+                apps[gone] = nil
+                usage[gone] = nil
+                predicted[gone] = nil
+                explained[gone] = nil
+                // A fetch of a gone app that is still running ends on its own; its end is ignored.
+                running.remove(gone)
+            }
+            for app in list {
+                if var known = apps[app.id] {
+                    known.interval = app.interval
+                    apps[app.id] = known
+                } else {
+                    apps[app.id] = app
+                    usage[app.id] = UsageModel(uses: app.uses, utcOffset: utcOffset)
+                }
+            }
+            order = apps.keys.sorted()
         case let .fetchRequested(id, _):
             guard apps[id] != nil else { return [.refuseFetch(app: id, reason: "no app '\(id)'")] }
             guard !running.contains(id) else { return [.refuseFetch(app: id, reason: "a fetch of '\(id)' is already running")] }

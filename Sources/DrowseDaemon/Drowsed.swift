@@ -117,7 +117,11 @@ struct Drowsed: AsyncParsableCommand {
             Self.fail("\(path): cannot use state_dir \(mainConfig.stateDir): \(error)")
         }
         let api = APIServer(path: mainConfig.socket, router: APIRouter(agent: agent), logger: logger)
-        let service = AgentService(agent: agent, logger: logger) {
+        let notify: @Sendable (String) -> Void = { state in
+            let err = drowse_sd_notify(state)
+            if err != 0 { logger.warning("sd_notify failed: \(String(cString: strerror(err)))") }
+        }
+        let service = AgentService(agent: agent, logger: logger, notify: notify) {
             // An errno: NOTIFY_SOCKET is set but unusable; systemd will time the start out, so say why.
             let err = drowse_sd_notify("READY=1")
             if err != 0 { logger.warning("sd_notify READY=1 failed: \(String(cString: strerror(err)))") }

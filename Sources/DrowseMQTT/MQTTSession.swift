@@ -110,8 +110,10 @@ package final class MQTTSession: Sendable {
     private let onEvent: @Sendable (MQTTSessionEvent) -> Void
     private let commands = Mutex<[Command]>([])
     private let wake = EventFD()
-    /// Topics to (re)subscribe on every connect, and the retained status to publish.
-    private let desired = Mutex<(topics: [String], onConnect: [(String, [UInt8])])>(([], []))
+    /// Topics to (re)subscribe on every connect, the retained status to publish, and topics no
+    /// longer wanted (an app removed by a reload) to unsubscribe at the next subscribe: the
+    /// persistent session would otherwise keep them at the broker for good.
+    private let desired = Mutex<(topics: [String], onConnect: [(String, [UInt8])], dropped: [String])>(([], [], []))
     /// Whether the board has a network, as last told (`setNetwork`).
     private let online = Atomic<Bool>(true)
     private let isConnected = Atomic<Bool>(false)
@@ -151,7 +153,11 @@ package final class MQTTSession: Sendable {
 
     /// Sets the topics subscribed (QoS 1) now and after every reconnect.
     package func setSubscriptions(_ topics: [String]) {
-        desired.withLock { $0.topics = topics }
+        desired.withLock { d in
+            let now = Set(topics)
+            d.dropped = Array(Set(d.dropped + d.topics.filter { !now.contains($0) }).subtracting(now)).sorted()
+            d.topics = topics
+        }
         send(.subscribe(topics))
     }
 
@@ -461,7 +467,11 @@ package final class MQTTSession: Sendable {
                 }
             case .subscribe:
                 // A failed subscribe on a live connection is logged; a dead one is found by the loop.
-                for t in session.desired.withLock({ $0.topics }) {
+                let (topics, dropped) = session.desired.withLock { ($0.topics, $0.dropped) }
+                // Kept for the next connect unless the request went out.
+                let unsubscribed = dropped.filter { mosquitto_unsubscribe(mosq, nil, $0) == MOSQ_ERR_SUCCESS.rawValue }
+                session.desired.withLock { $0.dropped.removeAll { unsubscribed.contains($0) } }
+                for t in topics {
                     logger.mosquitto(mosquitto_subscribe(mosq, nil, t, 1), "mosquitto_subscribe", level: .warning, t)
                 }
             case .publishStatus:
