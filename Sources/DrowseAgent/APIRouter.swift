@@ -114,6 +114,11 @@ package struct APIRouter: Sendable {
         case ("POST", 3) where p[0] == "apps" && p[2] == "used":
             try await agent.used(p[1], caller: caller)
             return .object([("id", .string(p[1])), ("recorded", true)])
+        case ("POST", 3) where p[0] == "apps" && p[2] == "report":
+            let b = try body(req)
+            let fields: [String: String]
+            do throws(ReportError) { fields = try AppReport.fields(b) } catch { throw .badRequest(error.description) }
+            return try await agent.report(p[1], fields: fields, caller: caller)
         case ("POST", 3) where p[0] == "apps" && p[2] == "quit":
             let n = try await agent.quit(p[1], caller: caller)
             return .object([("id", .string(p[1])), ("cancelled_transfers", JSON(n))])

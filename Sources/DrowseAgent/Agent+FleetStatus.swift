@@ -10,6 +10,8 @@ struct FleetStatusState {
     /// What was published last (or set for the next connect): a change is republished, the
     /// same content is not.
     var published: FleetStatus?
+    /// Each app's report (`drowse report`), as stored.
+    var reports: [String: [String: String]] = [:]
 }
 
 /// The fleet status: built from the agent's state, republished when something in it changes (a
@@ -20,14 +22,26 @@ extension Agent {
         let failed = ids.filter { fleet.lastRunFailed[$0] == true } + invalidApps.map(\.id).sorted()
         return FleetStatus(
             online: true, apps: ids, version: Agent.version, lastWindow: fleet.lastWindow, appCount: ids.count,
-            failedApps: failed, groups: config.mqtt?.groups ?? [], time: now())
+            failedApps: failed, groups: config.mqtt?.groups ?? [], time: now(),
+            reports: fleet.reports.filter { apps[$0.key] != nil && !$0.value.isEmpty })
     }
 
     /// The last results the store remembers (fetches), before any run of this daemon's.
     func loadFailedApps() {
         for id in apps.keys where fleet.lastRunFailed[id] == nil {
             fleet.lastRunFailed[id] = (try? store.app(id, now: now()))?.lastResult == .failed
+            fleet.reports[id] = try? store.report(app: id)
         }
+    }
+
+    /// `POST /v1/apps/ID/report`: the app's report replaces its last one, is kept across restarts
+    /// and goes out in the fleet status.
+    package func report(_ id: String, fields: [String: String], caller: Caller) throws(APIError) -> JSON {
+        let app = try app(id, for: caller)
+        do { try store.setReport(app: app.id, fields, now: now()) } catch { throw .internal("\(error)") }
+        fleet.reports[app.id] = fields
+        republishStatusIfChanged()
+        return .object([("id", .string(app.id)), ("report", AppReport.json(fields))])
     }
 
     func windowOpenedForStatus() {

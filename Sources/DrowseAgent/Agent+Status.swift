@@ -55,6 +55,7 @@ extension Agent {
             ("consecutive_failures", JSON(rec?.consecutiveFailures)), ("last_used", JSON(rec?.lastUsed)),
             ("user", JSON(app.user)), ("running", .bool(fetching)),
             ("resident", .bool(app.isResident)),
+            ("report", AppReport.json((try? store.report(app: app.id)) ?? [:])),
         ] + stateMembers(app.id)
         if history {
             let runs = (try? store.runs(app: app.id)) ?? []

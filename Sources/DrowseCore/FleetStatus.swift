@@ -2,7 +2,7 @@
 /// fleet` reads it back (SPEC.md, "Notifications over MQTT"; issue #13, fleet status).
 ///
 /// Online: `{"online": true, "apps": [...], "version", "last_window", "app_count", "failed_apps",
-/// "groups", "time"}`. The last will (and the status at a clean stop) is `{"online": false}` with
+/// "groups", "time", "reports"}`. The last will (and the status at a clean stop) is `{"online": false}` with
 /// what does not change while the daemon runs (`apps`, `version`, `app_count`, `groups`): it
 /// replaces the retained status, and a listing by group must still find a dead device. The
 /// broker publishes it for a device that vanished, so it holds no `time`, `last_window` or
@@ -19,9 +19,11 @@ package struct FleetStatus: Sendable, Equatable {
     package var groups: [String] = []
     /// Unix time the message was published.
     package var time: Double?
+    /// What each app reported of itself (`drowse report`), by app: e.g. its version.
+    package var reports: [String: [String: String]] = [:]
 
     package init(online: Bool, apps: [String] = [], version: String? = nil, lastWindow: Double? = nil, appCount: Int? = nil,
-                 failedApps: [String] = [], groups: [String] = [], time: Double? = nil) {
+                 failedApps: [String] = [], groups: [String] = [], time: Double? = nil, reports: [String: [String: String]] = [:]) {
         self.online = online
         self.apps = apps
         self.version = version
@@ -30,6 +32,7 @@ package struct FleetStatus: Sendable, Equatable {
         self.failedApps = failedApps
         self.groups = groups
         self.time = time
+        self.reports = reports
     }
 
     /// The last will's payload with nothing known about the device.
@@ -52,6 +55,7 @@ package struct FleetStatus: Sendable, Equatable {
             ("last_window", JSON(lastWindow)), ("app_count", JSON(appCount ?? apps.count)),
             ("failed_apps", .array(failedApps.map { .string($0) })), ("groups", .array(groups.map { .string($0) })),
             ("time", JSON(time)),
+            ("reports", .object(reports.keys.sorted().map { ($0, AppReport.json(reports[$0]!)) })),
         ])
     }
 
@@ -71,10 +75,14 @@ package struct FleetStatus: Sendable, Equatable {
         else { return nil }
         func strings(_ key: String) -> [String] { json[key]?.arrayValue?.compactMap(\.stringValue) ?? [] }
         let apps = strings("apps")
+        var reports: [String: [String: String]] = [:]
+        if case .object(let members)? = json["reports"] {
+            for (app, r) in members { reports[app] = AppReport.parse(r) }
+        }
         return FleetStatus(
             online: online, apps: apps, version: json["version"]?.stringValue, lastWindow: json["last_window"]?.doubleValue,
             appCount: json["app_count"]?.intValue ?? (json["apps"]?.arrayValue != nil ? apps.count : nil),
-            failedApps: strings("failed_apps"), groups: strings("groups"), time: json["time"]?.doubleValue)
+            failedApps: strings("failed_apps"), groups: strings("groups"), time: json["time"]?.doubleValue, reports: reports)
     }
 }
 

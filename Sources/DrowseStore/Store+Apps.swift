@@ -54,6 +54,20 @@ extension Store {
             consecutiveNoData: Self.count(row[5]), lastTimedOut: (row[6].int64 ?? 0) != 0)
     }
 
+    /// The app's report (`POST /v1/apps/ID/report`); empty when it has none.
+    package func report(app id: String) throws(StoreError) -> [String: String] {
+        let rows = try db.query("SELECT report FROM apps WHERE id = ?", [.text(id)])
+        guard let text = rows.first?.first?.string, let json = try? JSON.parse(bytes: Array(text.utf8), maxDepth: 2) else { return [:] }
+        return AppReport.parse(json) ?? [:]
+    }
+
+    /// Replaces the app's report (an empty one clears it).
+    package func setReport(app id: String, _ fields: [String: String], now: Double) throws(StoreError) {
+        try db.query("INSERT OR IGNORE INTO apps(id, registered_at) VALUES (?, ?)", [.text(id), .double(now)])
+        try db.query("UPDATE apps SET report = ? WHERE id = ?",
+                     [fields.isEmpty ? .null : .text(AppReport.json(fields).serialized), .text(id)])
+    }
+
     /// A stored time, or nil when it is not a Unix time drowsed could have written.
     static func unixTime(_ v: SQLValue) -> Double? {
         guard let t = v.double, TimeLimits.isValidUnixTime(t) else { return nil }

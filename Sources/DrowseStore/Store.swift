@@ -153,6 +153,14 @@ package final class Store {
                     UPDATE schema_version SET version = 8;
                     """)
             }
+            if current < 9 {
+                // What an app reports of itself for the fleet status (its version).
+                try db.exec(
+                    """
+                    ALTER TABLE apps ADD COLUMN report TEXT;
+                    UPDATE schema_version SET version = 9;
+                    """)
+            }
         }
     }
 }
