@@ -33,7 +33,7 @@ extension Agent {
         var opts = TransferEngine.Options(
             maxConnectionsPerHost: config.transfers.maxConnectionsPerHost,
             commitInterval: config.transfers.commitInterval.seconds, commitBytes: Int64(config.transfers.commitBytes))
-        opts.lowSpeedTime = max(1, Int(saturating: config.transfers.stallTimeout.seconds, rounding: .toNearestOrAwayFromZero))
+        (opts.lowSpeedLimit, opts.lowSpeedTime) = config.transfers.lowSpeed
         opts.maxUnknownSize = config.transfers.maxUnknownSize
         // Started (and libcurl loaded) by the first transfer that needs it.
         let engine = LazyTransferEngine(options: opts, logger: logger) { continuation.yield($0) }

@@ -10,12 +10,13 @@ extension AppCatalog {
         let names = FileSystem.listDirectory(directory).filter { $0.hasSuffix(".toml") }
         return AppCatalog(names.map { name in
             let path = directory + "/" + name
+            let bytes: [UInt8]
             do throws(RefusedFile) {
-                let bytes = try FileSystem.readRegularFile(path, limit: ConfigFile.maxSize)
-                return (path, .success(String(decoding: bytes, as: UTF8.self)))
+                bytes = try FileSystem.readRegularFile(path, limit: ConfigFile.maxSize)
             } catch {
                 return (path, .failure(ConfigError(file: path, problem: error.reason)))
             }
+            do throws(ConfigError) { return (path, .success(try ConfigFile.text(bytes, file: path))) } catch { return (path, .failure(error)) }
         })
     }
 }

@@ -12,12 +12,13 @@ package struct ConfigError: Error, Equatable, Sendable, CustomStringConvertible 
         self.problem = problem
     }
 
-    /// One line, as `drowsed` prints it before exiting.
+    /// One line, as `drowsed` prints it before exiting: escaped (a key or value may hold ESC or
+    /// a newline) and bounded (the key and the problem, which may quote a value, are cut).
     package var description: String {
-        var s = file
+        var s = LogText.escape(file)
         if let line { s += ":\(line)" }
-        if let key { s += ": key '\(key)'" }
-        return s + ": " + problem
+        if let key { s += ": key '\(LogText.clip(key))'" }
+        return s + ": " + LogText.clip(problem, limit: 2 * LogText.quoteLimit)
     }
 }
 
@@ -117,6 +118,12 @@ package struct TableReader {
 package enum ConfigFile {
     /// Far above any real config; a bigger file is refused, never read in part.
     package static let maxSize = 1 << 20
+
+    /// A config file's bytes as text: refused with the line of the first bad byte unless they
+    /// are valid UTF-8.
+    package static func text(_ bytes: [UInt8], file: String) throws(ConfigError) -> String {
+        do { return try TOMLParser.text(bytes) } catch { throw ConfigError(file: file, line: error.line, problem: error.reason) }
+    }
 }
 
 /// Path helpers: config paths are relative to the folder of the file that names them.

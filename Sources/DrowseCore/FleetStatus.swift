@@ -133,12 +133,14 @@ package struct FleetListing: Sendable, Equatable {
     }
 
     /// One text line per device: id, online/offline, version, last seen, failing apps.
+    /// Every cell comes from what a device published: escaped (a newline in a version would
+    /// forge another device's line) and cut to `LogText.quoteLimit` before the columns are sized.
     package static func lines(_ devices: [Device], now: Double) -> [String] {
         let rows = devices.map { d -> [String] in
             let s = d.status
             let seen = s.time.map { Self.ago($0, now: now) } ?? "-"
             let failing = s.failedApps.isEmpty ? "-" : s.failedApps.joined(separator: ",")
-            return [d.id, s.online ? "online" : "offline", s.version ?? "-", seen, failing]
+            return [d.id, s.online ? "online" : "offline", s.version ?? "-", seen, failing].map { LogText.clip($0) }
         }
         let header = ["DEVICE", "STATE", "VERSION", "LAST SEEN", "FAILING APPS"]
         let widths = (0..<header.count).map { i in ([header] + rows).map { $0[i].count }.max() ?? 0 }

@@ -65,7 +65,9 @@ extension JSON {
             case "\n": out += "\\n"
             case "\r": out += "\\r"
             case "\t": out += "\\t"
-            case _ where u.value < 0x20:
+            // C0 as JSON requires; DEL, C1, line separators and bidi controls too (`LogText`):
+            // the same text to a parser, and `--json` read on a terminal cannot rewrite it.
+            case _ where LogText.needsEscape(u):
                 let hex = String(u.value, radix: 16)
                 out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
             default: out.unicodeScalars.append(u)

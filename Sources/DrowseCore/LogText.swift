@@ -24,6 +24,20 @@ package enum LogText {
         return String(out)
     }
 
+    /// How much of a piece of input an error message quotes (in characters, after escaping).
+    package static let quoteLimit = 200
+
+    /// `text` escaped (`escape`) and cut to `limit` characters, with an ellipsis and the size of
+    /// what was left out. For messages that quote input back (a key, a value, an id, a server's
+    /// answer): a 500 KB key must not come back as one 500 KB line in a log, a terminal or an
+    /// HTTP answer.
+    package static func clip(_ text: String, limit: Int = quoteLimit) -> String {
+        let escaped = escape(text)
+        guard escaped.count > limit else { return escaped }
+        let rest = escaped.utf8.count - escaped.prefix(limit).utf8.count
+        return escaped.prefix(limit) + "…(\(rest) more bytes)"
+    }
+
     static func needsEscape(_ s: Unicode.Scalar) -> Bool {
         switch s.value {
         case 0x00...0x1F, 0x7F...0x9F: true

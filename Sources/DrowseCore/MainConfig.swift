@@ -117,6 +117,19 @@ package struct MainConfig: Sendable, Equatable {
         package var maxPerApp: Int = 256
         /// Bytes a download whose length the server did not announce may grow to before it fails.
         package var maxUnknownSize: Int64 = 2 << 30
+        /// An attempt slower than this (bytes/s) for all of `minSpeedWindow` ends as a transient
+        /// failure, so a trickling server cannot hold a connection slot for days. 0: off (only
+        /// `stallTimeout`, no byte at all, ends one).
+        package var minSpeed: Int = 0
+        package var minSpeedWindow: Duration = .seconds(60)
+
+        /// libcurl's one speed check (LOW_SPEED_LIMIT bytes/s for LOW_SPEED_TIME seconds). Off:
+        /// 1 byte/s for `stallTimeout`, the stall check. On: `minSpeed` for `minSpeedWindow`, which
+        /// then also catches stalls (a stall is a speed of 0), so it replaces `stallTimeout`.
+        package var lowSpeed: (limit: Int, seconds: Int) {
+            let window = minSpeed > 0 ? minSpeedWindow : stallTimeout
+            return (max(1, minSpeed), max(1, Int(saturating: window.seconds, rounding: .toNearestOrAwayFromZero)))
+        }
     }
 
     package static let defaultPath = "/etc/drowse/drowse.toml"
@@ -221,6 +234,8 @@ package struct MainConfig: Sendable, Equatable {
             transfers.stallTimeout = try t.duration("stall_timeout", minimum: .seconds(1)) ?? .seconds(60)
             transfers.maxPerApp = try t.integer("max_per_app", in: 1...100_000) ?? 256
             transfers.maxUnknownSize = Int64(try t.integer("max_unknown_size", in: 1...(1 << 50)) ?? (2 << 30))
+            transfers.minSpeed = try t.integer("min_speed", in: 0...(1 << 40)) ?? 0
+            transfers.minSpeedWindow = try t.duration("min_speed_window", minimum: .seconds(1)) ?? .seconds(60)
             try t.rejectUnknown()
         }
         var notifications = NotificationsConfig()

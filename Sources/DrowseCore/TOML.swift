@@ -97,7 +97,16 @@ package struct TOMLParser {
 
     /// Parses the bytes of a file, which must be UTF-8.
     package static func parse(bytes: [UInt8]) throws(TOMLParseError) -> TOMLTable {
-        guard String(validating: bytes, as: UTF8.self) != nil else {
+        _ = try text(bytes)
+        var p = TOMLParser(bytes: bytes)
+        return try p.document()
+    }
+
+    /// The bytes of a file as text, refused unless they are valid UTF-8 (TOML 1.0): no stray
+    /// continuation byte, no overlong form, no surrogate, nothing past U+10FFFF. Decoding
+    /// with replacement instead would let a file that is not TOML pass with U+FFFD in it.
+    package static func text(_ bytes: [UInt8]) throws(TOMLParseError) -> String {
+        guard let text = String(validating: bytes, as: UTF8.self) else {
             var line = 1
             var valid = 0
             // The line of the first bad byte: the longest valid prefix ends on it.
@@ -108,8 +117,7 @@ package struct TOMLParser {
             }
             throw TOMLParseError(line: line, reason: "the file is not valid UTF-8")
         }
-        var p = TOMLParser(bytes: bytes)
-        return try p.document()
+        return text
     }
 
     /// Said when a value is a date or time.

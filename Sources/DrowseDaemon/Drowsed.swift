@@ -101,7 +101,7 @@ struct Drowsed: AsyncParsableCommand {
         do {
             // Refused, not cut, when too big; never blocks on a FIFO.
             let bytes = try FileSystem.readRegularFile(path, limit: ConfigFile.maxSize)
-            mainConfig = try MainConfig.parse(String(decoding: bytes, as: UTF8.self), file: path, machineID: FileSystem.machineID())
+            mainConfig = try MainConfig.parse(ConfigFile.text(bytes, file: path), file: path, machineID: FileSystem.machineID())
         } catch let e as ConfigError {
             Self.fail(e.description)
         } catch let e as RefusedFile {
@@ -135,20 +135,23 @@ struct Drowsed: AsyncParsableCommand {
         try await group.run()
     }
 
-    /// `--check-config` after drowse.toml passed: every app file too, one `file:line: reason`
-    /// line on stderr per bad one and exit 78, so a deploy script or a postinst can trust it.
+    /// `--check-config` after drowse.toml passed: every app file too (and that its user and
+    /// working directory exist here), one `file:line: reason` line on stderr per bad one and
+    /// exit 78, so a deploy script or a postinst can trust it.
     static func checkApps(_ config: MainConfig) {
         let catalog = AppCatalog.load(directory: config.appsDir)
-        for bad in catalog.invalid { StandardStream.error("\(bad.error.description)\n") }
-        guard catalog.invalid.isEmpty else { Glibc.exit(78) }
+        let problems = catalog.invalid.map(\.error) + catalog.hostProblems()
+        for error in problems { StandardStream.error(LogText.escape(error.description) + "\n") }
+        guard problems.isEmpty else { Glibc.exit(78) }
         let apps = catalog.apps.count == 1 ? "1 app" : "\(catalog.apps.count) apps"
         let missing = FileSystem.isDirectory(config.appsDir) ? "" : "; apps_dir \(config.appsDir) does not exist"
-        StandardStream.output("\(config.file): ok (device \(config.deviceID), \(apps)\(missing))\n")
+        StandardStream.output(LogText.escape("\(config.file): ok (device \(config.deviceID), \(apps)\(missing))") + "\n")
     }
 
-    /// One clear line, then exit 78 (EX_CONFIG) so systemd does not restart in a loop.
+    /// One clear line, then exit 78 (EX_CONFIG) so systemd does not restart in a loop. Escaped:
+    /// the line may quote a path or an error that holds a newline or ESC.
     static func fail(_ line: String) -> Never {
-        StandardStream.error("drowsed: \(line)\n")
+        StandardStream.error("drowsed: \(LogText.escape(line))\n")
         Glibc.exit(78)
     }
 }

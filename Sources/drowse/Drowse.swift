@@ -72,9 +72,12 @@ struct GlobalOptions: ParsableArguments {
     }
 }
 
+/// An error the tool reports (ArgumentParser prints it as `Error: …`). It often quotes others'
+/// text (drowsed's answer, a server's reason, an argument): escaped like every printed line, and
+/// cut, so a 500 KB key sent back in an error message does not fill the terminal.
 struct CLIError: Error, CustomStringConvertible {
     var description: String
-    init(_ d: String) { description = d }
+    init(_ d: String) { description = LogText.clip(d, limit: 4 * LogText.quoteLimit) }
 }
 
 /// Human-readable times relative to now.
@@ -99,7 +102,7 @@ enum Human {
     }
 }
 
-func printJSON(_ j: JSON) { print(j.pretty) }
+func printJSON(_ j: JSON) { Swift.print(j.pretty) }
 
 extension String {
     func padded(_ n: Int) -> String { count >= n ? self + " " : self + String(repeating: " ", count: n - count) }

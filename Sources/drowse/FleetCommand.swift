@@ -37,7 +37,7 @@ struct FleetCommand: ParsableCommand {
         if json {
             printJSON(.array(devices.map(\.json)))
         } else {
-            for line in FleetListing.lines(devices, now: WallClock.now()) { print(line) }
+            for line in FleetListing.lines(devices, now: WallClock.now()) { say(line) }
         }
     }
 }

@@ -29,7 +29,7 @@ private func changeState(_ global: GlobalOptions, _ id: String, _ verb: String, 
     let a = try global.call("POST", "/v1/apps/\(id)/\(verb)")
     if json { printJSON(a); return }
     let reason = a["state_reason"]?.stringValue.map { " (\($0))" } ?? ""
-    print("\(a["id"]?.stringValue ?? id): \(a["state"]?.stringValue ?? "?")\(reason)")
+    say("\(a["id"]?.stringValue ?? id): \(a["state"]?.stringValue ?? "?")\(reason)")
 }
 
 /// Finite background tasks (iOS's beginBackgroundTask) for scripts and operators.
@@ -47,7 +47,7 @@ struct TaskCommand: ParsableCommand {
 
         func run() throws {
             let t = try global.call("POST", "/v1/apps/\(app)/tasks", body: .object(name.map { [("name", .string($0))] } ?? []))
-            if json { printJSON(t) } else { print(t["id"]?.stringValue ?? "") }
+            if json { printJSON(t) } else { say(t["id"]?.stringValue ?? "") }
         }
     }
 
@@ -60,7 +60,7 @@ struct TaskCommand: ParsableCommand {
 
         func run() throws {
             let t = try global.call("POST", "/v1/apps/\(app)/tasks/\(task)/end")
-            if json { printJSON(t) } else { print("\(task): \(t["state"]?.stringValue ?? "?")") }
+            if json { printJSON(t) } else { say("\(task): \(t["state"]?.stringValue ?? "?")") }
         }
     }
 
@@ -75,10 +75,10 @@ struct TaskCommand: ParsableCommand {
             let t = try global.call("GET", "/v1/apps/\(app)/tasks/\(task)")
             if json { printJSON(t); return }
             for key in ["id", "app", "name", "state"] {
-                if let v = t[key]?.stringValue { print("\(key):".padded(11) + v) }
+                if let v = t[key]?.stringValue { say("\(key):".padded(11) + v) }
             }
-            print("expires:".padded(11) + Human.when(t["expires_at"]?.doubleValue))
-            if let r = t["time_remaining"]?.doubleValue { print("remaining:".padded(11) + seconds(r)) }
+            say("expires:".padded(11) + Human.when(t["expires_at"]?.doubleValue))
+            if let r = t["time_remaining"]?.doubleValue { say("remaining:".padded(11) + seconds(r)) }
         }
     }
 
@@ -124,7 +124,7 @@ struct TaskCommand: ParsableCommand {
                     continue
                 }
                 expired = true
-                StandardStream.error("drowse: task \(task) of app \(app) ran out of background time; stopping \(program)\n")
+                StandardStream.error(LogText.escape("drowse: task \(task) of app \(app) ran out of background time; stopping \(program)") + "\n")
                 killpg(child.pid, SIGTERM)
                 if !child.wait(timeout: 2) {
                     killpg(child.pid, SIGKILL)
@@ -138,7 +138,7 @@ struct TaskCommand: ParsableCommand {
                 throw ExitCode(124)
             }
             do { _ = try global.call("POST", "/v1/apps/\(app)/tasks/\(task)/end") } catch {
-                StandardStream.error("drowse: could not end task \(task): \(error)\n")
+                StandardStream.error(LogText.clip("drowse: could not end task \(task): \(error)", limit: 4 * LogText.quoteLimit) + "\n")
             }
             throw ExitCode(status)
         }

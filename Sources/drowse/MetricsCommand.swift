@@ -16,7 +16,9 @@ struct MetricsCommand: ParsableCommand {
         guard (200..<300).contains(r.status) else {
             throw CLIError(r.json?["error"]?["message"]?.stringValue ?? "drowsed answered HTTP \(r.status)")
         }
-        // The text already ends in a newline.
-        print(String(decoding: r.body, as: UTF8.self), terminator: "")
+        // Line by line, escaped: Prometheus text holds no control characters, a forged one is shown.
+        var text = String(decoding: r.body, as: UTF8.self)
+        if text.hasSuffix("\n") { text.removeLast() }
+        printLines(text)
     }
 }

@@ -79,7 +79,7 @@ struct Push: ParsableCommand {
         } catch {
             throw CLIError(error.description)
         }
-        print("published \(body.count) bytes to \(topic)")
+        say("published \(body.count) bytes to \(topic)")
     }
 }
 
@@ -98,6 +98,6 @@ struct Keygen: ParsableCommand {
         } catch {
             throw CLIError("\(error)")
         }
-        print(Base64.encode(pub))
+        say(Base64.encode(pub))
     }
 }

@@ -34,12 +34,12 @@ struct Simulate: ParsableCommand {
             }
             let reports = (lo...hi).map { Simulator(parsed, seed: UInt64(bitPattern: Int64($0))).report() }
             if json { printJSON(.array(reports.map(\.json))); return }
-            print(SimulateTable.seeds(reports, apps: parsed.apps.count))
+            printLines(SimulateTable.seeds(reports, apps: parsed.apps.count))
             return
         }
         let report = Simulator(parsed, seed: seed.map { UInt64(bitPattern: Int64($0)) }).report()
         if json { printJSON(report.json); return }
-        print(SimulateTable.render(report, apps: parsed.apps.count))
+        printLines(SimulateTable.render(report, apps: parsed.apps.count))
     }
 
     static func replay(_ path: String, json: Bool) throws {
@@ -57,13 +57,15 @@ struct Simulate: ParsableCommand {
                 })),
             ]))
         } else {
-            print("\(path): \(r.events) events, \(r.actions) actions, \(r.windows) windows with \(r.windowFetches) fetches; "
+            say("\(path): \(r.events) events, \(r.actions) actions, \(r.windows) windows with \(r.windowFetches) fetches; "
                 + "\(r.timerFirings) timer firings, the latest \(SimulateTable.number(r.maxTimerLateness * 1000, 1)) ms after its time")
-            for line in r.badFirings { print("line \(line): the timer fired before its time, or none was set") }
+            for line in r.badFirings { say("line \(line): the timer fired before its time, or none was set") }
             for m in r.mismatches.prefix(5) {
-                print("line \(m.line): \(m.event)\n  drowsed got: \(m.recorded)\n  replay got:  \(m.replayed)")
+                say("line \(m.line): \(m.event)")
+                say("  drowsed got: \(m.recorded)")
+                say("  replay got:  \(m.replayed)")
             }
-            print(r.identical ? "identical: the simulator's driver took every decision drowsed took, at the same times"
+            say(r.identical ? "identical: the simulator's driver took every decision drowsed took, at the same times"
                 : "DIFFERENT: \(r.mismatches.count) step(s) differ")
         }
         if !r.identical { throw ExitCode(1) }

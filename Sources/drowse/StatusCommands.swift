@@ -9,21 +9,21 @@ struct Status: ParsableCommand {
     func run() throws {
         let s = try global.call("GET", "/v1/status")
         if json { printJSON(s); return }
-        print("drowsed \(s["version"]?.stringValue ?? "?") on device \(s["device_id"]?.stringValue ?? "?")")
+        say("drowsed \(s["version"]?.stringValue ?? "?") on device \(s["device_id"]?.stringValue ?? "?")")
         let m = s["mqtt"]
         if m?["configured"]?.boolValue == true {
-            print("mqtt:        \(m?["connected"]?.boolValue == true ? "connected" : "not connected") (\(m?["url"]?.stringValue ?? ""))")
+            say("mqtt:        \(m?["connected"]?.boolValue == true ? "connected" : "not connected") (\(m?["url"]?.stringValue ?? ""))")
         } else {
-            print("mqtt:        not configured")
+            say("mqtt:        not configured")
         }
-        if let c = s["conditions"] { print("conditions:  \(ConditionsCommand.summary(c))") }
+        if let c = s["conditions"] { say("conditions:  \(ConditionsCommand.summary(c))") }
         let apps = s["next_window_apps"]?.arrayValue?.compactMap(\.stringValue) ?? []
-        print("next window: \(Human.when(s["next_window"]?.doubleValue))\(apps.isEmpty ? "" : " (" + apps.joined(separator: ", ") + ")")")
-        print("apps:        \(s["apps"]?.intValue ?? 0) valid, \(s["invalid_apps"]?.intValue ?? 0) invalid")
+        say("next window: \(Human.when(s["next_window"]?.doubleValue))\(apps.isEmpty ? "" : " (" + apps.joined(separator: ", ") + ")")")
+        say("apps:        \(s["apps"]?.intValue ?? 0) valid, \(s["invalid_apps"]?.intValue ?? 0) invalid")
         if let l = s["lifecycle"] {
             let where_ = l["cgroup"]?.stringValue.map { " (\($0))" } ?? ""
-            print("suspension:  \(l["suspension"]?.stringValue ?? "?")\(where_)")
-            print("memory:      pressure \(l["memory_pressure"]?.stringValue ?? "?")")
+            say("suspension:  \(l["suspension"]?.stringValue ?? "?")\(where_)")
+            say("memory:      pressure \(l["memory_pressure"]?.stringValue ?? "?")")
         }
     }
 }
@@ -37,7 +37,7 @@ struct ConditionsCommand: ParsableCommand {
     func run() throws {
         let c = try global.call(refresh ? "POST" : "GET", refresh ? "/v1/conditions/refresh" : "/v1/conditions")
         if json { printJSON(c); return }
-        print(Self.summary(c))
+        say(Self.summary(c))
     }
 
     static func summary(_ c: JSON) -> String {
@@ -63,14 +63,14 @@ struct Apps: ParsableCommand {
         func run() throws {
             let apps = try global.call("GET", "/v1/apps")
             if json { printJSON(apps); return }
-            print("APP".padded(16) + "STATE".padded(24) + "RESULT".padded(10) + "LAST FETCH".padded(14) + "NEXT FETCH".padded(14) + "WHY")
+            say("APP".padded(16) + "STATE".padded(24) + "RESULT".padded(10) + "LAST FETCH".padded(14) + "NEXT FETCH".padded(14) + "WHY")
             for a in apps.arrayValue ?? [] {
                 let id = a["id"]?.stringValue ?? "?"
                 if a["valid"]?.boolValue == false {
-                    print(id.padded(16) + "INVALID: " + (a["error"]?.stringValue ?? ""))
+                    say(id.padded(16) + "INVALID: " + (a["error"]?.stringValue ?? ""))
                     continue
                 }
-                print(id.padded(16) + Apps.state(a).padded(24) + (a["last_result"]?.stringValue ?? "—").padded(10) + Human.when(a["last_fetch"]?.doubleValue).padded(14)
+                say(id.padded(16) + Apps.state(a).padded(24) + (a["last_result"]?.stringValue ?? "—").padded(10) + Human.when(a["last_fetch"]?.doubleValue).padded(14)
                       + Human.when(a["next_fetch"]?.doubleValue).padded(14) + (a["next_fetch_reason"]?.stringValue ?? ""))
             }
         }
@@ -92,18 +92,18 @@ struct Apps: ParsableCommand {
         func run() throws {
             let a = try global.call("GET", "/v1/apps/\(id)")
             if json { printJSON(a); return }
-            print("app \(a["id"]?.stringValue ?? id)  (\(a["file"]?.stringValue ?? ""))")
-            if a["valid"]?.boolValue == false { print("INVALID: \(a["error"]?.stringValue ?? "")"); return }
-            print("state:            \(Apps.state(a)) since \(Human.when(a["state_since"]?.doubleValue))"
+            say("app \(a["id"]?.stringValue ?? id)  (\(a["file"]?.stringValue ?? ""))")
+            if a["valid"]?.boolValue == false { say("INVALID: \(a["error"]?.stringValue ?? "")"); return }
+            say("state:            \(Apps.state(a)) since \(Human.when(a["state_since"]?.doubleValue))"
                   + (a["resident"]?.boolValue == true ? ", resident" : ""))
-            print("minimum interval: \(a["minimum_interval"]?.stringValue ?? "?")")
-            print("last result:      \(a["last_result"]?.stringValue ?? "—") (\(Human.when(a["last_fetch"]?.doubleValue)))")
-            print("next fetch:       \(Human.when(a["next_fetch"]?.doubleValue)) — \(a["next_fetch_reason"]?.stringValue ?? "")")
+            say("minimum interval: \(a["minimum_interval"]?.stringValue ?? "?")")
+            say("last result:      \(a["last_result"]?.stringValue ?? "—") (\(Human.when(a["last_fetch"]?.doubleValue)))")
+            say("next fetch:       \(Human.when(a["next_fetch"]?.doubleValue)) — \(a["next_fetch_reason"]?.stringValue ?? "")")
             let history = a["history"]?.arrayValue ?? []
             if !history.isEmpty {
-                print("recent runs:")
+                say("recent runs:")
                 for r in history.prefix(10) {
-                    print("  \(Human.when(r["started_at"]?.doubleValue).padded(12))\((r["event"]?.stringValue ?? "").padded(14))\((r["result"]?.stringValue ?? "").padded(10))\(r["ending"]?.stringValue ?? "")")
+                    say("  \(Human.when(r["started_at"]?.doubleValue).padded(12))\((r["event"]?.stringValue ?? "").padded(14))\((r["result"]?.stringValue ?? "").padded(10))\(r["ending"]?.stringValue ?? "")")
                 }
             }
         }
@@ -119,7 +119,7 @@ struct Fetch: ParsableCommand {
     func run() throws {
         let r = try global.call("POST", "/v1/apps/\(id)/fetch")
         if json { printJSON(r); return }
-        print("\(id): \(r["result"]?.stringValue ?? "?") (\(r["ending"]?.stringValue ?? ""))")
+        say("\(id): \(r["result"]?.stringValue ?? "?") (\(r["ending"]?.stringValue ?? ""))")
     }
 }
 
@@ -138,6 +138,6 @@ struct Quit: ParsableCommand {
 
     func run() throws {
         let r = try global.call("POST", "/v1/apps/\(id)/quit")
-        print("\(id): cancelled \(r["cancelled_transfers"]?.intValue ?? 0) transfer(s)")
+        say("\(id): cancelled \(r["cancelled_transfers"]?.intValue ?? 0) transfer(s)")
     }
 }

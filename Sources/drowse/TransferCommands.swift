@@ -74,9 +74,9 @@ struct TransferCommand: ParsableCommand {
             let t = try global.call("GET", "/v1/transfers/\(id)")
             if json { printJSON(t); return }
             for key in ["id", "app", "session", "kind", "state", "url", "reason", "location"] {
-                if let v = t[key]?.stringValue { print("\(key):".padded(10) + v) }
+                if let v = t[key]?.stringValue { say("\(key):".padded(10) + v) }
             }
-            print("bytes:".padded(10) + "\(Human.bytes(t["bytes_done"]?.int64Value)) of \(Human.bytes(t["bytes_total"]?.int64Value))")
+            say("bytes:".padded(10) + "\(Human.bytes(t["bytes_done"]?.int64Value)) of \(Human.bytes(t["bytes_total"]?.int64Value))")
         }
     }
 
@@ -87,7 +87,7 @@ struct TransferCommand: ParsableCommand {
 
         func run() throws {
             let t = try global.call("POST", "/v1/transfers/\(id)/cancel")
-            print("\(id): \(t["state"]?.stringValue ?? "?")")
+            say("\(id): \(t["state"]?.stringValue ?? "?")")
         }
     }
 
@@ -120,19 +120,19 @@ struct TransferCommand: ParsableCommand {
                 } else {
                     line = "\(state) \(Human.bytes(done)) of \(Human.bytes(total))" + (t["reason"]?.stringValue.map { " (\($0))" } ?? "")
                 }
-                if tty { StandardStream.output("\r\u{1B}[K" + line) } else if line != lastLine { print(line) }
+                if tty { StandardStream.output("\r\u{1B}[K" + LogText.escape(line)) } else if line != lastLine { say(line) }
                 lastLine = line
                 if ["completed", "failed", "cancelled"].contains(state) {
-                    if tty { print("") }
+                    if tty { say("") }
                     if state != "completed" {
-                        StandardStream.error("\(id): \(state)\(t["reason"]?.stringValue.map { ": \($0)" } ?? "")\n")
+                        StandardStream.error(LogText.escape("\(id): \(state)\(t["reason"]?.stringValue.map { ": \($0)" } ?? "")") + "\n")
                         throw ExitCode(1)
                     }
                     return
                 }
                 if let limit, WallClock.monotonic() - start > limit {
-                    if tty { print("") }
-                    StandardStream.error("\(id): still \(state) after \(timeout ?? "")\n")
+                    if tty { say("") }
+                    StandardStream.error(LogText.escape("\(id): still \(state) after \(timeout ?? "")") + "\n")
                     throw ExitCode(2)
                 }
                 var ts = timespec(tv_sec: 0, tv_nsec: 250_000_000)
@@ -151,10 +151,10 @@ struct Transfers: ParsableCommand {
     func run() throws {
         let list = try global.call("GET", "/v1/transfers" + (app.map { "?app=\($0)" } ?? ""))
         if json { printJSON(list); return }
-        print("ID".padded(18) + "APP".padded(12) + "STATE".padded(11) + "BYTES".padded(22) + "URL / REASON")
+        say("ID".padded(18) + "APP".padded(12) + "STATE".padded(11) + "BYTES".padded(22) + "URL / REASON")
         for t in list.arrayValue ?? [] {
             let bytes = "\(Human.bytes(t["bytes_done"]?.int64Value))/\(Human.bytes(t["bytes_total"]?.int64Value))"
-            print((t["id"]?.stringValue ?? "").padded(18) + (t["app"]?.stringValue ?? "").padded(12) + (t["state"]?.stringValue ?? "").padded(11)
+            say((t["id"]?.stringValue ?? "").padded(18) + (t["app"]?.stringValue ?? "").padded(12) + (t["state"]?.stringValue ?? "").padded(11)
                   + bytes.padded(22) + (t["reason"]?.stringValue ?? t["url"]?.stringValue ?? ""))
         }
     }
@@ -200,5 +200,5 @@ struct ConditionFlags: ParsableArguments {
 /// Creates the transfer and prints its id alone on a line (with --json: {"id"}).
 func queueTransfer(_ body: JSON, global: GlobalOptions, json: Bool) throws {
     let t = try global.call("POST", "/v1/transfers", body: body)
-    if json { printJSON(.object([("id", t["id"] ?? nil)])) } else { print(t["id"]?.stringValue ?? "") }
+    if json { printJSON(.object([("id", t["id"] ?? nil)])) } else { say(t["id"]?.stringValue ?? "") }
 }

@@ -52,6 +52,35 @@ struct TransferRetryTests {
         #expect(r.attemptFailed(bytes: 10, noSpace: false, now: 0, unit: 1) == 2)  // stalled
     }
 
+    @Test("a server that breaks every resume (part of the body, then a wrong Content-Range that discards it) backs off more each time")
+    func brokenResumeBacksOff() {
+        var r = TransferRetry(network: Backoff(base: 1, cap: 300))
+        var delays: [Double] = []
+        for _ in 0..<5 {
+            // From 0: 300 kB arrive, then the connection is cut.
+            r.attemptStarted(bytes: 0)
+            delays.append(r.attemptFailed(bytes: 300_000, noSpace: false, now: 0, unit: 1))
+            // The resume at 300 kB gets a 206 for another offset: the part is thrown away.
+            r.attemptStarted(bytes: 300_000)
+            delays.append(r.attemptFailed(bytes: 0, noSpace: false, now: 0, unit: 1))
+        }
+        #expect(delays == [1, 2, 4, 8, 16, 32, 64, 128, 256, 300])
+    }
+
+    @Test("a big body that is cut and then thrown away is not retried at once forever")
+    func bigDiscardedBodyBacksOff() {
+        var r = TransferRetry(network: Backoff(base: 1, cap: 300))
+        var delays: [Double] = []
+        for _ in 0..<3 {
+            r.attemptStarted(bytes: 0)
+            delays.append(r.attemptFailed(bytes: 5_000_000, noSpace: false, now: 0, unit: 1))
+            r.attemptStarted(bytes: 5_000_000)
+            delays.append(r.attemptFailed(bytes: 0, noSpace: false, now: 0, unit: 1))
+        }
+        // The first pass is real progress (at once); every later one re-fetches the same bytes.
+        #expect(delays == [0, 1, 2, 4, 8, 16])
+    }
+
     @Test("a full disk waits on its own backoff, from 10 s to 60 s, and jitter stays within [half, whole]")
     func diskFull() {
         var r = TransferRetry()

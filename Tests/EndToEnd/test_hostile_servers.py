@@ -414,3 +414,54 @@ def test_quit_cancels_a_slow_download_and_tells_the_app(hostile_server, make_dro
     time.sleep(1.5)
     assert len(srv.requests_for("/slow.bin")) == 1, f"the cancelled download was retried\n{describe(d, srv, tid, dest)}"
     assert d.transfer(tid)["state"] == "cancelled"
+
+
+# ----------------------------------------------------------------------------- 11. resume always broken
+
+def test_server_that_always_breaks_resume_is_retried_with_growing_backoff(hostile_server, make_drowse):
+    """Every plain GET sends part of the body and closes; every Range request gets a 206 for another
+    offset (thrown away). Each cycle "moves" bytes that the next one discards: that is no progress,
+    so the retries must back off more and more (they came every 0.7 s for the transfer's 7 days)."""
+    srv = hostile_server
+    d = start_drowse(make_drowse)
+    A = content(1 * MiB, 21)
+    L, N = len(A), 300_000
+    bad_206 = partial(f"bytes {N + 4096}-{L - 1}/{L}", A[N + 4096:])
+
+    def handler(ex: Exchange):
+        return (bad_206 if ex.request.range is not None else cut(A, N))(ex)
+
+    url = srv.route("/f.bin", handler)
+    tid = d.download(url, "dl", "--to", str(d.base / "f.bin"))
+    window = 12.0
+    time.sleep(window)
+    reqs = srv.requests_for("/f.bin")
+    info = describe(d, srv, tid)
+    assert any(r.range is not None for r in reqs), f"the daemon never tried to resume\n{info}"
+    # Growing from 0.5–1 s: 0.5 + 1 + 2 + 4 + 8 s at least before a 6th attempt, so at most 5
+    # requests in 12 s. Before, a cycle of two took at most 3 s: 8 or more.
+    assert len(reqs) <= 5, f"{len(reqs)} requests in {window} s: the backoff does not grow\n{info}"
+    assert d.transfer(tid)["state"] in ("waiting", "running"), info
+
+
+# ----------------------------------------------------------------------------- 12. minimum speed
+
+def test_trickle_below_min_speed_ends_the_attempt_and_is_retried(hostile_server, make_drowse):
+    """10 bytes/s would hold a connection slot for a day (stall detection only needs 1 byte/s):
+    with `[transfers] min_speed`, an attempt below it for the window ends as transient and is retried."""
+    srv = hostile_server
+    d = start_drowse(make_drowse, extra_config=RESUME_CONFIG + 'min_speed = 1024\nmin_speed_window = "3s"\n')
+    A = content(64 * KiB, 22)
+    url = srv.route("/f.bin", slow(A, 10, 1.0))
+    tid = d.download(url, "dl", "--to", str(d.base / "f.bin"))
+    t0 = time.monotonic()
+    wait_until(lambda: len(srv.requests_for("/f.bin")) >= 2, 15, interval=0.1,
+               what=f"a second request after the first trickled below min_speed\n{describe(d, srv, tid)}")
+    elapsed = time.monotonic() - t0
+    reqs = srv.requests_for("/f.bin")
+    info = describe(d, srv, tid)
+    # The first attempt was given up (the server notices only at its next write): a new request came
+    # while the first had sent a few bytes of its 64 KiB.
+    assert reqs[0].bytes_sent < 200, info
+    assert elapsed < 12, f"the first attempt lasted {elapsed:.1f} s with a 3 s window\n{info}"
+    assert d.transfer(tid)["state"] in ("waiting", "running"), info
