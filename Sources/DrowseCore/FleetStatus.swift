@@ -104,6 +104,7 @@ package struct FleetListing: Sendable, Equatable {
                 ("last_seen", JSON(status.time)), ("last_window", JSON(status.lastWindow)),
                 ("failed_apps", .array(status.failedApps.map { .string($0) })),
                 ("groups", .array(status.groups.map { .string($0) })), ("app_count", JSON(status.appCount)),
+                ("reports", .object(status.reports.keys.sorted().map { ($0, AppReport.json(status.reports[$0]!)) })),
             ])
         }
     }

@@ -5,7 +5,7 @@ import DrowseCore
 /// returned survives a power cut. Versioned schema with forward migrations.
 package final class Store {
     package let db: SQLiteDatabase
-    package static let schemaVersion: Int64 = 8
+    package static let schemaVersion: Int64 = 9
 
     package init(path: String) throws(StoreError) {
         db = try SQLiteDatabase(path: path)

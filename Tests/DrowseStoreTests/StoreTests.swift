@@ -42,6 +42,22 @@ struct StoreTests {
         }
     }
 
+    @Test("an app's report is kept across reopening, replaced whole, and cleared by an empty one")
+    func reports() throws {
+        try withStorePath { path in
+            do {
+                let store = try Store(path: path)
+                #expect(try store.report(app: "u") == [:])
+                try store.setReport(app: "u", ["version": "1.0", "package": "p"], now: 100)
+                try store.setReport(app: "u", ["version": "2.0"], now: 101)
+            }
+            let store = try Store(path: path)
+            #expect(try store.report(app: "u") == ["version": "2.0"])
+            try store.setReport(app: "u", [:], now: 102)
+            #expect(try store.report(app: "u") == [:])
+        }
+    }
+
     @Test("a store whose folder does not exist fails to open with an error")
     func missingFolder() {
         #expect(throws: StoreError.self) {
