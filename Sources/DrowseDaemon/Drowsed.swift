@@ -116,7 +116,8 @@ struct Drowsed: AsyncParsableCommand {
         do { agent = try Agent(config: mainConfig, logger: logger, schedulerTrace: schedulerTrace) } catch {
             Self.fail("\(path): cannot use state_dir \(mainConfig.stateDir): \(error)")
         }
-        let api = APIServer(path: mainConfig.socket, router: APIRouter(agent: agent), logger: logger)
+        let api = APIServer(path: mainConfig.socket, router: APIRouter(agent: agent), logger: logger,
+                            maxConnectionsPerUID: mainConfig.api.maxConnectionsPerUID)
         let service = AgentService(agent: agent, logger: logger) {
             // An errno: NOTIFY_SOCKET is set but unusable; systemd will time the start out, so say why.
             let err = drowse_sd_notify("READY=1")
