@@ -32,6 +32,12 @@ package struct APIRouter: Sendable {
 
     package init(agent: Agent) { self.agent = agent }
 
+    /// Transfers in one `GET /v1/transfers` answer unless `limit` says otherwise: about 50 KiB
+    /// of JSON. A full page means there may be more: ask again with `after=` its last id.
+    package static let defaultPage = 100
+    /// The most `limit` may ask for (about 250 KiB of JSON).
+    package static let maxPage = 500
+
     /// `GET /v1/metrics` answers text, not JSON (the one route that does).
     static func isMetrics(method: String, path: String) -> Bool { method == "GET" && path == "/v1/metrics" }
 
@@ -141,7 +147,13 @@ package struct APIRouter: Sendable {
         case ("POST", 3) where p[0] == "apps" && (p[2] == "activate" || p[2] == "deactivate"):
             return try await agent.activate(p[1], p[2] == "activate", caller: caller)
         case ("GET", 1) where p[0] == "transfers":
-            return .array(try await agent.transfers(app: req.query["app"], caller: caller).map(\.json))
+            var limit = Self.defaultPage
+            if let text = req.query["limit"] {
+                guard let n = Int(text), (1...Self.maxPage).contains(n) else { throw .badRequest("'limit' is a number from 1 to \(Self.maxPage)") }
+                limit = n
+            }
+            let after = req.query["after"].flatMap { $0.isEmpty ? nil : $0 }
+            return .array(try await agent.transfers(app: req.query["app"], after: after, limit: limit, caller: caller).map(\.json))
         case ("POST", 1) where p[0] == "transfers":
             let b = try body(req)
             guard let url = try string(b, "url"), let app = try string(b, "app") else {

@@ -17,6 +17,10 @@ package struct APIServer: Service {
     /// A board's apps and scripts need a handful; the cap keeps any one local user from
     /// spending the daemon's file descriptors, which MQTT, SQLite and transfers need too.
     package static let maxConnections = 64
+    /// Of those, ordinary users (not root, not the drowse group) hold at most this many together,
+    /// so root and the drowse group always find a place; each uid holds at most
+    /// `[api] max_connections_per_uid` (see `ConnectionAdmission`).
+    package static let sharedConnections = 48
     /// A connection is closed when no whole request arrives within this long of its opening or
     /// of its last response: idle keep-alive connections do not hold one of the 64 places, and
     /// a client that sends a request a byte at a time does not either. The timer exists only
@@ -35,11 +39,13 @@ package struct APIServer: Service {
     let path: String
     let router: APIRouter
     let logger: Logger
+    let maxConnectionsPerUID: Int
 
-    package init(path: String, router: APIRouter, logger: Logger) {
+    package init(path: String, router: APIRouter, logger: Logger, maxConnectionsPerUID: Int = MainConfig.APIConfig().maxConnectionsPerUID) {
         self.path = path
         self.router = router
         self.logger = logger
+        self.maxConnectionsPerUID = maxConnectionsPerUID
     }
 
     package func run() async throws {
@@ -50,6 +56,7 @@ package struct APIServer: Service {
         if FileSystem.exists(path) { unlink(path) }
         let router = self.router
         let logger = self.logger
+        let admission = APIAdmissionControl(perUID: maxConnectionsPerUID, shared: Self.sharedConnections)
         let channel = try await ServerBootstrap(group: group)
             .serverChannelOption(ChannelOptions.backlog, value: Int32(Self.maxConnections))
             // One accept per read, so that the limiter can stop exactly at the cap.
@@ -61,9 +68,13 @@ package struct APIServer: Service {
                     try channel.pipeline.syncOperations.addHandler(APIConnectionLimiter(limit: Self.maxConnections, logger: logger))
                 }
             }
+            .childChannelOption(ChannelOptions.writeBufferWaterMark, value: APIConnectionGate.waterMark)
             .childChannelInitializer { channel in
-                channel.pipeline.configureHTTPServerPipeline(withErrorHandling: true, withDecoderLimitConfiguration: Self.decoderLimits)
-                    .flatMapThrowing {
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(APIConnectionGate(admission: admission, logger: logger))
+                }.flatMap {
+                    channel.pipeline.configureHTTPServerPipeline(withErrorHandling: true, withDecoderLimitConfiguration: Self.decoderLimits)
+                }.flatMapThrowing {
                         try channel.pipeline.syncOperations.addHandler(APIHandler(router: router, logger: logger))
                     }
             }
@@ -103,6 +114,8 @@ final class APIHandler: ChannelInboundHandler, RemovableChannelHandler {
     var stream: (String, ChannelEventSink)?
     /// Armed while the connection waits for a whole request (see `APIServer.idleTimeout`).
     var idleTimer: Scheduled<Void>?
+    /// A whole request waits for the client to read earlier answers (see `APIConnectionGate`).
+    var waitingForWritable = false
 
     init(router: APIRouter, logger: Logger) {
         self.router = router
@@ -139,12 +152,26 @@ final class APIHandler: ChannelInboundHandler, RemovableChannelHandler {
 
     func channelActive(context: ChannelHandlerContext) {
         armIdleTimer(context: context)
-        if let provider = context.channel as? SocketOptionProvider {
-            let f: EventLoopFuture<PeerCredentials> = provider.unsafeGetSocketOption(level: SocketOptionLevel(SOL_SOCKET), name: SO_PEERCRED)
-            let loopBound = NIOLoopBound(self, eventLoop: context.eventLoop)
-            f.whenSuccess { cred in loopBound.value.caller = Caller.from(uid: cred.uid, gid: cred.gid) }
-        }
         context.fireChannelActive()
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if let identified = event as? CallerIdentified {
+            caller = identified.caller
+        } else {
+            context.fireUserInboundEventTriggered(event)
+        }
+    }
+
+    /// NIO's pipelining handler hands over the next request as soon as the last answer is
+    /// written into the channel, sent or not; one that waits here until the client has read
+    /// enough keeps a pipelining client that never reads from piling answers up in memory.
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if waitingForWritable, context.channel.isWritable {
+            waitingForWritable = false
+            serve(context: context)
+        }
+        context.fireChannelWritabilityChanged()
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -158,42 +185,52 @@ final class APIHandler: ChannelInboundHandler, RemovableChannelHandler {
                 body += buf.readBytes(length: buf.readableBytes) ?? []
             }
         case .end:
-            guard let head else { return }
-            self.head = nil
+            guard head != nil else { return }
             disarmIdleTimer()  // the request is whole: its answer may take as long as a fetch does
-            let keepAlive = head.isKeepAlive
-            let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
-            if tooLarge {
-                respond(context: context, status: 413, json: .object([("error", .object([("code", "too_large"), ("message", "request body over 256 KiB")]))]), keepAlive: false)
+            guard context.channel.isWritable else {
+                waitingForWritable = true
                 return
             }
-            guard let caller else {
-                respond(context: context, status: 403, json: .object([("error", .object([("code", "forbidden"), ("message", "no peer credentials")]))]), keepAlive: false)
-                return
-            }
-            let (path, query) = Self.split(head.uri)
-            if let app = APIRouter.eventStreamApp(method: head.method.rawValue, path: path) {
-                openEventStream(app, caller: caller, context: context)
-                return
-            }
-            if APIRouter.isMetrics(method: head.method.rawValue, path: path) {
-                let router = self.router
-                let promise = context.eventLoop.makePromise(of: (status: Int, body: String, contentType: String).self)
-                promise.completeWithTask { await router.metrics(caller: caller) }
-                promise.futureResult.whenSuccess { answer in
-                    let (handler, ctx) = loopBound.value
-                    handler.respond(context: ctx, status: answer.status, text: answer.body, contentType: answer.contentType, keepAlive: keepAlive)
-                }
-                return
-            }
-            let req = APIRequest(method: head.method.rawValue, path: path, query: query, body: body)
+            serve(context: context)
+        }
+    }
+
+    /// Answers the whole request in `head` and `body`.
+    private func serve(context: ChannelHandlerContext) {
+        guard let head else { return }
+        self.head = nil
+        let keepAlive = head.isKeepAlive
+        let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+        if tooLarge {
+            respond(context: context, status: 413, json: .object([("error", .object([("code", "too_large"), ("message", "request body over 256 KiB")]))]), keepAlive: false)
+            return
+        }
+        guard let caller else {
+            respond(context: context, status: 403, json: .object([("error", .object([("code", "forbidden"), ("message", "no peer credentials")]))]), keepAlive: false)
+            return
+        }
+        let (path, query) = Self.split(head.uri)
+        if let app = APIRouter.eventStreamApp(method: head.method.rawValue, path: path) {
+            openEventStream(app, caller: caller, context: context)
+            return
+        }
+        if APIRouter.isMetrics(method: head.method.rawValue, path: path) {
             let router = self.router
-            let promise = context.eventLoop.makePromise(of: (Int, JSON).self)
-            promise.completeWithTask { await router.handle(req, caller: caller) }
-            promise.futureResult.whenSuccess { status, json in
+            let promise = context.eventLoop.makePromise(of: (status: Int, body: String, contentType: String).self)
+            promise.completeWithTask { await router.metrics(caller: caller) }
+            promise.futureResult.whenSuccess { answer in
                 let (handler, ctx) = loopBound.value
-                handler.respond(context: ctx, status: status, json: json, keepAlive: keepAlive)
+                handler.respond(context: ctx, status: answer.status, text: answer.body, contentType: answer.contentType, keepAlive: keepAlive)
             }
+            return
+        }
+        let req = APIRequest(method: head.method.rawValue, path: path, query: query, body: body)
+        let router = self.router
+        let promise = context.eventLoop.makePromise(of: (Int, JSON).self)
+        promise.completeWithTask { await router.handle(req, caller: caller) }
+        promise.futureResult.whenSuccess { status, json in
+            let (handler, ctx) = loopBound.value
+            handler.respond(context: ctx, status: status, json: json, keepAlive: keepAlive)
         }
     }
 

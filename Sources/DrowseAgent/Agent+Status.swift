@@ -8,13 +8,16 @@ extension Agent {
             ("version", .string(Agent.version)), ("device_id", .string(config.deviceID)),
             ("mqtt", .object([
                 ("configured", .bool(config.mqtt != nil)), ("connected", .bool(mqtt?.connected ?? false)),
-                ("url", JSON(config.mqtt?.url)), ("broker", JSON(mqtt?.broker)),
+                ("url", JSON(config.mqtt.map { URLParts.redacting($0.url) })), ("broker", JSON(mqtt?.broker)),
                 ("refused_notifications", JSON(notifications.refusedNotifications)),
                 ("unexpected_messages", JSON(notifications.unexpectedMessages)),
             ])),
             ("conditions", conditions.json),
             ("next_window", JSON(fetch.plannedWindow?.at)),
-            ("next_window_apps", .array((fetch.plannedWindow?.apps ?? []).map { .string($0) })),
+            // Which apps run when is the admins' to know; anyone else learns only about their own.
+            ("next_window_apps", .array((fetch.plannedWindow?.apps ?? []).filter { id in
+                caller.isAdmin || apps[id].map { visible($0, to: caller) } == true
+            }.map { .string($0) })),
             ("apps", JSON(apps.count)), ("invalid_apps", JSON(invalidApps.count)),
             ("lifecycle", lifecycleStatus()),
             ("running_handlers", JSON(fetch.running.count)),

@@ -175,10 +175,17 @@ extension Agent {
         return transfers.withLive(t)
     }
 
-    package func transfers(app: String?, caller: Caller) throws(APIError) -> [Transfer] {
-        let all: [Transfer]
-        do { all = try store.transfers(app: app) } catch { throw .internal("\(error)") }
-        return all.filter { t in apps[t.app].map { visible($0, to: caller) } ?? caller.isAdmin }.map(transfers.withLive)
+    /// One page of the transfers `caller` may see (all of them for admins, even those of apps
+    /// since removed; their own apps' for anyone else), in creation order, after the transfer
+    /// `after`. Pages keep each answer, and so what a client that does not read can make
+    /// drowsed hold, small however many transfers there are.
+    package func transfers(app: String?, after: String?, limit: Int, caller: Caller) throws(APIError) -> [Transfer] {
+        var scope: [String]? = caller.isAdmin ? nil : apps.values.filter { visible($0, to: caller) }.map(\.id)
+        if let app { scope = scope.map { $0.contains(app) ? [app] : [] } ?? [app] }
+        let page: [Transfer]?
+        do { page = try store.transfers(apps: scope, after: after, limit: limit) } catch { throw .internal("\(error)") }
+        guard let page else { throw .badRequest("no transfer '\(after ?? "")' to list after") }
+        return page.map(transfers.withLive)
     }
 
     package func transfer(_ id: String, caller: Caller) throws(APIError) -> Transfer {

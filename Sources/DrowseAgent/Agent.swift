@@ -173,16 +173,19 @@ package actor Agent {
         logger.info("loaded \(apps.count) app(s), \(invalidApps.count) invalid", metadata: ["apps": "\(apps.keys.sorted())"])
     }
 
+    /// The app `id` if `caller` may see it. Another user's app answers exactly as a missing one
+    /// does (404, same message), so the API tells no local user which apps exist.
     func app(_ id: String, for caller: Caller) throws(APIError) -> AppDefinition {
-        guard let app = apps[id] else {
-            if invalidApps.contains(where: { $0.id == id }) { throw APIError(409, "invalid_app", "app '\(id)' has an invalid definition") }
-            throw .notFound("no app '\(id)'")
-        }
-        guard caller.isAdmin || (app.user != nil && app.user == caller.userName) else {
-            throw .forbidden("app '\(id)' is not yours")
+        guard let app = apps[id], visible(app, to: caller) else {
+            if caller.isAdmin, invalidApps.contains(where: { $0.id == id }) {
+                throw APIError(409, "invalid_app", "app '\(id)' has an invalid definition")
+            }
+            throw Self.noApp(id)
         }
         return app
     }
+
+    static func noApp(_ id: String) -> APIError { .notFound("no app '\(id)'") }
 
     func visible(_ app: AppDefinition, to caller: Caller) -> Bool {
         caller.isAdmin || (app.user != nil && app.user == caller.userName)

@@ -13,6 +13,17 @@ package struct MainConfig: Sendable, Equatable {
     package var notifications = NotificationsConfig()
     package var lifecycle = LifecycleConfig()
     package var metrics = MetricsConfig()
+    package var api = APIConfig()
+
+    /// `[api]`: how much of the local API one local user may hold.
+    package struct APIConfig: Sendable, Equatable {
+        /// Connections one uid may have open at once; root and the drowse group are not counted
+        /// against it. More are answered 429 and closed at once, so one user's idle or slow
+        /// connections never keep another user waiting.
+        package var maxConnectionsPerUID: Int = 8
+
+        package init() {}
+    }
 
     /// `[metrics]`: where node_exporter's textfile collector reads drowsed's counters.
     package struct MetricsConfig: Sendable, Equatable {
@@ -166,12 +177,17 @@ package struct MainConfig: Sendable, Equatable {
             }
             var brokers: [BrokerAddress] = []
             for url in urls {
-                guard let b = BrokerAddress.parse(url) else { throw m.error("url", "'\(url)' is not an mqtt:// or mqtts:// URL") }
+                // libmosquitto takes the login apart from the address, so a password in the URL
+                // would go unused, and the URL is shown to every local user by `GET /v1/status`.
+                if URLParts.parse(url)?.hasUserInfo == true {
+                    throw m.error("url", "'\(URLParts.redacting(url))' carries a user name or password, which is not used and would be shown to every local user: put them in [mqtt] username and password_file")
+                }
+                guard let b = BrokerAddress.parse(url) else { throw m.error("url", "'\(URLParts.redacting(url))' is not an mqtt:// or mqtts:// URL") }
                 guard brokers.isEmpty || brokers[0].tls == b.tls else {
-                    throw m.error("url", "'\(url)' mixes mqtt:// and mqtts://: every broker of the list uses the same scheme")
+                    throw m.error("url", "'\(URLParts.redacting(url))' mixes mqtt:// and mqtts://: every broker of the list uses the same scheme")
                 }
                 guard !brokers.contains(where: { $0.host == b.host && $0.port == b.port }) else {
-                    throw m.error("url", "'\(url)' is in the list twice")
+                    throw m.error("url", "'\(URLParts.redacting(url))' is in the list twice")
                 }
                 brokers.append(b)
             }
@@ -277,11 +293,16 @@ package struct MainConfig: Sendable, Equatable {
             }
             try m.rejectUnknown()
         }
+        var api = APIConfig()
+        if var a = try r.table("api") {
+            api.maxConnectionsPerUID = try a.integer("max_connections_per_uid", in: 1...1024) ?? api.maxConnectionsPerUID
+            try a.rejectUnknown()
+        }
         try r.rejectUnknown()
         return MainConfig(
             file: file, deviceID: deviceID, stateDir: stateDir, appsDir: appsDir, socket: socket, mqtt: mqtt,
             conditions: conditions, radioModel: radioModel, scheduler: scheduler, transfers: transfers,
-            notifications: notifications, lifecycle: lifecycle, metrics: metrics)
+            notifications: notifications, lifecycle: lifecycle, metrics: metrics, api: api)
     }
 }
 

@@ -4,6 +4,8 @@ package struct URLParts: Sendable, Equatable {
     package var host: String
     package var port: Int?
     package var path: String
+    /// Whether the authority held `user@` or `user:password@`.
+    package var hasUserInfo = false
 
     /// Parses `scheme://[user@]host[:port][/path]`. The scheme is lower-cased.
     package static func parse(_ url: String) -> URLParts? {
@@ -14,7 +16,11 @@ package struct URLParts: Sendable, Equatable {
         let pathStart = rest.firstIndex(where: { $0 == "/" || $0 == "?" || $0 == "#" }) ?? rest.endIndex
         var authority = rest[..<pathStart]
         rest = rest[pathStart...]
-        if let at = authority.lastIndex(of: "@") { authority = authority[authority.index(after: at)...] }
+        var hasUserInfo = false
+        if let at = authority.lastIndex(of: "@") {
+            authority = authority[authority.index(after: at)...]
+            hasUserInfo = true
+        }
         var host = String(authority)
         var port: Int?
         if authority.hasPrefix("[") {
@@ -29,7 +35,18 @@ package struct URLParts: Sendable, Equatable {
             port = p
         }
         if scheme != "file", host.isEmpty { return nil }
-        return URLParts(scheme: scheme, host: host, port: port, path: rest.isEmpty ? "/" : String(rest))
+        return URLParts(scheme: scheme, host: host, port: port, path: rest.isEmpty ? "/" : String(rest), hasUserInfo: hasUserInfo)
+    }
+
+    /// `url` with any `user:password@` replaced by `***@`, for showing it: status answers and
+    /// error messages reach users who must not learn a broker's password. Text that is not a
+    /// URL comes back as it was.
+    package static func redacting(_ url: String) -> String {
+        guard let sep = url.firstRange(of: "://") else { return url }
+        let rest = url[sep.upperBound...]
+        let end = rest.firstIndex(where: { $0 == "/" || $0 == "?" || $0 == "#" }) ?? rest.endIndex
+        guard let at = rest[..<end].lastIndex(of: "@") else { return url }
+        return String(url[..<sep.upperBound]) + "***" + String(rest[at...])
     }
 
     /// Transfers accept http and https only (SPEC.md, "Transfers").

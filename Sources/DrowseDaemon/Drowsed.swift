@@ -116,7 +116,8 @@ struct Drowsed: AsyncParsableCommand {
         do { agent = try Agent(config: mainConfig, logger: logger, schedulerTrace: schedulerTrace) } catch {
             Self.fail("\(path): cannot use state_dir \(mainConfig.stateDir): \(error)")
         }
-        let api = APIServer(path: mainConfig.socket, router: APIRouter(agent: agent), logger: logger)
+        let api = APIServer(path: mainConfig.socket, router: APIRouter(agent: agent), logger: logger,
+                            maxConnectionsPerUID: mainConfig.api.maxConnectionsPerUID)
         let notify: @Sendable (String) -> Void = { state in
             let err = drowse_sd_notify(state)
             if err != 0 { logger.warning("sd_notify failed: \(String(cString: strerror(err)))") }

@@ -218,10 +218,21 @@ public final class DrowseApp: Sendable {
     }
 
     /// This app's transfers.
+    /// drowsed answers a page at a time; this follows the pages until one is not full.
     public func transfers() async throws -> [DrowseTransfer] {
-        let j = try await call("GET", "/v1/transfers?app=\(Self.pathComponent(app))")
-        guard let list = j.arrayValue else { throw DrowseError.malformed("the transfer list is not an array") }
-        return list.compactMap(DrowseTransfer.init)
+        let page = 500
+        var all: [DrowseTransfer] = []
+        var after: String?
+        while true {
+            var path = "/v1/transfers?app=\(Self.pathComponent(app))&limit=\(page)"
+            if let after { path += "&after=\(Self.pathComponent(after))" }
+            let j = try await call("GET", path)
+            guard let list = j.arrayValue else { throw DrowseError.malformed("the transfer list is not an array") }
+            let items = list.compactMap(DrowseTransfer.init)
+            all += items
+            guard list.count == page, let last = items.last?.id, last != after else { return all }
+            after = last
+        }
     }
 
     private func createTransfer(_ fields: [(String, JSON)]) async throws -> DrowseTransfer {

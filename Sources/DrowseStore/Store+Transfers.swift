@@ -106,6 +106,30 @@ extension Store {
         return try db.query("SELECT \(Self.columns) FROM transfers ORDER BY created_at").map(transfer)
     }
 
+    /// One page of transfers in (created_at, id) order: at most `limit`, those after the transfer
+    /// `after` (nil: from the start), of the apps in `apps` only (nil: every app). The order is
+    /// total, so following pages lists every transfer once even while new ones are added.
+    /// Returns nil when `after` is not a transfer of those apps.
+    package func transfers(apps: [String]?, after: String?, limit: Int) throws(StoreError) -> [Transfer]? {
+        var clauses: [String] = []
+        var params: [SQLValue] = []
+        if let apps {
+            if apps.isEmpty { return after == nil ? [] : nil }
+            clauses.append("app IN (" + apps.map { _ in "?" }.joined(separator: ",") + ")")
+            params += apps.map { .text($0) }
+        }
+        if let after {
+            let rows = try db.query("SELECT created_at FROM transfers WHERE id = ?" + (apps == nil ? "" : " AND " + clauses[0]),
+                                    [.text(after)] + params)
+            guard let createdAt = rows.first?.first else { return nil }
+            clauses.append("(created_at > ? OR (created_at = ? AND id > ?))")
+            params += [createdAt, createdAt, .text(after)]
+        }
+        let filter = clauses.isEmpty ? "" : " WHERE " + clauses.joined(separator: " AND ")
+        return try db.query("SELECT \(Self.columns) FROM transfers\(filter) ORDER BY created_at, id LIMIT ?", params + [.int(Int64(limit))])
+            .map(transfer)
+    }
+
     /// Records an upload's server-side resource as soon as it exists, before data is sent.
     package func recordUploadResource(id: String, url: String?, protocol proto: String) throws(StoreError) {
         if let url {

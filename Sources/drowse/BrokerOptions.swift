@@ -13,6 +13,11 @@ struct BrokerOptions: ParsableArguments {
     @Option(help: "File holding the password.") var passwordFile: String?
 
     func address() throws -> MainConfig.BrokerAddress {
+        // Refused rather than used: a password on the command line is visible to every local
+        // user in /proc/PID/cmdline, and libmosquitto would not read it from the URL anyway.
+        if URLParts.parse(broker)?.hasUserInfo == true {
+            throw CLIError("--broker '\(URLParts.redacting(broker))' carries a user name or password: use --username and --password-file")
+        }
         guard let b = MainConfig.BrokerAddress.parse(broker) else { throw CLIError("--broker must be an mqtt:// or mqtts:// URL") }
         return b
     }

@@ -149,13 +149,34 @@ struct Transfers: ParsableCommand {
     @Flag(help: "Print JSON.") var json = false
 
     func run() throws {
-        let list = try global.call("GET", "/v1/transfers" + (app.map { "?app=\($0)" } ?? ""))
-        if json { printJSON(list); return }
+        let all = try Self.all(global: global, app: app)
+        if json { printJSON(.array(all)); return }
         say("ID".padded(18) + "APP".padded(12) + "STATE".padded(11) + "BYTES".padded(22) + "URL / REASON")
-        for t in list.arrayValue ?? [] {
+        for t in all {
             let bytes = "\(Human.bytes(t["bytes_done"]?.int64Value))/\(Human.bytes(t["bytes_total"]?.int64Value))"
             say((t["id"]?.stringValue ?? "").padded(18) + (t["app"]?.stringValue ?? "").padded(12) + (t["state"]?.stringValue ?? "").padded(11)
                   + bytes.padded(22) + (t["reason"]?.stringValue ?? t["url"]?.stringValue ?? ""))
+        }
+    }
+}
+
+extension Transfers {
+    /// Transfers come a page at a time (drowsed bounds each answer); this follows the pages
+    /// until one is not full, so the listing still shows every transfer.
+    static let page = 500
+
+    static func all(global: GlobalOptions, app: String?) throws -> [JSON] {
+        var all: [JSON] = []
+        var after: String?
+        while true {
+            var query = "?limit=\(page)"
+            if let app { query += "&app=\(app)" }
+            if let after { query += "&after=\(after)" }
+            let list = try global.call("GET", "/v1/transfers" + query)
+            guard let items = list.arrayValue else { throw CLIError("drowsed answered a transfer list that is not a list") }
+            all += items
+            guard items.count == page, let last = items.last?["id"]?.stringValue, last != after else { return all }
+            after = last
         }
     }
 }

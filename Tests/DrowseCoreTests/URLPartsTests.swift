@@ -106,3 +106,16 @@ struct URLPartsTests {
         #expect(URLParts.parse("http://[::1]evil.com/x") == nil)
     }
 }
+
+@Suite("URLParts credentials")
+struct URLPartsCredentialsTests {
+    @Test("notes user info and redacts it for display")
+    func redaction() {
+        #expect(URLParts.parse("mqtt://u:pw@broker:1883")?.hasUserInfo == true)
+        #expect(URLParts.parse("mqtt://broker:1883")?.hasUserInfo == false)
+        #expect(URLParts.redacting("mqtt://u:pw@broker:1883") == "mqtt://***@broker:1883")
+        #expect(URLParts.redacting("mqtts://a@b:c@host/x@y") == "mqtts://***@host/x@y")
+        #expect(URLParts.redacting("mqtt://broker/a@b") == "mqtt://broker/a@b")
+        #expect(URLParts.redacting("not a url") == "not a url")
+    }
+}

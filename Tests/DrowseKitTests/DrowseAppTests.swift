@@ -275,7 +275,7 @@ struct DrowseAppTests {
         let server = try ScriptedServer(path: dir + "/d.sock") { r, _ in
             switch (r.method, r.path) {
             case ("POST", "/v1/transfers"), ("GET", "/v1/transfers/x1"): return .json(200, t)
-            case ("GET", "/v1/transfers?app=demo"): return .json(200, "[\(t)]")
+            case ("GET", "/v1/transfers?app=demo&limit=500"): return .json(200, "[\(t)]")
             default: return .json(404, #"{"error":{"code":"not_found","message":"no route"}}"#)
             }
         }
@@ -291,6 +291,6 @@ struct DrowseAppTests {
         #expect(create["to"] == "/srv/f" && create["sha256"] == "ab" && create["url"] == "https://h/f")
         let up = try JSON.parse(r[1].body)
         #expect(up["kind"] == "upload" && up["file"] == "/srv/up" && up["app"] == "demo")
-        #expect(r.map(\.path) == ["/v1/transfers", "/v1/transfers", "/v1/transfers/x1", "/v1/transfers?app=demo"])
+        #expect(r.map(\.path) == ["/v1/transfers", "/v1/transfers", "/v1/transfers/x1", "/v1/transfers?app=demo&limit=500"])
     }
 }

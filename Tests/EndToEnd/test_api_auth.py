@@ -54,10 +54,11 @@ def test_app_user_sees_and_changes_only_its_own_app(make_drowse):
     assert len(d.runs("mine")) == 1
 
     # The same over raw HTTP, with the SPEC's error shape.
+    # Another user's app answers like a missing one: nobody learns which apps exist.
     code, body = curl_as_nobody(d, "GET", "/v1/apps/other")
-    assert code == 403, body
-    assert json.loads(body)["error"]["code"] == "forbidden"
+    assert code == 404, body
+    assert json.loads(body)["error"] == {"code": "not_found", "message": "no app 'other'"}
     code, body = curl_as_nobody(d, "POST", "/v1/apps/other/fetch")
-    assert code == 403, body
+    assert code == 404, body
     code, body = curl_as_nobody(d, "GET", "/v1/apps/mine")
     assert code == 200, body
