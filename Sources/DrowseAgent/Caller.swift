@@ -1,3 +1,4 @@
+import DrowseCore
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -39,10 +40,14 @@ package struct APIError: Error, Sendable {
     package var code: String
     package var message: String
 
+    /// Messages quote what the caller sent (an app id, a path, a key): a long one is cut, so a
+    /// 200 KB id does not come back as a 200 KB answer or log line.
+    package static let messageLimit = 600
+
     package init(_ status: Int, _ code: String, _ message: String) {
         self.status = status
         self.code = code
-        self.message = message
+        self.message = message.utf8.count > Self.messageLimit ? LogText.clip(message, limit: Self.messageLimit) : message
     }
 
     package static func notFound(_ what: String) -> APIError { APIError(404, "not_found", what) }

@@ -162,3 +162,25 @@ def test_invalid_utf8_in_toml_strings_is_refused(make_drowse):
     d.config.write_bytes(d.config.read_bytes() + b"# caf\xc3\x28\n")
     c = check_config(d)
     assert c.returncode == 78 and "not valid UTF-8" in c.stderr, c
+
+
+def test_api_errors_quote_long_input_cut(make_drowse):
+    """An API error message that quotes what the caller sent (here a 200 KB app id) is cut, so
+    the answer (and any log line made of it) stays small, for scripts that call the API directly."""
+    import socket as _socket
+    d = make_drowse()
+    d.start()
+    body = json.dumps({"kind": "download", "url": "http://127.0.0.1:9/x", "app": "a" * 200_000}).encode()
+    s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    s.settimeout(10)
+    s.connect(str(d.socket))
+    s.sendall(b"POST /v1/transfers HTTP/1.1\r\nHost: drowse\r\nConnection: close\r\nContent-Type: application/json\r\n"
+              + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    data = b""
+    while chunk := s.recv(65536):
+        data += chunk
+    s.close()
+    head, _, answer = data.partition(b"\r\n\r\n")
+    assert b" 404 " in head.split(b"\r\n")[0], head
+    assert len(answer) < 2048, f"{len(answer)} bytes of error"
+    assert json.loads(answer)["error"]["code"] == "not_found"
