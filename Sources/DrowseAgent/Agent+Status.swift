@@ -54,7 +54,7 @@ extension Agent {
             ("minimum_interval", .string(app.fetchInterval.description)),
             ("consecutive_failures", JSON(rec?.consecutiveFailures)), ("last_used", JSON(rec?.lastUsed)),
             ("user", JSON(app.user)), ("running", .bool(fetching)),
-            ("resident", .bool(app.isResident)),
+            ("resident", .bool(app.isResident)), ("limits", limitsJSON(app)),
         ] + stateMembers(app.id)
         if history {
             let runs = (try? store.runs(app: app.id)) ?? []

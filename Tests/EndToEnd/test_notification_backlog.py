@@ -53,6 +53,7 @@ def test_a_flood_of_priority_5_notifications_keeps_max_deferred_per_app_and_runs
     time.sleep(1)
     states = notification_states(d)
     rss1 = vm_rss_kb(d.proc.pid)
+    print(f"flood of {N}: {took:.1f} s, drowsed VmRSS {rss0} -> {rss1} kB")
     assert states["deferred"] == KEEP, f"state.db holds {states['deferred']} deferred, not max_deferred: {dict(states)}"
     assert states["evicted"] == N - (KEEP - 1) - KEEP, dict(states)
     assert rss1 - rss0 < 20 * 1024, f"drowsed's RSS grew {(rss1 - rss0) / 1024:.1f} MiB over {N} notifications " \
