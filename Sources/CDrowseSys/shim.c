@@ -57,6 +57,8 @@ struct spawn_args {
     int close_to; /* -1: close_range(2) closes everything above 2; else close 3...close_to one by one */
     int err; /* written by the child when a step fails; read by the parent after clone returns */
     int step; /* the DROWSE_SPAWN_STEP_* the child was at (set before each step that names itself) */
+    long long nproc_limit; /* RLIMIT_NPROC for the handler (counted per user, not per app), or -1 */
+    long long data_limit; /* RLIMIT_DATA in bytes (heap and private writable mappings), or -1 */
 };
 
 /* A child that shares the parent's memory writes err and step there; one that has its own copy
@@ -120,6 +122,20 @@ static int spawn_child(void *p) {
         nofile.rlim_cur = 1024;
         syscall(SYS_prlimit64, 0, RLIMIT_NOFILE, &nofile, NULL);
     }
+    /* Per-app limits where the app's cgroup has no pids/memory controller. Set before execve and
+       after the user switch (a root child is not held to RLIMIT_NPROC anyway); the hard limit too,
+       so the handler cannot lift them. */
+    if (a->nproc_limit >= 0) {
+        struct rlimit rl = { (rlim_t)a->nproc_limit, (rlim_t)a->nproc_limit };
+        a->step = DROWSE_SPAWN_STEP_LIMITS;
+        if (syscall(SYS_prlimit64, 0, RLIMIT_NPROC, &rl, NULL) != 0) SPAWN_FAIL(a);
+    }
+    if (a->data_limit >= 0) {
+        struct rlimit rl = { (rlim_t)a->data_limit, (rlim_t)a->data_limit };
+        a->step = DROWSE_SPAWN_STEP_LIMITS;
+        if (syscall(SYS_prlimit64, 0, RLIMIT_DATA, &rl, NULL) != 0) SPAWN_FAIL(a);
+    }
+    a->step = DROWSE_SPAWN_STEP_OTHER;
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
@@ -170,7 +186,8 @@ static int highest_fd_bound(void) {
 
 static int spawn_locked(const char *path, char *const argv[], char *const envp[], const char *cwd,
                         int set_ids, uid_t uid, gid_t gid, const gid_t *groups, int ngroups,
-                        int stdin_fd, int stdout_fd, int stderr_fd, int cgroup_fd, int *out_step, pid_t *out_pid);
+                        int stdin_fd, int stdout_fd, int stderr_fd, int cgroup_fd, long long nproc_limit,
+                        long long data_limit, int *out_step, pid_t *out_pid);
 
 struct child_entry { pid_t pid; unsigned long long start; };
 static pthread_mutex_t children_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -349,9 +366,17 @@ int drowse_process_table(pid_t *pids, pid_t *ppids, int max) {
 int drowse_spawn(const char *path, char *const argv[], char *const envp[], const char *cwd,
                  int set_ids, uid_t uid, gid_t gid, const gid_t *groups, int ngroups,
                  int stdin_fd, int stdout_fd, int stderr_fd, int cgroup_fd, int *out_failed_step, pid_t *out_pid) {
+    return drowse_spawn_limited(path, argv, envp, cwd, set_ids, uid, gid, groups, ngroups, stdin_fd, stdout_fd, stderr_fd,
+                                cgroup_fd, -1, -1, out_failed_step, out_pid);
+}
+
+int drowse_spawn_limited(const char *path, char *const argv[], char *const envp[], const char *cwd,
+                         int set_ids, uid_t uid, gid_t gid, const gid_t *groups, int ngroups,
+                         int stdin_fd, int stdout_fd, int stderr_fd, int cgroup_fd, long long nproc_limit,
+                         long long data_limit, int *out_failed_step, pid_t *out_pid) {
     pthread_mutex_lock(&children_lock);
     int rc = spawn_locked(path, argv, envp, cwd, set_ids, uid, gid, groups, ngroups, stdin_fd, stdout_fd, stderr_fd,
-                          cgroup_fd, out_failed_step, out_pid);
+                          cgroup_fd, nproc_limit, data_limit, out_failed_step, out_pid);
     if (rc == 0) register_locked(*out_pid);
     pthread_mutex_unlock(&children_lock);
     return rc;
@@ -406,7 +431,8 @@ static pid_t clone3_into_cgroup(struct spawn_args *a, int cgroup_dir) {
 
 static int spawn_locked(const char *path, char *const argv[], char *const envp[], const char *cwd,
                         int set_ids, uid_t uid, gid_t gid, const gid_t *groups, int ngroups,
-                        int stdin_fd, int stdout_fd, int stderr_fd, int cgroup_fd, int *out_step, pid_t *out_pid) {
+                        int stdin_fd, int stdout_fd, int stderr_fd, int cgroup_fd, long long nproc_limit,
+                        long long data_limit, int *out_step, pid_t *out_pid) {
     /* clone(CLONE_VM | CLONE_VFORK) instead of fork(): the daemon's page tables are not copied
        (fork of a multi-threaded process with tens of MiB mapped took ~1 ms), and this thread
        resumes once the child has called execve or failed. The child runs on its own stack. */
@@ -418,6 +444,7 @@ static int spawn_locked(const char *path, char *const argv[], char *const envp[]
         .groups = groups, .ngroups = ngroups, .stdin_fd = stdin_fd, .stdout_fd = stdout_fd, .stderr_fd = stderr_fd,
         .cgroup_fd = -1, .err_pipe = -1, .step = DROWSE_SPAWN_STEP_OTHER,
         .close_to = close_range_works() ? -1 : highest_fd_bound(), .err = 0,
+        .nproc_limit = nproc_limit, .data_limit = data_limit,
     };
     /* No signal handler may run in the child before it has reset them all. */
     sigset_t all, old;

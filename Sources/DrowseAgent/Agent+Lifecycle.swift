@@ -34,6 +34,11 @@ package protocol AppSuspension: AnyObject {
     func adoptedEnded(app: String)
     /// Calls `exited` (on some thread) when an adopted resident's cgroup empties.
     func watchAdopted(app: String, exited: @escaping @Sendable () -> Void)
+    /// Sets the app's limits on its cgroup where it can; returns which of them it holds (the
+    /// others are set as rlimits in each process).
+    func limit(app: String, _ limits: AppLimits) -> (processes: Bool, memory: Bool)
+    /// The controllers ("pids", "memory") enabled down to the app cgroups at start.
+    var limitControllers: Set<String> { get }
 }
 
 /// SIGSTOP/SIGCONT to the process groups drowsed started (each handler and resident process
@@ -58,6 +63,8 @@ final class SignalSuspension: AppSuspension {
     func killLeaf(_ leaf: String?, processGroups: [pid_t]) { killAll(app: "", processGroups: processGroups) }
     func adoptedLeaf(app: String) -> String? { nil }
     func adoptedEnded(app: String) {}
+    func limit(app: String, _ limits: AppLimits) -> (processes: Bool, memory: Bool) { (false, false) }
+    var limitControllers: Set<String> { [] }
 }
 
 extension Agent {
@@ -133,6 +140,7 @@ extension Agent {
         handlerSeq += 1
         let leaf = suspension.leaf(app: id, name: "resident-\(getpid())-\(handlerSeq)")
         request.cgroup = leaf
+        applyLimits(app, to: &request)
         residentLeaves[id] = leaf
         let log = logger
         let run = launcher.start(request) { line, isErr in

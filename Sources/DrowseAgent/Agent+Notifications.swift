@@ -70,7 +70,8 @@ extension Agent {
                 self.deferredTimer = WakeTimer.after(max(0, at - self.now())) { Task { await self.deferredTimerFired() } }
             })
         let service = NotificationService(
-            admission: NotificationAdmission(budget: NotificationBudget(maxPerHour: config.notifications.maxPerHour), deviceID: config.deviceID),
+            admission: NotificationAdmission(budget: NotificationBudget(maxPerHour: config.notifications.maxPerHour), deviceID: config.deviceID,
+                                             maxDeferred: config.notifications.maxDeferred),
             store: store, host: host, topicPrefix: config.mqtt?.topicPrefix ?? "drowse", deviceID: config.deviceID, logger: logger)
         service.metrics = metrics
         service.groups = config.mqtt?.groups ?? []

@@ -57,7 +57,7 @@ extension Agent {
             ("minimum_interval", .string(app.fetchInterval.description)),
             ("consecutive_failures", JSON(rec?.consecutiveFailures)), ("last_used", JSON(rec?.lastUsed)),
             ("user", JSON(app.user)), ("running", .bool(fetching)),
-            ("resident", .bool(app.isResident)),
+            ("resident", .bool(app.isResident)), ("limits", limitsJSON(app)),
             ("report", AppReport.json((try? store.report(app: app.id)) ?? [:])),
         ] + stateMembers(app.id)
         if history {

@@ -71,6 +71,8 @@ package actor Agent {
     var residents: [String: HandlerRun] = [:]
     /// Their cgroup leaves.
     var residentLeaves: [String: String] = [:]
+    /// Which of each app's `[limits]` its cgroup held at its last start (the rest were rlimits).
+    var limitHolders: [String: (processes: Bool, memory: Bool)] = [:]
     var residentsStopped: [CheckedContinuation<Void, Never>] = []
     /// Running handler processes by app (their process groups, for signal suspension).
     var handlerRuns: [String: [ObjectIdentifier: HandlerRun]] = [:]
@@ -249,6 +251,7 @@ package actor Agent {
         handlerSeq += 1
         let leaf = suspension.leaf(app: app.id, name: "run-\(getpid())-\(handlerSeq)")
         request.cgroup = leaf
+        applyLimits(app, to: &request)
         let log = logger
         let appID = app.id
         runningHandlers += 1

@@ -34,6 +34,9 @@ package final class AgentMetrics {
         case collapsed
         /// Dropped while deferred (or waiting for its rollout delay) because it expired.
         case expired
+        /// Dropped while waiting because its app had `[notifications] max_deferred` waiting already
+        /// (the lowest-priority, oldest one goes).
+        case evicted
     }
 
     /// Why a notification was refused, as `drowse_notifications_refused_total{reason}` counts it.

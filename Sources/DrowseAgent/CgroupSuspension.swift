@@ -14,6 +14,7 @@ final class CgroupSuspension: AppSuspension {
     var watches: [String: PopulatedWatch] = [:]
     /// The leaf of each adopted resident process.
     var adoptedLeaves: [String: String] = [:]
+    var limitControllers: Set<String> = []
 
     init(tree: AppCgroups, logger: Logger) {
         self.tree = tree
@@ -98,6 +99,10 @@ final class CgroupSuspension: AppSuspension {
         }
     }
 
+    func limit(app: String, _ limits: AppLimits) -> (processes: Bool, memory: Bool) {
+        tree.setLimits(app: app, processes: limits.processes, memory: limits.memory)
+    }
+
     func adoptedEnded(app: String) {
         watches.removeValue(forKey: app)
         if let leaf = adoptedLeaves.removeValue(forKey: app) { _ = tree.removeLeafIfEmpty(leaf) }
@@ -110,7 +115,13 @@ extension Agent {
         switch AppCgroups.setUp(setting: setting) {
         case .success(let tree):
             logger.info("apps are suspended by freezing their cgroups under \(tree.base)")
-            return CgroupSuspension(tree: tree, logger: logger)
+            let controllers = tree.enableControllers()
+            if controllers.count < 2 {
+                logger.notice("app cgroups have no \(["pids", "memory"].filter { !controllers.contains($0) }.joined(separator: "/")) controller: those [limits] are set as rlimits (RLIMIT_NPROC counts per user)")
+            }
+            let suspension = CgroupSuspension(tree: tree, logger: logger)
+            suspension.limitControllers = controllers
+            return suspension
         case .failure(let error):
             logger.notice("no app cgroups (\(error)): apps are suspended with SIGSTOP/SIGCONT of their process groups")
             return SignalSuspension()

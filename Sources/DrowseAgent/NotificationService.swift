@@ -229,6 +229,12 @@ package final class NotificationService {
                 logger.info("collapsed an older notification with collapse-id \(LogText.escape(collapseID))", metadata: ["app.id": "\(app)"])
                 metrics.notification(.collapsed)
                 try? store.markNotification(seq, state: "collapsed", at: host.now())
+            case .evict(let seq, let app, let maxDeferred):
+                // Counted and logged, never silent: the provider sent more than the app may keep waiting.
+                logger.info("notification dropped: \(maxDeferred) already waiting (max_deferred); the oldest lowest-priority one goes",
+                            metadata: ["app.id": "\(app)"])
+                metrics.notification(.evicted)
+                try? store.markNotification(seq, state: "evicted", at: host.now())
             case .drop(let seq):
                 try? store.markNotification(seq, state: "dropped", at: host.now())
             case .startDownload(let seq, let appID):

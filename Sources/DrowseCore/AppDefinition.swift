@@ -34,6 +34,8 @@ package struct AppDefinition: Sendable, Equatable {
     package var processCommand: [String]? = nil
     /// `[process] always_active`: never suspended.
     package var alwaysActive = false
+    /// `[limits]`: overrides of drowse.toml's `[limits]` for this app.
+    package var limits = AppLimits.Setting()
 
     package var isResident: Bool { processCommand != nil }
 
@@ -106,6 +108,11 @@ package struct AppDefinition: Sendable, Equatable {
             alwaysActive = try p.bool("always_active") ?? false
             try p.rejectUnknown()
         }
+        var limits = AppLimits.Setting()
+        if var l = try r.table("limits") {
+            limits = try l.limits()
+            try l.rejectUnknown()
+        }
         try r.rejectUnknown()
         func resolved(_ argv: [String]?) -> [String]? {
             guard var argv else { return nil }
@@ -117,7 +124,7 @@ package struct AppDefinition: Sendable, Equatable {
             id: id, file: file, idLine: table.line(of: "id"), user: user, workingDirectory: wd, fetchCommand: resolved(fetchCommand),
             fetchInterval: interval, notificationCommand: resolved(notificationCommand),
             notificationPublicKey: publicKey, allowDownload: allowDownload, eventsCommand: resolved(events),
-            sendsLaunchEvents: launchEvents, processCommand: resolved(process), alwaysActive: alwaysActive)
+            sendsLaunchEvents: launchEvents, processCommand: resolved(process), alwaysActive: alwaysActive, limits: limits)
     }
 }
 

@@ -24,6 +24,8 @@ package struct MainConfig: Sendable, Equatable {
 
         package init() {}
     }
+    /// `[limits]`: every app's limits unless its app file sets its own (`AppLimits`).
+    package var limits = AppLimits.defaults
 
     /// `[metrics]`: where node_exporter's textfile collector reads drowsed's counters.
     package struct MetricsConfig: Sendable, Equatable {
@@ -49,6 +51,9 @@ package struct MainConfig: Sendable, Equatable {
     package struct NotificationsConfig: Sendable, Equatable {
         /// Silent notifications (priority 5) that may wake an app per hour; more wait for a window.
         package var maxPerHour: Int = 12
+        /// Notifications one app may have waiting (deferred, or waiting for their rollout delay);
+        /// past it the oldest lowest-priority one is dropped, as APNs keeps only the latest.
+        package var maxDeferred: Int = 64
     }
 
     package struct MQTTConfig: Sendable, Equatable {
@@ -257,6 +262,7 @@ package struct MainConfig: Sendable, Equatable {
         var notifications = NotificationsConfig()
         if var n = try r.table("notifications") {
             notifications.maxPerHour = try n.integer("max_per_hour", in: 1...10000) ?? 12
+            notifications.maxDeferred = try n.integer("max_deferred", in: 1...10000) ?? 64
             try n.rejectUnknown()
         }
         var lifecycle = LifecycleConfig()
@@ -298,11 +304,16 @@ package struct MainConfig: Sendable, Equatable {
             api.maxConnectionsPerUID = try a.integer("max_connections_per_uid", in: 1...1024) ?? api.maxConnectionsPerUID
             try a.rejectUnknown()
         }
+        var limits = AppLimits.defaults
+        if var l = try r.table("limits") {
+            limits = try l.limits().resolved(defaults: limits)
+            try l.rejectUnknown()
+        }
         try r.rejectUnknown()
         return MainConfig(
             file: file, deviceID: deviceID, stateDir: stateDir, appsDir: appsDir, socket: socket, mqtt: mqtt,
             conditions: conditions, radioModel: radioModel, scheduler: scheduler, transfers: transfers,
-            notifications: notifications, lifecycle: lifecycle, metrics: metrics, api: api)
+            notifications: notifications, lifecycle: lifecycle, metrics: metrics, api: api, limits: limits)
     }
 }
 

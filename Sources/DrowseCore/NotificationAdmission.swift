@@ -32,6 +32,11 @@
 /// - deferred ones are released, oldest first and as far as the budget allows, when a fetch
 ///   window opens and when the one timer fires: at the next window or when the budget has room
 ///   again, whichever comes first. One that expired meanwhile is dropped.
+/// - an app has at most `maxDeferred` (`[notifications] max_deferred`) notifications waiting
+///   (deferred, or waiting for their rollout delay); one more evicts the lowest-priority one,
+///   the oldest of those, as APNs keeps only the latest per app. Whoever can publish to the
+///   device's topic can then grow neither the store nor this machine past that, and nothing here
+///   costs more per message as the backlog grows (a flood of 20 000 once took 190 MB and 3× the CPU).
 /// - dedupe records of handled notifications are kept `dedupeWindow` (7 days) and pruned as they
 ///   age: at start-up, then on an event once the oldest has passed its age (at most once per
 ///   `pruneInterval`), never by a timer of its own: a device that receives nothing prunes nothing.
@@ -122,6 +127,9 @@ package struct NotificationAdmission: Sendable {
         case dropCollapsed(seq: Int64, app: String, collapseID: String)
         /// Mark it `dropped`: restored, but its app is gone or its payload unreadable.
         case drop(seq: Int64)
+        /// Mark it `evicted`: its app already had `maxDeferred` waiting and this was the
+        /// lowest-priority, oldest of them. It never runs.
+        case evict(seq: Int64, app: String, maxDeferred: Int)
         /// Start the download the notification asks for; the app runs when the file is ready.
         case startDownload(seq: Int64, app: String)
         /// The notification's download is ignored; it runs like any other.
@@ -174,6 +182,8 @@ package struct NotificationAdmission: Sendable {
     package static let timerSlack = 0.01
 
     package let budget: NotificationBudget
+    /// `[notifications] max_deferred`: how many notifications one app may have waiting.
+    package let maxDeferred: Int
     /// This device's id: the rollout delay is drawn from it.
     package let deviceID: String
     /// Notifications recorded and not yet handled that this machine follows, by seq.
@@ -181,6 +191,9 @@ package struct NotificationAdmission: Sendable {
     /// The newest entry per app and collapse id (at most one is ever live).
     var collapsing: [CollapseKey: Int64] = [:]
     var deferredPerApp: [String: Int] = [:]
+    /// Per app, the seqs of its waiting entries (deferred or spreading), ascending; never more
+    /// than `maxDeferred` once an event is over.
+    var waiting: [String: [Int64]] = [:]
     /// Between `received` and `recorded`: what is being written, its key and its time.
     var arriving: (arrival: Arrival, key: String, at: Double)?
     /// The deferred timer as last set.
@@ -189,9 +202,10 @@ package struct NotificationAdmission: Sendable {
     package private(set) var oldestPrunable: Double?
     var lastPrune: Double?
 
-    package init(budget: NotificationBudget, deviceID: String = "") {
+    package init(budget: NotificationBudget, deviceID: String = "", maxDeferred: Int = 64) {
         self.budget = budget
         self.deviceID = deviceID
+        self.maxDeferred = max(1, maxDeferred)
     }
 
     /// How long after it was received a notification may act: its rollout delay, if any.
@@ -212,6 +226,8 @@ package struct NotificationAdmission: Sendable {
     /// Notifications waiting for their rollout delay.
     package var spreadingCount: Int { entries.values.count { $0.phase == .spreading } }
     package var followedCount: Int { entries.count }
+    /// Notifications waiting (deferred or for their rollout delay), by app.
+    package func waitingCount(app: String) -> Int { waiting[app]?.count ?? 0 }
 
     /// The phase of a followed notification (for tests and status); nil when it is not followed.
     package func phase(of seq: Int64) -> Phase? { entries[seq]?.phase }
@@ -224,6 +240,7 @@ package struct NotificationAdmission: Sendable {
         entries = [:]
         collapsing = [:]
         deferredPerApp = [:]
+        waiting = [:]
         arriving = nil
         var uses = uses
         var out: [Action] = []
@@ -251,6 +268,8 @@ package struct NotificationAdmission: Sendable {
                 dispatch(entry, now: now, uses: &uses, nextWindow: nextWindow, into: &out)
             }
         }
+        // A smaller max_deferred than before the restart applies to the backlog kept until then.
+        for app in waiting.keys.sorted() { trimBacklog(app: app, into: &out) }
         out.append(.prune(before: now - Self.dedupeWindow))
         lastPrune = now
         out += retime(now: now, uses: uses, nextWindow: nextWindow)
@@ -343,6 +362,7 @@ package struct NotificationAdmission: Sendable {
             e.phase = .spreading
             insert(e)
             out.append(.spread(seq: e.seq, app: a.app, until: e.dueAt, delay: e.delay, spread: a.spread ?? 0))
+            trimBacklog(app: a.app, into: &out)
             return
         }
         act(entry, now: now, uses: &uses, nextWindow: nextWindow, into: &out)
@@ -377,6 +397,7 @@ package struct NotificationAdmission: Sendable {
             var until = budget.nextRoom(used: used, now: now)
             if let w = nextWindow, w > now { until = min(until, w) }
             out.append(.defer(seq: e.seq, app: a.app, until: until, inLastHour: budget.counting(used, now: now).count))
+            trimBacklog(app: a.app, into: &out)
         }
     }
 
@@ -465,6 +486,25 @@ package struct NotificationAdmission: Sendable {
         return [.setTimer(at: at)]
     }
 
+    /// Evicts the app's waiting notifications past `maxDeferred`: the lowest priority first, the
+    /// oldest of those. A scan of at most `maxDeferred + 1` seqs, whatever the flood.
+    private mutating func trimBacklog(app: String, into out: inout [Action]) {
+        while let seqs = waiting[app], seqs.count > maxDeferred {
+            var victim = seqs[0]
+            for seq in seqs.dropFirst() where (entries[seq]?.arrival.priority ?? 0) < (entries[victim]?.arrival.priority ?? 0) {
+                victim = seq
+            }
+            guard let e = entries[victim] else {
+                // Not followed (cannot happen: insert and remove keep both): forget the seq, never loop.
+                waiting[app]?.removeAll { $0 == victim }
+                continue
+            }
+            remove(e)
+            out.append(.evict(seq: victim, app: app, maxDeferred: maxDeferred))
+            becamePrunable(receivedAt: e.receivedAt)
+        }
+    }
+
     private mutating func pruneIfDue(now: Double) -> [Action] {
         guard let oldest = oldestPrunable, now - Self.dedupeWindow > oldest,
             now - (lastPrune ?? -.infinity) >= Self.pruneInterval
@@ -481,6 +521,14 @@ package struct NotificationAdmission: Sendable {
     private mutating func insert(_ e: Entry) {
         entries[e.seq] = e
         if e.phase == .deferred { deferredPerApp[e.arrival.app, default: 0] += 1 }
+        if e.phase != .admitted {
+            // Seqs mostly arrive ascending: the search from the end is usually one step.
+            var seqs = waiting[e.arrival.app] ?? []
+            var i = seqs.endIndex
+            while i > seqs.startIndex, seqs[i - 1] > e.seq { i -= 1 }
+            seqs.insert(e.seq, at: i)
+            waiting[e.arrival.app] = seqs
+        }
     }
 
     private mutating func remove(_ e: Entry) {
@@ -488,6 +536,10 @@ package struct NotificationAdmission: Sendable {
         if old.phase == .deferred {
             let n = (deferredPerApp[old.arrival.app] ?? 1) - 1
             deferredPerApp[old.arrival.app] = n > 0 ? n : nil
+        }
+        if old.phase != .admitted, var seqs = waiting[old.arrival.app], let i = seqs.lastIndex(of: old.seq) {
+            seqs.remove(at: i)
+            waiting[old.arrival.app] = seqs.isEmpty ? nil : seqs
         }
         if let c = old.arrival.collapseID, collapsing[CollapseKey(app: old.arrival.app, id: c)] == old.seq {
             collapsing[CollapseKey(app: old.arrival.app, id: c)] = nil

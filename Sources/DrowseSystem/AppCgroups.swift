@@ -19,8 +19,11 @@ package enum SuspensionMechanism: String, Sendable, Equatable {
 ///     <base>/apps/<app>/resident-…   the resident process and its children (a fresh leaf per start)
 ///     <base>/apps/<app>/run-…        one leaf per handler run, killed with cgroup.kill
 ///
-/// Only freeze and kill are used, core cgroup v2 features that need no controller, so nothing
-/// here writes `cgroup.subtree_control`. Every wait blocks in poll(2) on `cgroup.events`
+/// Freeze and kill are core cgroup v2 features that need no controller. Per-app limits
+/// (`pids.max`, `memory.max` on `<base>/apps/<app>`) need the pids and memory controllers
+/// enabled in `<base>` and `<base>/apps` (`enableControllers`); cgroup v2's no-internal-processes
+/// rule allows that only in a cgroup with no processes of its own, which is why drowsed lives in
+/// `<base>/daemon`, and handlers in leaves below their app. Every wait blocks in poll(2) on `cgroup.events`
 /// (the kernel signals POLLPRI when it changes): no timers, no sleep loops.
 package final class AppCgroups: Sendable {
     /// The folder of drowsed's subtree (a directory in the cgroup2 file system).
@@ -175,6 +178,37 @@ package final class AppCgroups: Sendable {
     }
 
     // MARK: The tree
+
+    // MARK: Limits
+
+    /// Enables the `pids` and `memory` controllers down to the app cgroups where the tree has
+    /// them (`cgroup.controllers` of `<base>`): in `<base>`, then in `<base>/apps`. A controller
+    /// the parent does not give (a hybrid tree whose pids and memory live in cgroup v1, or a
+    /// delegation without them) is left out; the rest still work. Returns those enabled.
+    @discardableResult
+    package func enableControllers() -> Set<String> {
+        let offered = Set(((try? FileSystem.readText(base + "/cgroup.controllers")) ?? "").split(whereSeparator: { $0 == " " || $0 == "\n" })
+                            .map(String.init))
+        var enabled: Set<String> = []
+        for c in ["pids", "memory"] where offered.contains(c) {
+            // Fails (EBUSY) while <base> holds processes: drowsed must be in <base>/daemon by now.
+            guard (try? Self.writeFile(base + "/cgroup.subtree_control", "+" + c)) != nil,
+                  (try? Self.writeFile(base + "/apps/cgroup.subtree_control", "+" + c)) != nil else { continue }
+            enabled.insert(c)
+        }
+        return enabled
+    }
+
+    /// Writes the app's `pids.max` and `memory.max` ("max" for no limit; `memory.swap.max` 0 with
+    /// a memory limit, so the limit is not dodged into swap). Returns which of the two the cgroup
+    /// holds now; the caller falls back to rlimits for the others.
+    package func setLimits(app: String, processes: Int?, memory: Int64?) -> (processes: Bool, memory: Bool) {
+        guard let path = try? ensureApp(app) else { return (false, false) }
+        let pids = (try? Self.writeFile(path + "/pids.max", processes.map(String.init) ?? "max")) != nil
+        let mem = (try? Self.writeFile(path + "/memory.max", memory.map(String.init) ?? "max")) != nil
+        if mem { _ = try? Self.writeFile(path + "/memory.swap.max", memory == nil ? "max" : "0") }
+        return (pids, mem)
+    }
 
     /// `<base>/apps/<app>` (not created).
     package func appPath(_ app: String) -> String { base + "/apps/" + app }

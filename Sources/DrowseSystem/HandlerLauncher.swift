@@ -22,6 +22,10 @@ package struct LaunchRequest: Sendable {
     /// A leaf cgroup directory (`AppCgroups.makeLeaf`) the process joins before it runs; nil:
     /// none, and containment relies on the process tree (`ProcessTree`).
     package var cgroup: String?
+    /// Limits set as rlimits in the child (where the app's cgroup cannot hold them): RLIMIT_NPROC
+    /// (per user) and RLIMIT_DATA (bytes); nil leaves them as inherited.
+    package var processLimit: Int?
+    package var dataLimit: Int64?
 
     package init(app: String, event: HandlerEvent, argv: [String], user: String?, workingDirectory: String?,
                 environment: [String: String], stdin: [UInt8], deadline: Double, killGrace: Double = 2,
@@ -267,8 +271,9 @@ package struct ProcessLauncher: HandlerLaunching {
         let rc = withCStrings(req.argv) { argv in
             withCStrings(envStrings) { envp in
                 groups.withUnsafeBufferPointer { g in
-                    drowse_spawn(program, argv, envp, req.workingDirectory, setIDs, uid, gid, g.baseAddress, Int32(g.count),
-                                 inPipe[0], outPipe[1], errPipe[1], cgroupFD, &failedStep, &pid)
+                    drowse_spawn_limited(program, argv, envp, req.workingDirectory, setIDs, uid, gid, g.baseAddress, Int32(g.count),
+                                         inPipe[0], outPipe[1], errPipe[1], cgroupFD, Int64(req.processLimit ?? -1),
+                                         req.dataLimit ?? -1, &failedStep, &pid)
                 }
             }
         }
@@ -278,6 +283,9 @@ package struct ProcessLauncher: HandlerLaunching {
             close(inPipe[1]); close(outPipe[0]); close(errPipe[0]); close(wakeFD)
             if failedStep == Int32(DROWSE_SPAWN_STEP_CGROUP), let cg = req.cgroup {
                 return failed("cannot join cgroup \(cg): \(String(cString: strerror(rc)))", errno: rc)
+            }
+            if failedStep == Int32(DROWSE_SPAWN_STEP_LIMITS) {
+                return failed("cannot set the app's rlimits: \(String(cString: strerror(rc)))", errno: rc)
             }
             return failed("\(program): \(String(cString: strerror(rc)))", errno: rc)
         }

@@ -99,6 +99,11 @@ struct Apps: ParsableCommand {
             say("minimum interval: \(a["minimum_interval"]?.stringValue ?? "?")")
             say("last result:      \(a["last_result"]?.stringValue ?? "—") (\(Human.when(a["last_fetch"]?.doubleValue)))")
             say("next fetch:       \(Human.when(a["next_fetch"]?.doubleValue)) — \(a["next_fetch_reason"]?.stringValue ?? "")")
+            if let l = a["limits"], l["processes_enforced_by"] != nil {
+                let procs = l["processes"]?.doubleValue.map { String(Int($0)) } ?? "unlimited"
+                say("limits:           processes \(procs) (\(l["processes_enforced_by"]?.stringValue ?? "?")), "
+                      + "memory \(l["memory_text"]?.stringValue ?? "?") (\(l["memory_enforced_by"]?.stringValue ?? "?"))")
+            }
             let history = a["history"]?.arrayValue ?? []
             if !history.isEmpty {
                 say("recent runs:")

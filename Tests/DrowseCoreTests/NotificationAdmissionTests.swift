@@ -24,8 +24,8 @@ private struct World {
     var timer: Double?
     var prunes = 0
 
-    init(maxPerHour: Int, deviceID: String = "") {
-        m = NotificationAdmission(budget: NotificationBudget(maxPerHour: maxPerHour), deviceID: deviceID)
+    init(maxPerHour: Int, deviceID: String = "", maxDeferred: Int = 64) {
+        m = NotificationAdmission(budget: NotificationBudget(maxPerHour: maxPerHour), deviceID: deviceID, maxDeferred: maxDeferred)
     }
 
     func uses() -> [String: [Double]] {
@@ -83,6 +83,7 @@ private struct World {
             case .expire(let seq, _): rows[seq]?.state = "expired"
             case .dropCollapsed(let seq, _, _): rows[seq]?.state = "collapsed"
             case .drop(let seq): rows[seq]?.state = "dropped"
+            case .evict(let seq, _, _): rows[seq]?.state = "evicted"
             case .startDownload(let seq, _): rows[seq]?.state = "download:t-1"
             case .chargeBudget(let seq, let at):
                 rows[seq]?.budgetAt = at
@@ -182,6 +183,75 @@ struct NotificationAdmissionTests {
         #expect(w.ran.isEmpty)
         #expect(w.state(100) == "deferred")
         #expect(w.timer == w.now - 60 + hour + slack)
+    }
+
+    // MARK: backlog (max_deferred)
+
+    @Test("past max_deferred the oldest waiting one is evicted: the store keeps the newest, a window runs those")
+    func backlogKeepsTheNewest() {
+        var w = World(maxPerHour: 2, maxDeferred: 3)
+        let t0 = w.now
+        for i in 0..<10 { w.receive(note(id: "n\(i)")); w.now += 1 }
+        #expect(w.ran == [1, 2])
+        #expect(w.rows.values.filter { $0.state == "deferred" }.count == 3)
+        #expect((3...7).allSatisfy { w.state(Int64($0)) == "evicted" })
+        #expect(w.m.waitingCount(app: "news") == 3 && w.m.followedCount == 5)
+        w.now = t0 + hour + 20
+        w.windowOpened()
+        w.now = t0 + 2 * hour + 40
+        w.windowOpened()
+        #expect(w.ran == [1, 2, 8, 9, 10])
+    }
+
+    @Test("the backlog is per app: a flood to one app evicts nothing of another")
+    func backlogIsPerApp() {
+        var w = World(maxPerHour: 1, maxDeferred: 2)
+        w.receive(note("a", id: "a0"))
+        w.receive(note("b", id: "b0"))
+        w.receive(note("b", id: "b1"))
+        for i in 1..<50 { w.receive(note("a", id: "a\(i)")) }
+        #expect(w.m.waitingCount(app: "a") == 2 && w.m.waitingCount(app: "b") == 1)
+        #expect(w.state(w.seq(ofKey: "id:b1")!) == "deferred")
+        #expect(w.rows.values.filter { $0.app == "a" && $0.state == "evicted" }.count == 47)
+    }
+
+    @Test("eviction takes the lowest priority first: a priority-10 one waiting for its rollout delay stays")
+    func backlogEvictsLowestPriorityFirst() {
+        var w = World(maxPerHour: 1, deviceID: "dev", maxDeferred: 2)
+        w.receive(note(id: "first"))
+        w.receive(note(id: "urgent", priority: 10, spread: 3600))  // waits for its delay
+        let urgent = w.seq(ofKey: "id:urgent")!
+        #expect(w.m.phase(of: urgent) == .spreading)
+        for i in 0..<5 { w.receive(note(id: "p5-\(i)")) }
+        #expect(w.m.phase(of: urgent) == .spreading)
+        #expect(w.state(w.seq(ofKey: "id:p5-4")!) == "deferred")
+        #expect((0..<4).allSatisfy { w.state(w.seq(ofKey: "id:p5-\($0)")!) == "evicted" })
+    }
+
+    @Test("a restart with a smaller max_deferred evicts the oldest of the restored backlog")
+    func backlogTrimmedOnRestore() {
+        var m = NotificationAdmission(budget: NotificationBudget(maxPerHour: 1), maxDeferred: 2)
+        let restored = (1...5).map {
+            NotificationAdmission.Restored(seq: Int64($0), receivedAt: 100, state: .deferred, arrival: note(id: "r\($0)"))
+        }
+        let out = m.restored(restored, now: 200, uses: ["news": [150]], nextWindow: nil)
+        let evicted = out.compactMap { if case .evict(let seq, _, 2) = $0 { seq } else { nil } }
+        #expect(evicted == [1, 2, 3])
+        #expect(m.waitingCount(app: "news") == 2 && m.phase(of: 4) == .deferred && m.phase(of: 5) == .deferred)
+    }
+
+    @Test("a flood's cost per message does not grow with its size: the followed set stays at max_deferred")
+    func backlogBoundsTheMachine() {
+        var w = World(maxPerHour: 1, maxDeferred: 4)
+        var m = w.m
+        _ = m.received(note(id: "x"), now: w.now) { "d" }
+        _ = m.recorded(seq: 1, now: w.now, uses: [:], nextWindow: nil)
+        for i in 2...20_000 {
+            _ = m.received(note(id: "n\(i)"), now: w.now) { "d" }
+            _ = m.recorded(seq: Int64(i), now: w.now, uses: ["news": [w.now]], nextWindow: nil)
+        }
+        #expect(m.followedCount == 5 && m.waitingCount(app: "news") == 4 && m.deferredCount == 4)
+        w.m = m
     }
 
     // MARK: windows

@@ -16,10 +16,20 @@ int drowse_spawn(const char *path, char *const argv[], char *const envp[], const
                  int set_ids, uid_t uid, gid_t gid, const gid_t *groups, int ngroups,
                  int stdin_fd, int stdout_fd, int stderr_fd, int cgroup_fd, int *out_failed_step, pid_t *out_pid);
 
+/// drowse_spawn with per-app limits for where the app's cgroup cannot hold them: `nproc_limit`
+/// (RLIMIT_NPROC, which the kernel counts over all processes of the user, not of one app) and
+/// `data_limit` (RLIMIT_DATA, bytes); -1 leaves a limit as inherited.
+int drowse_spawn_limited(const char *path, char *const argv[], char *const envp[], const char *cwd,
+                         int set_ids, uid_t uid, gid_t gid, const gid_t *groups, int ngroups,
+                         int stdin_fd, int stdout_fd, int stderr_fd, int cgroup_fd, long long nproc_limit,
+                         long long data_limit, int *out_failed_step, pid_t *out_pid);
+
 enum {
     DROWSE_SPAWN_STEP_OTHER = 0,
     /// Writing to the cgroup's cgroup.procs failed.
     DROWSE_SPAWN_STEP_CGROUP = 1,
+    /// Setting the handler's rlimits failed.
+    DROWSE_SPAWN_STEP_LIMITS = 2,
 };
 
 /// Makes this process the subreaper of its descendants (PR_SET_CHILD_SUBREAPER): a handler's
