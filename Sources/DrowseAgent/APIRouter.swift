@@ -9,7 +9,7 @@ package struct APIRequest: Sendable {
     package var body: [UInt8]
 }
 
-/// Maps `/v1/...` routes to the agent (SPEC.md, "Local API").
+/// Maps `/v1/...` routes to the agent (docs/contract.md, "Local API").
 package struct APIRouter: Sendable {
     let agent: Agent
 

@@ -153,7 +153,7 @@ package final class NotificationService {
             // Written (a kill -9 from here on cannot lose it), so the handler may start; the PUBACK
             // waits until the record is on disk too. A power cut in between runs the handler again
             // after the restart, like any run a crash interrupts: notifications are hints that are
-            // safe to repeat (DESIGN.md), and the fsync is off the path to the handler's start.
+            // safe to repeat (docs/design.md), and the fsync is off the path to the handler's start.
             // A duplicate's first copy may not be on disk yet either (written, then the daemon was
             // killed before its sync): it too is acknowledged only once it is.
             carryOut(admission.recorded(seq: seq, now: host.now(), uses: budgetUses(plus: appID), nextWindow: nextFetchWindow()),

@@ -1,4 +1,4 @@
-/// The apps of an apps.d folder: each `*.toml` file there is one app, usable or not (SPEC.md,
+/// The apps of an apps.d folder: each `*.toml` file there is one app, usable or not (docs/contract.md,
 /// "App definition": an invalid app file is reported and skipped; the other apps keep working).
 package struct AppCatalog: Sendable {
     /// An app file that cannot be used, and why.

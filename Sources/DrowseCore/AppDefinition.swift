@@ -15,7 +15,7 @@ package enum FetchInterval: Sendable, Equatable, CustomStringConvertible {
     }
 }
 
-/// `apps.d/<id>.toml` (SPEC.md, "App definition").
+/// `apps.d/<id>.toml` (docs/contract.md, "App definition").
 package struct AppDefinition: Sendable, Equatable {
     package var id: String
     package var file: String
@@ -39,7 +39,7 @@ package struct AppDefinition: Sendable, Equatable {
 
     package var isResident: Bool { processCommand != nil }
 
-    /// The command for an event kind, with the SPEC's fallbacks.
+    /// The command for an event kind, with the contract's fallbacks.
     package func command(for event: HandlerEvent) -> [String]? {
         switch event {
         case .fetch: fetchCommand

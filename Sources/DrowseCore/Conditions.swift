@@ -1,4 +1,4 @@
-/// What the board has right now: power and network (SPEC.md, `drowse conditions`).
+/// What the board has right now: power and network (docs/contract.md, `drowse conditions`).
 package struct Conditions: Sendable, Equatable {
     package enum PowerSource: String, Sendable { case ac, battery, unknown }
     package enum Network: String, Sendable { case none, ethernet, wifi, cellular }

@@ -1,4 +1,4 @@
-/// What a transfer asks of the board before it may use the network (SPEC: `--discretionary`,
+/// What a transfer asks of the board before it may use the network (docs/contract.md: `--discretionary`,
 /// `--no-cellular`, `--requires-power`; iOS's `discretionary` and `allowsCellularAccess`).
 package struct TransferRequirements: Sendable, Equatable {
     /// Only on an unmetered network, and on external power or a battery above the low mark.

@@ -123,7 +123,7 @@ package struct DownloadMachine: Sendable {
             offset = 0
             actions.append(.restart)
         } else if partLength > offset {
-            // Anything past the committed offset may be torn (DESIGN.md, Durability).
+            // Anything past the committed offset may be torn (docs/design.md, Durability).
             actions.append(.truncate(to: offset))
         }
         if let total, offset == total, offset > 0 {

@@ -1,4 +1,4 @@
-/// The result of one handler run, from its exit status (SPEC.md, "Handler protocol").
+/// The result of one handler run, from its exit status (docs/contract.md, "Handler protocol").
 package enum FetchResult: String, Sendable, Equatable, CaseIterable {
     case newData = "new-data"
     case noData = "no-data"

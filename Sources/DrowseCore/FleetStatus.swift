@@ -1,5 +1,5 @@
 /// The retained status a device publishes at `<prefix>/<device_id>/status`, and how `drowse
-/// fleet` reads it back (SPEC.md, "Notifications over MQTT"; issue #13, fleet status).
+/// fleet` reads it back (docs/contract.md, "Notifications over MQTT"; issue #13, fleet status).
 ///
 /// Online: `{"online": true, "apps": [...], "version", "last_window", "app_count", "failed_apps",
 /// "groups", "time", "reports"}`. The last will (and the status at a clean stop) is `{"online": false}` with
@@ -47,7 +47,7 @@ package struct FleetStatus: Sendable, Equatable {
         ])
     }
 
-    /// The message's JSON. Keys the SPEC named first (`online`, `apps`) keep their place.
+    /// The message's JSON. Keys docs/contract.md named first (`online`, `apps`) keep their place.
     package var json: JSON {
         guard online else { return .object([("online", false)] + (time.map { [("time", JSON($0))] } ?? [])) }
         return .object([

@@ -1,4 +1,4 @@
-/// Decides how one running handler is ended (SPEC.md, "Handler protocol"): past its deadline
+/// Decides how one running handler is ended (docs/contract.md, "Handler protocol"): past its deadline
 /// SIGTERM to its whole tree, SIGKILL `grace` seconds later if it is still there, and once it
 /// has exited, whatever it left behind is killed too; the run's ending follows from that.
 ///

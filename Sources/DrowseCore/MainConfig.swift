@@ -1,4 +1,4 @@
-/// `drowse.toml`: the daemon's configuration (SPEC.md, "Main config").
+/// `drowse.toml`: the daemon's configuration (docs/contract.md, "Main config").
 package struct MainConfig: Sendable, Equatable {
     package var file: String
     package var deviceID: String
@@ -109,9 +109,9 @@ package struct MainConfig: Sendable, Equatable {
         package var meteredInterfaces: [String]? = nil
     }
 
-    /// Knobs beyond the SPEC's defaults, mainly so tests can run at seconds scale.
+    /// Knobs beyond the contract's defaults, mainly so tests can run at seconds scale.
     package struct SchedulerConfig: Sendable, Equatable {
-        /// How long a handler may run (the SPEC's 30 s).
+        /// How long a handler may run (the contract's 30 s).
         package var handlerDeadline: Duration = .seconds(30)
         /// What `minimum_interval = "minimum"` means.
         package var minimumInterval: Duration = .seconds(600)

@@ -1,4 +1,4 @@
-/// A notification payload as received over MQTT, checked (SPEC.md, "Notifications over MQTT").
+/// A notification payload as received over MQTT, checked (docs/contract.md, "Notifications over MQTT").
 package struct Notification: Sendable, Equatable {
     package static let maxBytes = 4096
 
@@ -96,7 +96,7 @@ package struct Notification: Sendable, Equatable {
     }
 }
 
-/// MQTT topics Drowse uses (SPEC.md).
+/// MQTT topics Drowse uses (docs/contract.md).
 package enum Topics {
     package static func notify(prefix: String, device: String, app: String) -> String {
         "\(prefix)/\(device)/apps/\(app)/notify"

@@ -1,7 +1,7 @@
 /// Decides what becomes of each silent notification once its payload has been checked: refused
 /// as expired, recorded under a dedupe key, run at once, deferred, collapsed into a newer one,
 /// expired while it waited, or released when a fetch window opens or the app's hourly budget has
-/// room again; and when the dedupe records of old notifications are pruned (SPEC.md,
+/// room again; and when the dedupe records of old notifications are pruned (docs/contract.md,
 /// "Notifications over MQTT"; README, "Notifications").
 ///
 /// Pure: events in, each with the time, actions out; the agent carries the actions out and

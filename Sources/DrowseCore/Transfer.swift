@@ -1,4 +1,4 @@
-/// A background transfer as stored and shown (SPEC.md, "Transfers").
+/// A background transfer as stored and shown (docs/contract.md, "Transfers").
 package struct Transfer: Sendable, Equatable {
     package enum Kind: String, Sendable { case download, upload }
     package enum State: String, Sendable {
@@ -106,7 +106,7 @@ package struct Transfer: Sendable, Equatable {
         return t
     }
 
-    /// The SPEC's `--json` shape.
+    /// The contract's `--json` shape.
     package var json: JSON {
         [
             "id": .string(id), "app": .string(app), "session": .string(session), "kind": .string(kind.rawValue),

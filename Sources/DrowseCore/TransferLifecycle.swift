@@ -1,4 +1,4 @@
-/// The life of every background transfer (SPEC.md, "Transfers"), decided in one place: when it
+/// The life of every background transfer (docs/contract.md, "Transfers"), decided in one place: when it
 /// runs, waits for the board's conditions, pauses, is tried again after a backoff, runs out of
 /// its `--timeout-resource`, is cancelled, completes or fails, how many an app may have
 /// unfinished, and when a finished session goes to the app's events handler.

@@ -49,7 +49,7 @@ package struct URLParts: Sendable, Equatable {
         return String(url[..<sep.upperBound]) + "***" + String(rest[at...])
     }
 
-    /// Transfers accept http and https only (SPEC.md, "Transfers").
+    /// Transfers accept http and https only (docs/contract.md, "Transfers").
     package static func isTransferURL(_ url: String) -> Bool {
         guard let p = parse(url) else { return false }
         return p.scheme == "http" || p.scheme == "https"

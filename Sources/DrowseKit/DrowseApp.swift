@@ -192,7 +192,7 @@ public final class DrowseApp: Sendable {
 
     // MARK: Transfers
 
-    /// Queues a background download (SPEC.md, "Transfers"): `to` is where the verified file goes
+    /// Queues a background download (docs/contract.md, "Transfers"): `to` is where the verified file goes
     /// (absolute), `sha256` the expected digest in hex. When the session's transfers have
     /// finished, a `transfers` event arrives.
     public func download(url: String, to: String? = nil, sha256: String? = nil, session: String = "default") async throws

@@ -65,7 +65,7 @@ public struct BackgroundTaskID: Hashable, Sendable, CustomStringConvertible {
     public var description: String { rawValue }
 }
 
-/// A background download or upload owned by drowsed (SPEC.md, "Transfers").
+/// A background download or upload owned by drowsed (docs/contract.md, "Transfers").
 public struct DrowseTransfer: Sendable, Equatable {
     public enum Kind: String, Sendable { case download, upload }
     public enum State: String, Sendable { case waiting, running, paused, completed, failed, cancelled }

@@ -1,7 +1,7 @@
 import DrowseCore
 
 /// What `drowse simulate` reports: Drowse, Android-style batching and naive timers side by side, in total and per app
-/// (SPEC.md, `drowse simulate SCENARIO --json`).
+/// (docs/contract.md, `drowse simulate SCENARIO --json`).
 package struct SimulationReport: Sendable, Equatable {
     /// One strategy's figures, for all apps or one.
     package struct Totals: Sendable, Equatable {

@@ -18,7 +18,7 @@ package enum SQLValue: Sendable, Equatable {
 }
 
 /// A thin layer over the system libsqlite3. Not thread-safe: one owner uses it
-/// (the agent actor), which is how DESIGN.md wants every C library held.
+/// (the agent actor), which is how docs/design.md wants every C library held.
 package final class SQLiteDatabase {
     private var db: OpaquePointer?
     package let path: String

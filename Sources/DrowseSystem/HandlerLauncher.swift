@@ -5,7 +5,7 @@ import CDrowseSys
 import DrowseCore
 import Synchronization
 
-/// One launch of an app's handler (SPEC.md, "Handler protocol").
+/// One launch of an app's handler (docs/contract.md, "Handler protocol").
 package struct LaunchRequest: Sendable {
     package var app: String
     package var event: HandlerEvent

@@ -84,7 +84,7 @@ struct CurlCheck {
     }
 }
 
-/// How the http/https-only rule is given to libcurl (SPEC.md, "Transfers": also on redirects).
+/// How the http/https-only rule is given to libcurl (docs/contract.md, "Transfers": also on redirects).
 package enum ProtocolRule: Sendable, Equatable {
     /// `CURLOPT_PROTOCOLS_STR` and `CURLOPT_REDIR_PROTOCOLS_STR` = "http,https" (libcurl 7.85+).
     case names

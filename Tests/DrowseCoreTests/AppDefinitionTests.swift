@@ -18,7 +18,7 @@ struct AppDefinitionTests {
 
     // MARK: - Whole files
 
-    @Test("the SPEC's example app parses")
+    @Test("the contract's example app parses")
     func specExample() throws {
         let app = try AppDefinition.parse("""
             id   = "weather"

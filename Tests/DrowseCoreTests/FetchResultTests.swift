@@ -11,7 +11,7 @@ struct FetchResultTests {
         #expect(FetchResult(exitStatus: status) == result)
     }
 
-    @Test("results are spelled as the SPEC's last_result")
+    @Test("results are spelled as the contract's last_result")
     func rawValues() {
         #expect(FetchResult.allCases.map(\.rawValue) == ["new-data", "no-data", "failed"])
         #expect(FetchResult(rawValue: "no-data") == .noData)

@@ -26,7 +26,7 @@ struct MainConfigTests {
 
     // MARK: - Defaults
 
-    @Test("an empty file gives the SPEC's defaults")
+    @Test("an empty file gives the contract's defaults")
     func defaults() throws {
         let c = try parse("")
         #expect(c.file == Self.file)
@@ -47,7 +47,7 @@ struct MainConfigTests {
         #expect(MainConfig.defaultPath == "/etc/drowse/drowse.toml")
     }
 
-    @Test("the SPEC's example config parses")
+    @Test("the contract's example config parses")
     func specExample() throws {
         let c = try parse("""
             device_id = "pi-kitchen"            # default: derived from /etc/machine-id
@@ -326,7 +326,7 @@ struct MainConfigTests {
         }
     }
 
-    @Test("the radio model is one of the SPEC's names", arguments: ["auto", "lte", "3g", "wifi", "ethernet"])
+    @Test("the radio model is one of the contract's names", arguments: ["auto", "lte", "3g", "wifi", "ethernet"])
     func radioModels(model: String) throws {
         #expect(try parse("[radio]\nmodel = '\(model)'").radioModel == model)
     }

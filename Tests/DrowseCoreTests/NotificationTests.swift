@@ -27,9 +27,9 @@ struct NotificationTests {
         return Array(("{\"pad\":\"" + String(repeating: "x", count: size - overhead) + "\"}").utf8)
     }
 
-    // MARK: - The SPEC's payload
+    // MARK: - The contract's payload
 
-    @Test("the SPEC's silent notification parses, keeping the app's own keys")
+    @Test("the contract's silent notification parses, keeping the app's own keys")
     func specPayload() throws {
         let text = #"{"aps": {"content-available": 1}, "id": "7c0e", "content-id": 42}"#
         let n = try parse(text)

@@ -3,7 +3,7 @@ import Testing
 
 @Suite("Topics")
 struct TopicsTests {
-    @Test("builds the SPEC's notify and status topics")
+    @Test("builds the contract's notify and status topics")
     func build() {
         #expect(Topics.notify(prefix: "drowse", device: "pi-kitchen", app: "weather") == "drowse/pi-kitchen/apps/weather/notify")
         #expect(Topics.status(prefix: "drowse", device: "pi-kitchen") == "drowse/pi-kitchen/status")

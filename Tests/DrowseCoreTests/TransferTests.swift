@@ -22,7 +22,7 @@ struct TransferTests {
         }
     }
 
-    @Test("the JSON shape holds every key the SPEC lists, nulls included")
+    @Test("the JSON shape holds every key docs/contract.md lists, nulls included")
     func json() throws {
         var t = Transfer(id: "t1", app: "weather", session: "s", kind: .upload, url: "https://h/up", destination: nil,
             sha256: "ab", createdAt: 0)

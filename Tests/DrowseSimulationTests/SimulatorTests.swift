@@ -111,7 +111,7 @@ struct SimulatorTests {
         #expect(r.naive.intervalViolations == 0)
         #expect(r.drowse.toleranceViolations == 0)
         // Measured against the interval the scheduler itself chose (after no-data stretching and
-        // failure back-off, which SPEC.md asks for), every app is fetched within that interval
+        // failure back-off, which docs/contract.md asks for), every app is fetched within that interval
         // plus its tolerance: 1 + toleranceFraction of it at most (the tolerance is a share of the
         // base interval, which the effective one never undercuts).
         // (1e-9: the scheduler may use all of the tolerance, and Unix times carry rounding.)
@@ -418,7 +418,7 @@ struct SimulatorTests {
 
     // MARK: - JSON
 
-    @Test("the JSON report has the SPEC's keys for the totals and every app")
+    @Test("the JSON report has the contract's keys for the totals and every app")
     func jsonShape() throws {
         let r = Simulator(Self.outage).report()
         let json = r.json

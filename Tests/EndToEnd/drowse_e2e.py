@@ -643,7 +643,7 @@ class Drowse:
     # ---- CLI
 
     def cli(self, *args: str, timeout: float = 30.0, input: bytes | None = None) -> subprocess.CompletedProcess:
-        # The socket is passed through DROWSE_SOCKET (SPEC: `--socket PATH`, env DROWSE_SOCKET) so that
+        # The socket is passed through DROWSE_SOCKET (docs/contract.md: `--socket PATH`, env DROWSE_SOCKET) so that
         # the same call works whatever the subcommand; test_cli.py checks the `--socket` option itself.
         return subprocess.run([str(DROWSE), *args], capture_output=True, text=True, timeout=timeout,
                               env={**self.env(), "DROWSE_SOCKET": str(self.socket)}, input=input)

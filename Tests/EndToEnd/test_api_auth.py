@@ -1,5 +1,5 @@
 """The local API authorizes by SO_PEERCRED: root sees everything, an app's user only its app
-(SPEC: "Local API")."""
+(docs/contract.md: "Local API")."""
 
 import json
 import os
@@ -53,7 +53,7 @@ def test_app_user_sees_and_changes_only_its_own_app(make_drowse):
     assert json.loads(r.stdout)["result"] == "new-data"
     assert len(d.runs("mine")) == 1
 
-    # The same over raw HTTP, with the SPEC's error shape.
+    # The same over raw HTTP, with the contract's error shape.
     # Another user's app answers like a missing one: nobody learns which apps exist.
     code, body = curl_as_nobody(d, "GET", "/v1/apps/other")
     assert code == 404, body

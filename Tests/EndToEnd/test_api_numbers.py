@@ -1,5 +1,5 @@
 """Numbers and query strings are checked at the API's edge (issue "Security first", item 2):
-a bad value is a 400 with the SPEC's error shape, never a crash."""
+a bad value is a 400 with the contract's error shape, never a crash."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The command-line tool's socket option (SPEC: "`--socket PATH`, env DROWSE_SOCKET";
+"""The command-line tool's socket option (docs/contract.md: "`--socket PATH`, env DROWSE_SOCKET";
 INTERFACE.md: "global option `--socket PATH`")."""
 
 import json

@@ -1,5 +1,5 @@
 """Broken configuration: bad app files are skipped and reported; a bad main config stops drowsed
-with one clear line (SPEC: "Programs", "App definition")."""
+with one clear line (docs/contract.md: "Programs", "App definition")."""
 
 import json
 import os

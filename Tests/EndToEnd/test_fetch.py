@@ -1,5 +1,5 @@
 """Fetch handlers: results, deadlines, scheduling, users, state across restarts
-(SPEC: "Handler protocol", "Other commands")."""
+(docs/contract.md: "Handler protocol", "Other commands")."""
 
 import json
 import os

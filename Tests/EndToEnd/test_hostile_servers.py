@@ -1,4 +1,4 @@
-"""Downloads from servers that misbehave (SPEC: "Transfers"; DESIGN.md: "Durability", "Security").
+"""Downloads from servers that misbehave (docs/contract.md: "Transfers"; docs/design.md: "Durability", "Security").
 
 Every test runs a real drowsed against the scripted server in hostile_server.py and judges only
 what a user can see: the bytes at `--to` (compared with the exact content the server meant to serve,

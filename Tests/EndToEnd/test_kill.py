@@ -1,7 +1,7 @@
 """kill -9 drowsed again and again while three downloads run.
 
-SPEC ("Transfers"): a transfer survives a crash of drowsed and resumes where it stopped.
-DESIGN.md ("Durability"): write → fdatasync → commit the offset; on restart cut the part file back to the
+docs/contract.md ("Transfers"): a transfer survives a crash of drowsed and resumes where it stopped.
+docs/design.md ("Durability"): write → fdatasync → commit the offset; on restart cut the part file back to the
 committed offset and resume with Range + If-Range; the file appears at its final path only once verified.
 
 So after any number of SIGKILLs: every file is whole and has the right sha256, nothing (partial) ever
@@ -252,7 +252,7 @@ def test_sigkill_after_the_last_commit_does_not_download_again(nginx, make_drows
 
 # ----------------------------------------------------------------------------- uploads
 
-# Uploads (SPEC: "Before every resume ask the server for the offset; never resend from a guess. An upload
+# Uploads (docs/contract.md: "Before every resume ask the server for the offset; never resend from a guess. An upload
 # survives daemon kills like a download does."). The servers are upload_servers.py's, reading slowly.
 from drowse_e2e import write_random_file  # noqa: E402
 from upload_servers import UploadServer, data_requests, interrupted, resume_problems  # noqa: E402

@@ -1,4 +1,4 @@
-"""MQTT over TLS with client certificates and a per-device ACL (SPEC: `[mqtt]` url = "mqtts://...",
+"""MQTT over TLS with client certificates and a per-device ACL (docs/contract.md: `[mqtt]` url = "mqtts://...",
 ca_file, cert_file, key_file; deploy/mosquitto/ shows the same broker setup).
 
 The certificates are made here with the `openssl` command: a CA, a broker certificate for

@@ -1,4 +1,4 @@
-"""Delivery guarantees of notifications over a real mosquitto (SPEC: "Notifications over MQTT"):
+"""Delivery guarantees of notifications over a real mosquitto (docs/contract.md: "Notifications over MQTT"):
 nothing lost across daemon and broker restarts, nothing run twice, an interrupted run redone after
 kill -9, the rate budget (priority, deferral, collapse-id, expiration), push to transfer, and a
 dead link found by the keepalive.

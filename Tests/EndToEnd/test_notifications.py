@@ -1,4 +1,4 @@
-"""Silent notifications over a real mosquitto broker (SPEC: "Notifications over MQTT")."""
+"""Silent notifications over a real mosquitto broker (docs/contract.md: "Notifications over MQTT")."""
 
 import json
 import time
@@ -101,7 +101,7 @@ def test_mqtt_reconnect_after_broker_restart(broker, make_drowse):
 
 def test_duplicate_id_runs_once_and_expired_is_dropped(broker, make_drowse):
     d = start_with_notify_app(broker, make_drowse)
-    # SPEC: `id` dedupes, `expiration` (Unix time) is honoured.
+    # docs/contract.md: `id` dedupes, `expiration` (Unix time) is honoured.
     d.push("news", "--id", "dup-1", "-d", "content-id=1")
     d.push("news", "--id", "dup-1", "-d", "content-id=1")
     d.push("news", "--expiration", str(int(time.time()) - 60), "-d", "content-id=2")

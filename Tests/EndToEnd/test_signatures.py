@@ -1,5 +1,5 @@
 """Signed notifications: an app with notification.public_key accepts only JWS (EdDSA) payloads
-that verify (SPEC: "Notifications over MQTT", `drowse keygen`, `drowse push --sign`)."""
+that verify (docs/contract.md: "Notifications over MQTT", `drowse keygen`, `drowse push --sign`)."""
 
 import json
 import time

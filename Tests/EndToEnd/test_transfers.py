@@ -1,4 +1,4 @@
-"""Background downloads from a real nginx (SPEC: "Transfers")."""
+"""Background downloads from a real nginx (docs/contract.md: "Transfers")."""
 
 import json
 import os
