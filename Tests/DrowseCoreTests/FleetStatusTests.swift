@@ -10,7 +10,7 @@ struct FleetStatusTests {
     @Test("the online status keeps online and apps first and adds the fleet keys")
     func json() throws {
         let text = Self.full.json.serialized
-        #expect(text == #"{"online":true,"apps":["news","weather"],"version":"0.1.0","last_window":1700000000,"app_count":2,"failed_apps":["weather","broken"],"groups":["eu","beta"],"time":1700000100}"#)
+        #expect(text == #"{"online":true,"apps":["news","weather"],"version":"0.1.0","last_window":1700000000,"app_count":2,"failed_apps":["weather","broken"],"groups":["eu","beta"],"time":1700000100,"reports":{}}"#)
         var none = Self.full
         none.lastWindow = nil
         #expect(try JSON.parse(none.json.serialized)["last_window"]?.isNull == true)
