@@ -134,7 +134,9 @@ package final class NotificationService {
         // The key is the app's (the store's unique index is app + key), never the topic's: a
         // notification that reaches the device by two routes (its own topic and a group's, or two
         // groups) runs once. Without an id, the payload itself is the identity.
-        let actions = admission.received(arrival, now: t) { SHA256Hasher.hexDigest(of: body) }
+        let actions = admission.received(arrival, now: t, idDigest: { SHA256Hasher.hexDigest(of: Array($0.utf8)) }) {
+            SHA256Hasher.hexDigest(of: body)
+        }
         for action in actions {
             guard case .record(_, let key) = action else {
                 carryOut([action])

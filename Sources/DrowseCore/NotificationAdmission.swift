@@ -276,19 +276,24 @@ package struct NotificationAdmission: Sendable {
         return out
     }
 
+    /// An `id` up to this many bytes is its own dedupe key; a longer one is keyed by its digest.
+    /// The key is kept `dedupeWindow` after the notification is handled: ids of up to 4 KiB
+    /// made a flood of distinct notifications grow state.db by 4 KiB each for a week.
+    package static let maxKeyedID = 128
+
     /// A checked notification arrived. `digest` (of the payload) is asked for
-    /// only when the notification has no `id`.
+    /// only when the notification has no `id`; `idDigest` only for an id over `maxKeyedID` bytes.
     ///
     /// The dedupe key never holds the topic: one notification that reaches the device by two
     /// routes (its own topic and a group's, or two groups) is one notification for the app.
-    package mutating func received(_ a: Arrival, now: Double, digest: () -> String) -> [Action] {
+    package mutating func received(_ a: Arrival, now: Double, idDigest: (String) -> String, digest: () -> String) -> [Action] {
         var out = pruneIfDue(now: now)
         if a.expired(at: now) {
             arriving = nil
             out.append(.refuse(app: a.app, .expired))
             return out
         }
-        let key = a.id.map { "id:" + $0 } ?? "hash:" + digest()
+        let key = a.id.map { $0.utf8.count <= Self.maxKeyedID ? "id:" + $0 : "id-sha256:" + idDigest($0) } ?? "hash:" + digest()
         arriving = (a, key, now)
         out.append(.record(app: a.app, dedupeKey: key))
         return out

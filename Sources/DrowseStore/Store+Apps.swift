@@ -85,8 +85,7 @@ extension Store {
     package func record(_ run: RunRecord, fetch: FetchScheduler.Record? = nil, handlingNotification seq: Int64? = nil) throws(StoreError) {
         try db.transaction { () throws(StoreError) in
             if let seq {
-                try db.query("UPDATE notifications SET state = ?, handled_at = ? WHERE seq = ?",
-                             [.text(run.result.rawValue), .double(run.endedAt), .int(seq)])
+                try handled(seq, state: run.result.rawValue, at: run.endedAt)
             }
             try db.query(
                 "INSERT INTO runs(app, event, trigger, result, ending, started_at, ended_at) VALUES (?,?,?,?,?,?,?)",

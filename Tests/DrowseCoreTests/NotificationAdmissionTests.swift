@@ -39,7 +39,7 @@ private struct World {
 
     @discardableResult
     mutating func receive(_ a: NotificationAdmission.Arrival, digest: String = "digest") -> [Action] {
-        let actions = m.received(a, now: now) { digest }
+        let actions = m.received(a, now: now, idDigest: { "sha(\($0.utf8.count))" }) { digest }
         return apply(actions)
     }
 
@@ -244,10 +244,10 @@ struct NotificationAdmissionTests {
     func backlogBoundsTheMachine() {
         var w = World(maxPerHour: 1, maxDeferred: 4)
         var m = w.m
-        _ = m.received(note(id: "x"), now: w.now) { "d" }
+        _ = m.received(note(id: "x"), now: w.now, idDigest: { $0 }) { "d" }
         _ = m.recorded(seq: 1, now: w.now, uses: [:], nextWindow: nil)
         for i in 2...20_000 {
-            _ = m.received(note(id: "n\(i)"), now: w.now) { "d" }
+            _ = m.received(note(id: "n\(i)"), now: w.now, idDigest: { $0 }) { "d" }
             _ = m.recorded(seq: Int64(i), now: w.now, uses: ["news": [w.now]], nextWindow: nil)
         }
         #expect(m.followedCount == 5 && m.waitingCount(app: "news") == 4 && m.deferredCount == 4)
@@ -353,10 +353,10 @@ struct NotificationAdmissionTests {
     func duplicateByDigest() {
         var m = NotificationAdmission(budget: NotificationBudget(maxPerHour: 5))
         var asked = 0
-        let withID = m.received(note(id: "x"), now: 1) { asked += 1; return "d" }
+        let withID = m.received(note(id: "x"), now: 1, idDigest: { $0 }) { asked += 1; return "d" }
         #expect(withID == [.record(app: "news", dedupeKey: "id:x")])
         #expect(asked == 0)
-        let withoutID = m.received(note(), now: 1) { asked += 1; return "abc" }
+        let withoutID = m.received(note(), now: 1, idDigest: { $0 }) { asked += 1; return "abc" }
         #expect(withoutID == [.record(app: "news", dedupeKey: "hash:abc")])
         #expect(asked == 1)
         var w = World(maxPerHour: 5)
@@ -364,6 +364,19 @@ struct NotificationAdmissionTests {
         w.receive(note(), digest: "p1")
         w.receive(note(), digest: "p2")
         #expect(w.ran == [1, 2])
+    }
+
+    @Test("an id over maxKeyedID bytes is keyed by its digest (a 4 KB id was kept whole for a week); a short one as is")
+    func longIDKeyedByDigest() {
+        var m = NotificationAdmission(budget: NotificationBudget(maxPerHour: 5))
+        let long = String(repeating: "i", count: 4000)
+        var asked: [Int] = []
+        let a = m.received(note(id: long), now: 1, idDigest: { asked.append($0.utf8.count); return "feed" }) { "payload" }
+        #expect(a == [.record(app: "news", dedupeKey: "id-sha256:feed")])
+        #expect(asked == [4000])
+        let edge = String(repeating: "j", count: NotificationAdmission.maxKeyedID)
+        let b = m.received(note(id: edge), now: 1, idDigest: { _ in Issue.record("digest of a short id"); return "" }) { "payload" }
+        #expect(b == [.record(app: "news", dedupeKey: "id:" + edge)])
     }
 
     @Test("a recorded report without a notification on its way changes nothing")

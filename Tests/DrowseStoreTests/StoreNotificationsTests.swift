@@ -66,7 +66,7 @@ struct StoreNotificationsTests {
                 return duplicate
             }
             func push(_ id: String, at t: Double) throws -> Bool {
-                try carryOut(m.received(.init(app: "w", id: id), now: t, digest: { "" }), payload: "{\"id\":\"\(id)\"}", at: t)
+                try carryOut(m.received(.init(app: "w", id: id), now: t, idDigest: { $0 }, digest: { "" }), payload: "{\"id\":\"\(id)\"}", at: t)
             }
             let day = 86400.0, t0 = 1_700_000_000.0
             _ = try carryOut(m.restored([], now: t0, uses: [:], nextWindow: nil), payload: "", at: t0)

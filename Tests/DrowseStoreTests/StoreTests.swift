@@ -355,6 +355,40 @@ struct StoreTests {
         }
     }
 
+    @Test("a flood of distinct notifications, each evicted or run, leaves state.db small: handled ones keep only their dedupe key")
+    func handledNotificationsDropTheirPayload() throws {
+        try withStorePath { path in
+            let store = try Store(path: path)
+            let pad = String(repeating: "x", count: Notification.maxBytes - 100)
+            // As in a flood: each waits deferred, and leaves the backlog (evicted, or run) 64 later.
+            var seqs: [Int64] = []
+            for i in 0..<3000 {
+                let seq = try #require(try store.recordNotification(app: "flood", dedupeKey: "id:n\(i)", payload: "{\"id\":\"n\(i)\",\"pad\":\"\(pad)\"}", at: Double(i)))
+                try store.markNotification(seq, state: "deferred", at: Double(i))
+                seqs.append(seq)
+                guard i >= 64 else { continue }
+                let old = seqs[i - 64]
+                if i % 2 == 0 {
+                    try store.markNotification(old, state: "evicted", at: Double(i))
+                } else {
+                    try store.record(RunRecord(app: "flood", event: .notification, trigger: nil, result: .newData, ending: "exit status 0",
+                                               startedAt: Double(i), endedAt: Double(i)), handlingNotification: old)
+                }
+            }
+            let deferred = seqs[2999]
+            _ = try store.db.query("PRAGMA wal_checkpoint(TRUNCATE)")
+            let size = try #require(try FileManager.default.attributesOfItem(atPath: path)[.size] as? Int)
+            // 3000 payloads of ~4 KB kept would be over 12 MB.
+            #expect(size < 2 << 20, "state.db is \(size) bytes after 3000 handled 4 KB notifications")
+            #expect(try store.notificationPayload(deferred)?.hasPrefix("{\"id\":\"n2999\"") == true)
+            #expect(try store.pendingNotifications().count == 64)
+            #expect(try store.notificationState(seqs[100]) == "evicted" && store.notificationState(seqs[101]) == FetchResult.newData.rawValue)
+            // Handled ones still dedupe a redelivery.
+            #expect(try store.recordNotification(app: "flood", dedupeKey: "id:n2", payload: "{}", at: 5000) == nil)
+            #expect(try store.recordNotification(app: "flood", dedupeKey: "id:n3", payload: "{}", at: 5000) == nil)
+        }
+    }
+
     @Test("pruning forgets old handled notifications, never pending ones")
     func prune() throws {
         try withStorePath { path in
