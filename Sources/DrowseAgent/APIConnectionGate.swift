@@ -10,10 +10,26 @@ import Synchronization
 /// event loops, so the counts are behind a lock).
 final class APIAdmissionControl: Sendable {
     private let state: Mutex<ConnectionAdmission>
+    /// Refused connections still open for their linger: each holds one of the listener's
+    /// places, so only a few may linger; past that a refusal closes at once (a reconnecting
+    /// flood would otherwise keep the places full and the backlog with it).
+    private let lingering = Mutex(0)
+    static let maxLingering = 4
 
     init(perUID: Int, shared: Int) {
         state = Mutex(ConnectionAdmission(perUID: perUID, shared: shared))
     }
+
+    /// A place for one more lingering refusal, if there is one.
+    func startLinger() -> Bool {
+        lingering.withLock { n in
+            guard n < Self.maxLingering else { return false }
+            n += 1
+            return true
+        }
+    }
+
+    func endLinger() { lingering.withLock { $0 -= 1 } }
 
     func opened(_ caller: Caller) -> ConnectionAdmission.Verdict {
         state.withLock { $0.opened(uid: caller.uid, privileged: caller.isAdmin) }
@@ -111,8 +127,17 @@ final class APIConnectionGate: ChannelDuplexHandler {
         var buf = context.channel.allocator.buffer(capacity: text.utf8.count)
         buf.writeString(text)
         let channel = context.channel
-        context.writeAndFlush(wrapOutboundOut(buf)).whenComplete { _ in channel.close(mode: .output, promise: nil) }
         writeTimer?.cancel()
+        writeTimer = nil
+        guard admission.startLinger() else {
+            // Many refusals at once (a reconnecting flood): the answer, then close, freeing the
+            // place for the next caller at once; this client may see a reset instead of the 429.
+            context.writeAndFlush(wrapOutboundOut(buf)).whenComplete { _ in channel.close(promise: nil) }
+            return
+        }
+        context.writeAndFlush(wrapOutboundOut(buf)).whenComplete { _ in channel.close(mode: .output, promise: nil) }
+        let admission = self.admission
+        channel.closeFuture.whenComplete { _ in admission.endLinger() }
         writeTimer = context.eventLoop.scheduleTask(in: Self.refusalLinger) { channel.close(promise: nil) }
         if readHeld {
             readHeld = false

@@ -269,6 +269,58 @@ def test_one_uid_holding_connections_does_not_stall_the_others(make_drowse):
     wait_until(lambda: curl_as(NOBODY, d, "GET", "/v1/status")[0] == 200, 5, what="nobody to get a place again")
 
 
+FLOODER = r"""
+import collections, socket, sys, time
+path, seconds = sys.argv[1], float(sys.argv[2])
+kept = collections.deque()
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.setblocking(False)
+    try:
+        s.connect(path)
+        s.send(b"GET /v1/status HTTP/1.1\r\nHost: drowse\r\n\r\n")
+    except OSError:
+        s.close()
+        time.sleep(0.001)
+        continue
+    kept.append(s)  # never read; the newest 30 stay open
+    if len(kept) > 30:
+        kept.popleft().close()
+"""
+
+
+@needs_root
+def test_a_reconnecting_flood_of_one_uid_does_not_shut_out_the_others(make_drowse):
+    """Six processes of nobody's reconnect as fast as they can, never reading. Refusals free their
+    places at once past a few lingering ones, so drowsed keeps accepting at full speed, and
+    another user's `drowse status` and root's (blocking connects, as the CLI and DrowseKit make)
+    get in. (A non-blocking connect may still find the kernel's listen backlog full while the
+    flood lasts: the kernel has no per-uid fairness there.)"""
+    d = make_drowse()
+    os.chmod(d.base, 0o755)
+    d.start()
+    flooders = [subprocess.Popen(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", sys.executable, "-c",
+                                  FLOODER, str(d.socket), "10"], env={"PATH": "/usr/bin:/bin"}) for _ in range(6)]
+    try:
+        time.sleep(1.5)
+        results = []
+        for _ in range(5):
+            started = time.monotonic()
+            r = as_uid(STRANGER, str(DROWSE), "--socket", str(d.socket), "status", "--json", timeout=30)
+            stranger = time.monotonic() - started
+            results.append((r.returncode, round(stranger, 2), round(timed_status(d), 2)))
+            time.sleep(0.3)
+        print(f"\n[flood] (stranger's exit status, its seconds, root's seconds) for drowse status: {results}")
+        assert all(rc == 0 for rc, _, _ in results), results
+        assert all(a < 2 and b < 2 for _, a, b in results), results
+    finally:
+        for f in flooders:
+            f.kill()
+            f.wait()
+    assert d.proc.poll() is None
+
+
 @needs_root
 def test_max_connections_per_uid_is_read_from_config(make_drowse):
     d = make_drowse(extra_config="[api]\nmax_connections_per_uid = 2\n")
