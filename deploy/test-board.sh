@@ -17,7 +17,7 @@
 #      BOARD_IDLE_SECONDS  length of the idle measurement (default 60)
 #      BOARD_ACCEL=tcg   never try KVM
 #      BOARD_KEEP=1      keep the VM's folder (console.log, qemu.log, overlay) under /tmp
-#      PYTEST_ARGS       extra pytest arguments (e.g. "-k power")
+#      PYTEST_ADDOPTS    extra pytest arguments, as pytest reads them (e.g. "-k 'idle or power'")
 set -euo pipefail
 # shellcheck source=deploy/common.sh
 . "$(dirname "$0")/common.sh"
@@ -56,8 +56,7 @@ export BOARD_DEB=$DEB BOARD_IMAGE_DIR=$IMAGE BOARD_RESULTS=$RESULTS
 say "board suite: $(basename "$DEB") on $IMAGE"
 t2=$(date +%s)
 rc=0
-# shellcheck disable=SC2086  # PYTEST_ARGS is split on purpose
-timeout 1500 python3 -m pytest Tests/Board -q -s ${PYTEST_ARGS:-} || rc=$?
+timeout 1500 python3 -m pytest Tests/Board -q -s || rc=$?
 t_suite=$(( $(date +%s) - t2 ))
 echo
 echo "== board figures"
