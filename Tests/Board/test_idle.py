@@ -52,8 +52,9 @@ def test_idle_drowsed_does_not_wake_and_its_pss(configured):
     while time.monotonic() - settle_start < 10:
         time.sleep(1)
         _, now = sample(b)
-        if changes(first, now):
+        if c := changes(first, now):
             last_wake = time.monotonic() - settle_start
+            print(f"  after the status request, t={last_wake:.0f}s: {c}")
         first = now
     figure("last wake after a status request (s, sampled each 1 s; 0 = none after the first second)",
            f"{last_wake:.0f}")
