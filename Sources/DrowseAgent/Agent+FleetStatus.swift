@@ -10,7 +10,7 @@ struct FleetStatusState {
     /// What was published last (or set for the next connect): a change is republished, the
     /// same content is not.
     var published: FleetStatus?
-    /// Each app's report (`drowse report`), as stored.
+    /// Each app's report (`drowse report`), as stored: read with the app files, kept here after.
     var reports: [String: [String: String]] = [:]
 }
 
@@ -30,7 +30,6 @@ extension Agent {
     func loadFailedApps() {
         for id in apps.keys where fleet.lastRunFailed[id] == nil {
             fleet.lastRunFailed[id] = (try? store.app(id, now: now()))?.lastResult == .failed
-            fleet.reports[id] = try? store.report(app: id)
         }
     }
 

@@ -58,7 +58,7 @@ extension Agent {
             ("consecutive_failures", JSON(rec?.consecutiveFailures)), ("last_used", JSON(rec?.lastUsed)),
             ("user", JSON(app.user)), ("running", .bool(fetching)),
             ("resident", .bool(app.isResident)), ("limits", limitsJSON(app)),
-            ("report", AppReport.json((try? store.report(app: app.id)) ?? [:])),
+            ("report", AppReport.json(fleet.reports[app.id] ?? [:])),
         ] + stateMembers(app.id)
         if history {
             let runs = (try? store.runs(app: app.id)) ?? []

@@ -172,6 +172,8 @@ package actor Agent {
         invalidApps = catalog.invalid.map { ($0.file, $0.id, $0.error.description) }
         for bad in catalog.invalid { logger.error("app file skipped: \(bad.error.description)") }
         for id in apps.keys.sorted() { _ = try? store.app(id, now: now()) }
+        // What each app last reported of itself: shown by `drowse apps show` and in the fleet status.
+        fleet.reports = Dictionary(uniqueKeysWithValues: apps.keys.map { ($0, (try? store.report(app: $0)) ?? [:]) })
         logger.info("loaded \(apps.count) app(s), \(invalidApps.count) invalid", metadata: ["apps": "\(apps.keys.sorted())"])
     }
 
