@@ -114,8 +114,9 @@ def configured(board, broker):
                      'id = "boardapp"\n'
                      'working_directory = "/var/lib/board-app"\n'
                      "[notification]\n"
-                     # One line per run: the payload, then a newline, flushed to disk.
-                     'command = ["/bin/sh", "-c", "{ cat; echo; } >>notes && sync notes"]\n'
+                     # One line per run, the payload and its newline in one append (handlers run
+                     # side by side: two writes each interleaved), flushed to disk.
+                     'command = ["/bin/sh", "-c", "line=$(cat); printf \'%s\\\\n\' \\"$line\\" >>notes && sync notes"]\n'
                      "[transfers]\n"
                      'events_command = ["/bin/true"]\n')
     board.sh("drowsed --check-config --config /etc/drowse/drowse.toml")
