@@ -109,6 +109,9 @@ class Board:
         self.accel = "kvm" if _kvm_usable(arch) else "tcg"
         self.boots = 0
         self.last_boot_s = 0.0
+        # The RTC at the next boot (qemu's `-rtc base=`): None is the host's UTC time; a date such as
+        # "2020-01-01T00:00:00" boots a board whose clock is far behind, as a Pi without an RTC does.
+        self.rtc_base: str | None = None
 
     # ------------------------------------------------------------------ qemu
 
@@ -144,6 +147,7 @@ class Board:
             "-device", "virtserialport,chardev=qga0,name=org.qemu.guest_agent.0",
             "-qmp", f"unix:{self.qmp_path},server=on,wait=off",
             "-serial", f"file:{self.console}",
+            "-rtc", f"base={self.rtc_base or 'utc'},clock=host",
         ]
 
     def boot(self, timeout: float = 240.0) -> float:
