@@ -23,6 +23,9 @@
 #include <sys/resource.h>
 #include <dirent.h>
 #include <stdio.h>
+#include <stdint.h>
+#include <sys/timerfd.h>
+#include <time.h>
 
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
@@ -556,4 +559,38 @@ int drowse_netlink_route_socket(void) {
 
 int drowse_netlink_uevent_socket(void) {
     return netlink_socket(NETLINK_KOBJECT_UEVENT, 1);
+}
+
+/* A timerfd on CLOCK_REALTIME armed far in the future with TFD_TIMER_CANCEL_ON_SET: it becomes
+   readable, and read(2) fails with ECANCELED, whenever the wall clock is set (settimeofday,
+   clock_settime, adjtimex ADJ_SETOFFSET: a time sync's step). Slewing does not wake it. */
+int drowse_clock_step_fd(void) {
+    int fd = timerfd_create(CLOCK_REALTIME, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (fd < 0) return -1;
+    if (drowse_clock_step_rearm(fd) != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
+int drowse_clock_step_rearm(int fd) {
+    struct itimerspec its;
+    memset(&its, 0, sizeof its);
+    /* The far future, but within a 32-bit time_t (2038-01-19): expiry is never reached in practice,
+       and a clock set beyond it makes the fd readable too, which is handled the same way. */
+    its.it_value.tv_sec = 0x7ffffff0;
+    return timerfd_settime(fd, TFD_TIMER_ABSTIME | TFD_TIMER_CANCEL_ON_SET, &its, NULL);
+}
+
+/* 1: the clock was set since the last call (the fd is re-armed); 0: nothing to read; -1: error. */
+int drowse_clock_step_read(int fd) {
+    uint64_t expirations;
+    ssize_t r = read(fd, &expirations, sizeof expirations);
+    if (r < 0 && errno == EAGAIN) return 0;
+    if (r < 0 && errno != ECANCELED) return -1;
+    /* ECANCELED: the clock was set. A read of 8 bytes: the timer expired (a clock beyond 2038). */
+    return drowse_clock_step_rearm(fd) == 0 ? 1 : -1;
 }

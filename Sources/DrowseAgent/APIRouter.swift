@@ -115,7 +115,7 @@ package struct APIRouter: Sendable {
             let outcome = try await agent.fetchNow(p[1], caller: caller)
             return .object([
                 ("id", .string(p[1])), ("result", .string(outcome.result.rawValue)), ("ending", .string(outcome.summary)),
-                ("started_at", .number(outcome.startedAt)), ("ended_at", .number(outcome.endedAt)),
+                ("started_at", .number(agent.timeline.wall(outcome.startedAt))), ("ended_at", .number(agent.timeline.wall(outcome.endedAt))),
             ])
         case ("POST", 3) where p[0] == "apps" && p[2] == "used":
             try await agent.used(p[1], caller: caller)
@@ -153,7 +153,8 @@ package struct APIRouter: Sendable {
                 limit = n
             }
             let after = req.query["after"].flatMap { $0.isEmpty ? nil : $0 }
-            return .array(try await agent.transfers(app: req.query["app"], after: after, limit: limit, caller: caller).map(\.json))
+            let skew = agent.timeline.skew
+            return .array(try await agent.transfers(app: req.query["app"], after: after, limit: limit, caller: caller).map { $0.json(wall: skew) })
         case ("POST", 1) where p[0] == "transfers":
             let b = try body(req)
             guard let url = try string(b, "url"), let app = try string(b, "app") else {
@@ -179,11 +180,11 @@ package struct APIRouter: Sendable {
                 discretionary: try flag(b, "discretionary"), noCellular: try flag(b, "no_cellular"),
                 requiresPower: try flag(b, "requires_power"))
             if let seconds = try duration(b, "timeout_resource") { r.timeoutResource = seconds }
-            return try await agent.createTransfer(r, caller: caller).json
+            return try await agent.createTransfer(r, caller: caller).json(wall: agent.timeline.skew)
         case ("GET", 2) where p[0] == "transfers":
-            return try await agent.transfer(p[1], caller: caller).json
+            return try await agent.transfer(p[1], caller: caller).json(wall: agent.timeline.skew)
         case ("POST", 3) where p[0] == "transfers" && p[2] == "cancel", ("DELETE", 2) where p[0] == "transfers":
-            return try await agent.cancel(p[1], caller: caller).json
+            return try await agent.cancel(p[1], caller: caller).json(wall: agent.timeline.skew)
         default:
             throw .notFound("no route \(req.method) \(req.path)")
         }

@@ -3,7 +3,7 @@ import DrowseStore
 
 /// What the retained status (`<prefix>/<device_id>/status`) is made of beyond the app list.
 struct FleetStatusState {
-    /// Unix time of the last wake window since the daemon started.
+    /// When the last wake window since the daemon started opened (on the timeline; shown in wall time).
     var lastWindow: Double?
     /// Whether each app's last handler run (any event) failed.
     var lastRunFailed: [String: Bool] = [:]
@@ -21,8 +21,8 @@ extension Agent {
         let ids = apps.keys.sorted()
         let failed = ids.filter { fleet.lastRunFailed[$0] == true } + invalidApps.map(\.id).sorted()
         return FleetStatus(
-            online: true, apps: ids, version: Agent.version, lastWindow: fleet.lastWindow, appCount: ids.count,
-            failedApps: failed, groups: config.mqtt?.groups ?? [], time: now(),
+            online: true, apps: ids, version: Agent.version, lastWindow: wall(fleet.lastWindow), appCount: ids.count,
+            failedApps: failed, groups: config.mqtt?.groups ?? [], time: wall(now()),
             reports: fleet.reports.filter { apps[$0.key] != nil && !$0.value.isEmpty })
     }
 

@@ -90,7 +90,8 @@ extension Agent {
                 self.lifecycleTimer = nil
                 guard let at else { return }
                 self.lifecycleTimer = WakeTimer.after(max(0, at - self.now())) { Task { await self.lifecycleTimerFired() } }
-            })
+            },
+            wall: { [timeline] in timeline.wall($0) })
         return LifecycleService(settings: settings, host: host, logger: logger)
     }
 
@@ -231,17 +232,17 @@ extension Agent {
 
     package func beginTask(_ id: String, name: String?, caller: Caller) throws(APIError) -> JSON {
         _ = try app(id, for: caller)
-        return try lifecycle.beginTask(id, name: name).json(now: now())
+        return try lifecycle.beginTask(id, name: name).json(now: now(), wall: timeline.skew)
     }
 
     package func endTask(_ id: String, task: String, caller: Caller) throws(APIError) -> JSON {
         _ = try app(id, for: caller)
-        return try lifecycle.endTask(id, id: task).json(now: now())
+        return try lifecycle.endTask(id, id: task).json(now: now(), wall: timeline.skew)
     }
 
     package func task(_ id: String, task: String, caller: Caller) throws(APIError) -> JSON {
         _ = try app(id, for: caller)
-        return try lifecycle.task(id, id: task).json(now: now())
+        return try lifecycle.task(id, id: task).json(now: now(), wall: timeline.skew)
     }
 
     package func activate(_ id: String, _ on: Bool, caller: Caller) throws(APIError) -> JSON {

@@ -68,7 +68,8 @@ extension Agent {
                 self.deferredTimer = nil
                 guard let at else { return }
                 self.deferredTimer = WakeTimer.after(max(0, at - self.now())) { Task { await self.deferredTimerFired() } }
-            })
+            },
+            fromWall: { [timeline] in timeline.fromWall($0) })
         let service = NotificationService(
             admission: NotificationAdmission(budget: NotificationBudget(maxPerHour: config.notifications.maxPerHour), deviceID: config.deviceID,
                                              maxDeferred: config.notifications.maxDeferred),

@@ -13,7 +13,7 @@ extension Agent {
                 ("unexpected_messages", JSON(notifications.unexpectedMessages)),
             ])),
             ("conditions", conditions.json),
-            ("next_window", JSON(fetch.plannedWindow?.at)),
+            ("next_window", JSON(wall(fetch.plannedWindow?.at))),
             // Which apps run when is the admins' to know; anyone else learns only about their own.
             ("next_window_apps", .array((fetch.plannedWindow?.apps ?? []).filter { id in
                 caller.isAdmin || apps[id].map { visible($0, to: caller) } == true
@@ -31,6 +31,7 @@ extension Agent {
     }
 
     func conditionsChanged(_ change: ConditionsMonitor.Change) {
+        if case .clock = change { return clockStepped() }
         logger.debug("conditions: the kernel reports a \(change) change")
         refreshConditions()
     }
@@ -47,15 +48,15 @@ extension Agent {
         let fetching = fetch.running.contains(app.id)
         var members: [(String, JSON)] = [
             ("id", .string(app.id)), ("valid", true), ("error", nil), ("file", .string(app.file)),
-            ("last_result", JSON(rec?.lastResult?.rawValue)), ("last_fetch", JSON(rec?.lastFetch)),
-            ("next_fetch", JSON(fetching ? nil : plan?.plannedAt)),
+            ("last_result", JSON(rec?.lastResult?.rawValue)), ("last_fetch", JSON(wall(rec?.lastFetch))),
+            ("next_fetch", JSON(fetching ? nil : wall(plan?.plannedAt))),
             ("next_fetch_reason", .string(fetching ? "fetching now" : plan?.reason ?? "")),
             // The stated rule: eligible from, and run by (offline time not counted).
-            ("eligible_at", JSON(fetching ? nil : plan?.eligibleAt)),
-            ("due_by", JSON(fetching ? nil : plan?.dueBy)),
+            ("eligible_at", JSON(fetching ? nil : wall(plan?.eligibleAt))),
+            ("due_by", JSON(fetching ? nil : wall(plan?.dueBy))),
             ("tolerance_seconds", JSON(plan?.tolerance)),
             ("minimum_interval", .string(app.fetchInterval.description)),
-            ("consecutive_failures", JSON(rec?.consecutiveFailures)), ("last_used", JSON(rec?.lastUsed)),
+            ("consecutive_failures", JSON(rec?.consecutiveFailures)), ("last_used", JSON(wall(rec?.lastUsed))),
             ("user", JSON(app.user)), ("running", .bool(fetching)),
             ("resident", .bool(app.isResident)), ("limits", limitsJSON(app)),
             ("report", AppReport.json(fleet.reports[app.id] ?? [:])),
@@ -65,7 +66,7 @@ extension Agent {
             members.append(("history", .array(runs.map { r in
                 .object([
                     ("event", .string(r.event.rawValue)), ("trigger", JSON(r.trigger)), ("result", .string(r.result.rawValue)),
-                    ("ending", .string(r.ending)), ("started_at", .number(r.startedAt)), ("ended_at", .number(r.endedAt)),
+                    ("ending", .string(r.ending)), ("started_at", .number(wall(r.startedAt))), ("ended_at", .number(wall(r.endedAt))),
                 ])
             })))
         }

@@ -68,7 +68,8 @@ extension Agent {
                 // Through the handler queue, like every handler: at most max_concurrent_handlers run at once.
                 self.enqueueHandler(.transfers(app: app, key: key, stdin: stdin, batch: batch))
             },
-            radioUsed: { self.radioBusy() })
+            radioUsed: { self.radioBusy() },
+            skew: { [timeline] in timeline.skew })
         let service = TransferService(lifecycle: lifecycle, store: store, files: SystemTransferFiles(), host: host, stateDir: config.stateDir,
                                       logger: logger)
         service.metrics = metrics

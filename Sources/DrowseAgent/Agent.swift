@@ -18,6 +18,9 @@ package actor Agent {
     let logger: Logger
     let launcher: HandlerLaunching
     let store: Store
+    /// Drowse's time: every time planned or recorded is on it; a step of the wall clock changes
+    /// only how those times are shown (docs/design.md, "Time on a board without a real-time clock").
+    let timeline: Timeline
     /// The fetch scheduler as configured, before the service takes it over.
     let initialScheduler: FetchScheduler
     /// `--scheduler-trace`: what the scheduler was fed and answered.
@@ -85,10 +88,12 @@ package actor Agent {
     /// The `[metrics] textfile`, its folder opened once at start-up (see `ReplacedFile`).
     var metricsTextfile: ReplacedFile?
 
-    package init(config: MainConfig, logger: Logger, launcher: HandlerLaunching = ProcessLauncher(), schedulerTrace: String? = nil) throws {
+    package init(config: MainConfig, logger: Logger, launcher: HandlerLaunching = ProcessLauncher(), schedulerTrace: String? = nil,
+                 timeline: Timeline = .process) throws {
         self.config = config
         self.logger = logger
         self.launcher = launcher
+        self.timeline = timeline
         // state_dir and inbox/ are traversable (0711) so an app's user can reach its own
         // inbox/<app>/ folder, which it owns; transfers/ (partial files) stays private.
         try FileSystem.makeDirectories(config.stateDir, mode: 0o711)
@@ -97,10 +102,14 @@ package actor Agent {
         chmod(config.stateDir, 0o711)
         chmod(config.stateDir + "/inbox", 0o711)
         store = try Store(path: config.stateDir + "/state.db")
+        // The stored times onto this run's timeline, before anything reads them.
+        if let shift = try store.alignTimeline(bootID: Timeline.bootID(), origin: timeline.origin, now: timeline.now()) {
+            logger.notice("stored times moved by \(shift.seconds) s: \(shift.reason)")
+        }
         conditionsService = ConditionsService(
             reader: ConditionsProbe(sysfsRoot: config.conditions.sysfsRoot, meteredInterfaces: config.conditions.meteredInterfaces),
             policy: ConditionsPolicy(batteryLowPercent: config.conditions.batteryLowPercent), radioModel: config.radioModel,
-            now: WallClock.now(), logger: logger)
+            now: timeline.now(), logger: logger)
         var fetchPolicy = FetchPlanner()
         fetchPolicy.dailyBudget = config.scheduler.dailyBudget.seconds
         fetchPolicy.toleranceFraction = config.scheduler.tolerance
@@ -158,7 +167,11 @@ package actor Agent {
         logger.info("drowsed stopped")
     }
 
-    func now() -> Double { WallClock.now() }
+    func now() -> Double { timeline.now() }
+
+    /// A time on the timeline as the wall clock names it now: what the API shows and handlers see.
+    func wall(_ t: Double) -> Double { timeline.wall(t) }
+    func wall(_ t: Double?) -> Double? { timeline.wall(t) }
 
     // MARK: apps
 
@@ -240,7 +253,7 @@ package actor Agent {
         let deadline = start + config.scheduler.handlerDeadline.seconds
         var env: [String: String] = [
             "DROWSE_APP": app.id, "DROWSE_EVENT": event.rawValue,
-            "DROWSE_DEADLINE": String(format3(deadline)), "DROWSE_SOCKET": config.socket,
+            "DROWSE_DEADLINE": String(format3(wall(deadline))), "DROWSE_SOCKET": config.socket,
             "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8",
         ]
         if app.user == nil, let home = getenv("HOME") { env["HOME"] = String(cString: home) }

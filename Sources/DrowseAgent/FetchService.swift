@@ -140,6 +140,11 @@ package final class FetchService {
         if c != scheduler.conditions { schedule(.conditionsChanged(c, now: host.now())) }
     }
 
+    /// The wall clock was set: habits by time of day are now read at `utcOffset` from the timeline.
+    package func timeOfDayChanged(utcOffset: Double) {
+        if utcOffset != scheduler.utcOffset { schedule(.timeOfDayChanged(utcOffset: utcOffset, now: host.now())) }
+    }
+
     /// Something is using the network now (a handler, a transfer): due fetches may ride along.
     package func radioUsed() {
         schedule(.radioUsed(now: host.now()))

@@ -21,11 +21,14 @@ package struct LifecycleHost {
     /// The app overran its background-task allowance: penalize it as a deadline kill.
     package var overran: (String) -> Void
     package var setTimer: (Double?) -> Void
+    /// A timeline time as the wall clock names it now (what an app's event stream shows).
+    package var wall: (Double) -> Double
 
     package init(now: @escaping () -> Double, startProcess: @escaping (String) -> Void, killProcess: @escaping (String) -> Void,
                  killApp: @escaping (String) -> Void, freeze: @escaping (String) -> Void, thaw: @escaping (String) -> Void,
-                 overran: @escaping (String) -> Void, setTimer: @escaping (Double?) -> Void) {
+                 overran: @escaping (String) -> Void, setTimer: @escaping (Double?) -> Void, wall: @escaping (Double) -> Double = { $0 }) {
         self.now = now
+        self.wall = wall
         self.startProcess = startProcess
         self.killProcess = killProcess
         self.killApp = killApp
@@ -198,12 +201,12 @@ package final class LifecycleService {
         if event.kind == .taskExpiring {
             if let tid = event.task, let t = machine.task(tid, app: app) {
                 let now = host.now()
-                members += [("task", .string(tid)), ("expires_at", .number(t.expiresAt)), ("time_remaining", .number(t.timeRemaining(now: now)))]
+                members += [("task", .string(tid)), ("expires_at", .number(host.wall(t.expiresAt))), ("time_remaining", .number(t.timeRemaining(now: now)))]
             }
         } else if var e = events[event.id] {
             e.sentAt = host.now()
             events[event.id] = e
-            members.append(("deadline", JSON(event.deadline)))
+            members.append(("deadline", JSON(event.deadline.map(host.wall))))
             members += e.members
         }
         sink.send(JSON.object(members).serialized)
@@ -211,10 +214,11 @@ package final class LifecycleService {
 }
 
 extension AppLifecycle.Task {
-    package func json(now: Double) -> JSON {
+    /// `wall`: the wall clock's skew from the timeline (`expires_at` is shown in wall time).
+    package func json(now: Double, wall skew: Double) -> JSON {
         .object([
             ("id", .string(id)), ("app", .string(app)), ("name", JSON(name)), ("state", .string(status.rawValue)),
-            ("expires_at", .number(expiresAt)), ("time_remaining", .number(timeRemaining(now: now))),
+            ("expires_at", .number(expiresAt + skew)), ("time_remaining", .number(timeRemaining(now: now))),
         ])
     }
 }

@@ -33,11 +33,15 @@ package struct NotificationHost {
     package var nextFetchWindow: () -> Double?
     /// Wake `deferredTimerFired()` at this time; nil cancels.
     package var setDeferredTimer: (Double?) -> Void
+    /// A wall-clock time from a publisher (`expiration`) as a time on drowsed's timeline.
+    package var fromWall: (Double) -> Double
 
     package init(now: @escaping () -> Double, app: @escaping (String) -> AppDefinition?, stopping: @escaping () -> Bool,
                  runHandler: @escaping (String, Int64, [UInt8]) -> Void, pushDownload: @escaping (TransferRequest) throws(APIError) -> Transfer,
-                 nextFetchWindow: @escaping () -> Double?, setDeferredTimer: @escaping (Double?) -> Void) {
+                 nextFetchWindow: @escaping () -> Double?, setDeferredTimer: @escaping (Double?) -> Void,
+                 fromWall: @escaping (Double) -> Double = { $0 }) {
         self.now = now
+        self.fromWall = fromWall
         self.app = app
         self.stopping = stopping
         self.runHandler = runHandler
@@ -129,7 +133,8 @@ package final class NotificationService {
             return true
         }
         // What happens next is NotificationAdmission's to decide; this carries it out.
-        let arrival = NotificationAdmission.Arrival(app: appID, note: note, signed: signed, allowDownload: app.allowDownload)
+        var arrival = NotificationAdmission.Arrival(app: appID, note: note, signed: signed, allowDownload: app.allowDownload)
+        arrival.expiration = arrival.expiration.map(host.fromWall)
         let t = host.now()
         // The key is the app's (the store's unique index is app + key), never the topic's: a
         // notification that reaches the device by two routes (its own topic and a group's, or two
@@ -292,6 +297,11 @@ package final class NotificationService {
         carryOut(admission.windowOpened(now: host.now(), uses: budgetUses(), nextWindow: nextFetchWindow()))
     }
 
+    /// The wall clock was set by `step` seconds: the publishers' expirations move on the timeline.
+    package func wallClockStepped(by step: Double) {
+        carryOut(admission.wallClockStepped(by: step, now: host.now(), uses: budgetUses(), nextWindow: nextFetchWindow()))
+    }
+
     package func deferredTimerFired() {
         carryOut(admission.timerFired(now: host.now(), uses: budgetUses(), nextWindow: nextFetchWindow()))
     }
@@ -331,7 +341,9 @@ package final class NotificationService {
             var arrival: NotificationAdmission.Arrival?
             if let app = host.app(rec.app), let note = try? Notification.parse(Array(rec.payload.utf8)) {
                 notes[rec.seq] = note
-                arrival = .init(app: rec.app, note: note, signed: rec.signed, allowDownload: app.allowDownload)
+                var a = NotificationAdmission.Arrival(app: rec.app, note: note, signed: rec.signed, allowDownload: app.allowDownload)
+                a.expiration = a.expiration.map(host.fromWall)
+                arrival = a
                 if rec.state == "pending" {
                     logger.info("handling a notification received before a restart", metadata: ["app.id": "\(rec.app)"])
                 }

@@ -70,11 +70,16 @@ package struct TransferHost {
     package var deliverSession: (_ app: String, _ key: String, _ stdin: [UInt8], _ batch: [Transfer]) -> Void
     /// The network was used just now: the radio is awake, due fetches may ride along.
     package var radioUsed: () -> Void
+    /// How far the wall clock stands from the timeline `now` is on: an app's events show wall
+    /// time, and a server's `Retry-After` date is a wall time.
+    package var skew: () -> Double
 
     package init(now: @escaping () -> Double, conditions: @escaping () -> Conditions, app: @escaping (String) -> AppDefinition?,
                  setRetryTimer: @escaping (String, Double?) -> Void, setTimeoutTimer: @escaping (Double?) -> Void,
-                 deliverSession: @escaping (String, String, [UInt8], [Transfer]) -> Void, radioUsed: @escaping () -> Void) {
+                 deliverSession: @escaping (String, String, [UInt8], [Transfer]) -> Void, radioUsed: @escaping () -> Void,
+                 skew: @escaping () -> Double = { 0 }) {
         self.now = now
+        self.skew = skew
         self.conditions = conditions
         self.app = app
         self.setRetryTimer = setRetryTimer
@@ -232,7 +237,10 @@ package final class TransferService {
             drive { $0.attemptEnded(id: id, .completed(bytes: bytes, path: path), now: host.now()) }
         case let .failed(id, error):
             countedUpTo[id] = nil
-            drive { $0.attemptEnded(id: id, .failed(reason: error.reason, transient: error.transient, noSpace: error.noSpace, retryAfter: error.retryAfter), now: host.now()) }
+            // An HTTP date is the server's wall time: on the timeline it is `skew` earlier.
+            var retryAfter = error.retryAfter
+            if case .date(let d)? = retryAfter { retryAfter = .date(d - host.skew()) }
+            drive { $0.attemptEnded(id: id, .failed(reason: error.reason, transient: error.transient, noSpace: error.noSpace, retryAfter: retryAfter), now: host.now()) }
         }
     }
 
@@ -336,7 +344,7 @@ package final class TransferService {
         case let .deliverSession(appID, session, batch):
             let doc = JSON.object([
                 ("event", "transfers"), ("app", .string(appID)), ("session", .string(session)),
-                ("transfers", .array(batch.map(\.json))),
+                ("transfers", .array(batch.map { [skew = host.skew()] in $0.json(wall: skew) })),
             ])
             host.deliverSession(appID, appID + "\u{0}" + session, Array(doc.serialized.utf8), batch)
         case .radioBusy:

@@ -112,6 +112,7 @@ extension FetchScheduler.Event {
         case let .radioUsed(now): .object([("type", "radio_used"), ("now", JSON(now))])
         case let .used(app, now): .object([("type", "used"), ("app", .string(app)), ("now", JSON(now))])
         case let .timerFired(now): .object([("type", "timer_fired"), ("now", JSON(now))])
+        case let .timeOfDayChanged(offset, now): .object([("type", "time_of_day_changed"), ("utc_offset", JSON(offset)), ("now", JSON(now))])
         }
     }
 
@@ -147,6 +148,8 @@ extension FetchScheduler.Event {
         case "radio_used": self = .radioUsed(now: try need(now, "now"))
         case "used": self = .used(app: try need(j["app"]?.stringValue, "app"), now: try need(now, "now"))
         case "timer_fired": self = .timerFired(now: try need(now, "now"))
+        case "time_of_day_changed":
+            self = .timeOfDayChanged(utcOffset: try need(j["utc_offset"]?.doubleValue, "utc_offset"), now: try need(now, "now"))
         default: throw .init("unknown event type '\(type)'")
         }
     }

@@ -128,11 +128,14 @@ package struct FetchScheduler: Sendable {
         /// The app's data was read (`drowse used`).
         case used(app: String, now: Double)
         case timerFired(now: Double)
+        /// The wall clock was set (or the time zone changed): a time `t` on drowsed's timeline now
+        /// falls at local time of day `t + utcOffset`. Habits are learnt and predicted in it.
+        case timeOfDayChanged(utcOffset: Double, now: Double)
 
         package var now: Double {
             switch self {
             case .started(_, _, let t), .appsChanged(_, let t), .fetchRequested(_, let t), .fetchAbandoned(_, let t), .conditionsChanged(_, let t),
-                 .radioUsed(let t), .used(_, let t), .timerFired(let t):
+                 .radioUsed(let t), .used(_, let t), .timerFired(let t), .timeOfDayChanged(_, let t):
                 t
             case .handlerEnded(_, _, _, let t): t
             }
@@ -154,8 +157,9 @@ package struct FetchScheduler: Sendable {
     }
 
     package private(set) var policy: FetchPlanner
-    /// Seconds east of UTC, for habits by time of day.
-    package let utcOffset: Double
+    /// Seconds east of UTC, for habits by time of day (plus the wall clock's skew from the
+    /// timeline, once it was set: `timeOfDayChanged`).
+    package private(set) var utcOffset: Double
     package private(set) var apps: [String: App] = [:]
     /// Apps in id order (the order windows list them).
     package private(set) var order: [String] = []
@@ -242,6 +246,11 @@ package struct FetchScheduler: Sendable {
             usage[id, default: UsageModel(utcOffset: utcOffset)].record(now)
             apps[id]?.uses = usage[id]!.uses
             predicted[id] = nil
+        case let .timeOfDayChanged(offset, _):
+            guard offset.isFinite else { break }
+            utcOffset = offset
+            for id in usage.keys { usage[id]?.utcOffset = offset }
+            predicted = [:]
         case .timerFired:
             // A stale timer (one replaced just as it fired) opens nothing early.
             if conditions.online, let window = planned, now + 0.001 >= window.at,

@@ -322,6 +322,19 @@ package struct NotificationAdmission: Sendable {
         return out
     }
 
+    /// The wall clock was set by `step` seconds (a time sync). Expirations are the publishers'
+    /// wall-clock times: on the timeline they now fall `step` earlier (set forward) or later (set
+    /// back). Nothing else moves: receipt times, rollout delays and budgets are the timeline's own.
+    /// One that has expired now is dropped when the timer this sets fires (at once).
+    package mutating func wallClockStepped(by step: Double, now: Double, uses: [String: [Double]], nextWindow: Double?) -> [Action] {
+        guard step.isFinite, step != 0 else { return [] }
+        for seq in entries.keys {
+            if let e = entries[seq]?.arrival.expiration { entries[seq]?.arrival.expiration = e - step }
+        }
+        if let e = arriving?.arrival.expiration { arriving?.arrival.expiration = e - step }
+        return retime(now: now, uses: uses, nextWindow: nextWindow)
+    }
+
     /// The timer set by `setTimer` fired.
     package mutating func timerFired(now: Double, uses: [String: [Double]], nextWindow: Double?) -> [Action] {
         timerAt = nil

@@ -5,7 +5,7 @@ import DrowseCore
 /// returned survives a power cut. Versioned schema with forward migrations.
 package final class Store {
     package let db: SQLiteDatabase
-    package static let schemaVersion: Int64 = 9
+    package static let schemaVersion: Int64 = 10
 
     package init(path: String) throws(StoreError) {
         db = try SQLiteDatabase(path: path)
@@ -159,6 +159,14 @@ package final class Store {
                     """
                     ALTER TABLE apps ADD COLUMN report TEXT;
                     UPDATE schema_version SET version = 9;
+                    """)
+            }
+            if current < 10 {
+                // Which timeline the stored times are on (Store+Clock.swift): one row.
+                try db.exec(
+                    """
+                    CREATE TABLE clock (boot_id TEXT, origin REAL NOT NULL, skew REAL NOT NULL);
+                    UPDATE schema_version SET version = 10;
                     """)
             }
         }

@@ -15,8 +15,11 @@ import Synchronization
 /// address configured from router advertisements is every advertisement, and those must not
 /// wake the daemon. An address that appears, goes, or becomes usable (its duplicate address
 /// detection finished) is a change.
+///
+/// The same thread waits on a `ClockStepWatch`: a step of the wall clock is reported at once
+/// (`.clock`), with no settle delay, so that drowsed converts times with the new skew.
 package final class ConditionsMonitor: Sendable {
-    package enum Change: Sendable { case network, power }
+    package enum Change: Sendable { case network, power, clock }
 
     private let onChange: @Sendable (Change) -> Void
     private let logger: Logger
@@ -51,6 +54,9 @@ package final class ConditionsMonitor: Sendable {
         }
         if route < 0 { logger.warning("conditions: no netlink route socket (\(String(cString: strerror(errno)))): network changes are seen at window boundaries only") }
         if uevent < 0 { logger.info("conditions: no uevent socket: power changes are seen at window boundaries or on `drowse conditions --refresh`") }
+        var clockFailure = ""
+        var clock = ClockStepWatch(failure: &clockFailure)
+        if clock == nil { logger.warning("conditions: cannot follow steps of the wall clock (\(clockFailure)): times shown may be off after a time sync until drowsed restarts") }
         var addresses = NetlinkAddressBook()
         if route >= 0 {
             // The socket helper joins links, IPv4 addresses and routes, and IPv6 routes; IPv6
@@ -69,6 +75,7 @@ package final class ConditionsMonitor: Sendable {
             var fds = [pollfd(fd: wake.fd, events: Int16(POLLIN), revents: 0)]
             if route >= 0 { fds.append(pollfd(fd: route, events: Int16(POLLIN), revents: 0)) }
             if uevent >= 0 { fds.append(pollfd(fd: uevent, events: Int16(POLLIN), revents: 0)) }
+            if let clock { fds.append(pollfd(fd: clock.fd, events: Int16(POLLIN), revents: 0)) }
             // Settle for 150 ms after an event; otherwise sleep until the kernel says something.
             let n = poll(&fds, nfds_t(fds.count), pending.isEmpty ? -1 : 150)
             if n < 0 { if errno == EINTR { continue }; logger.error("conditions: poll: \(errno)"); return }
@@ -80,6 +87,17 @@ package final class ConditionsMonitor: Sendable {
             }
             for p in fds where p.revents != 0 {
                 if p.fd == wake.fd { wake.drain(); continue }
+                if let watch = clock, p.fd == watch.fd {
+                    switch watch.consume() {
+                    case .stepped: onChange(.clock)
+                    case .nothing: break
+                    case .failed(let why):
+                        // Not polled again: a timer that cannot be re-armed would stay readable.
+                        logger.warning("conditions: stopped following steps of the wall clock: \(why)")
+                        clock = nil
+                    }
+                    continue
+                }
                 while true {
                     let r = buf.withUnsafeMutableBytes { recv(p.fd, $0.baseAddress, $0.count, 0) }
                     if r < 0, errno == ENOBUFS, p.fd == route {

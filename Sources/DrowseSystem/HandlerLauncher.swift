@@ -14,7 +14,7 @@ package struct LaunchRequest: Sendable {
     package var workingDirectory: String?
     package var environment: [String: String]
     package var stdin: [UInt8]
-    /// Unix time by which the handler must finish; `.infinity`: never (a resident process), and
+    /// When the handler must finish, on drowsed's timeline (`Timeline`); `.infinity`: never (a resident process), and
     /// then its supervisor sets no timer at all.
     package var deadline: Double
     /// Between SIGTERM and SIGKILL.
@@ -162,7 +162,7 @@ package struct ProcessLauncher: HandlerLaunching {
                 let ending = Self.supervise(pid: child.pid, stdinFD: child.stdinFD, stdinWritten: child.stdinWritten,
                                             stdoutFD: child.stdoutFD, stderrFD: child.stderrFD,
                                             wakeFD: child.wakeFD, run: run, req: request, output: output)
-                run.finish(HandlerOutcome(ending: ending, startedAt: child.startedAt, endedAt: WallClock.now()))
+                run.finish(HandlerOutcome(ending: ending, startedAt: child.startedAt, endedAt: Timeline.process.now()))
             }
         }
         return run
@@ -198,9 +198,9 @@ package struct ProcessLauncher: HandlerLaunching {
     }
 
     static func spawn(_ req: LaunchRequest) -> Spawned {
-        let start = WallClock.now()
+        let start = Timeline.process.now()
         func failed(_ why: String, errno err: Int32 = 0) -> Spawned {
-            .failed(HandlerOutcome(ending: .launchFailed(why), startedAt: start, endedAt: WallClock.now()),
+            .failed(HandlerOutcome(ending: .launchFailed(why), startedAt: start, endedAt: Timeline.process.now()),
                     shortage: isShortage(err) ? err : nil)
         }
         guard let name = req.argv.first else { return failed("empty command") }
@@ -351,8 +351,9 @@ package struct ProcessLauncher: HandlerLaunching {
                 }
             }
         }
-        // Enforced on the monotonic clock: boards without an RTC jump at their first NTP sync.
-        let deadline = WallClock.monotonic() + (req.deadline - WallClock.now())
+        // Enforced on the monotonic clock: `req.deadline` is on drowsed's timeline (boot clock), which
+        // a step of the wall clock does not move (boards without an RTC jump at their first sync).
+        let deadline = WallClock.monotonic() + (req.deadline - Timeline.process.now())
         carryOut(shutdown.started(now: WallClock.monotonic(), deadline: deadline))
         if written >= req.stdin.count { close(inFD); inFD = -1 }
 
@@ -444,8 +445,8 @@ package struct ProcessLauncher: HandlerLaunching {
         close(wakeFD)
         if inFD >= 0 { close(inFD) }
         // Collect the last output; the leftovers are gone, so the pipes reach EOF promptly.
-        let drainUntil = WallClock.now() + 0.5
-        while (outFD >= 0 || errFD >= 0) && WallClock.now() < drainUntil {
+        let drainUntil = WallClock.monotonic() + 0.5
+        while (outFD >= 0 || errFD >= 0) && WallClock.monotonic() < drainUntil {
             var fds: [pollfd] = []
             if outFD >= 0 { fds.append(pollfd(fd: outFD, events: Int16(POLLIN), revents: 0)) }
             if errFD >= 0 { fds.append(pollfd(fd: errFD, events: Int16(POLLIN), revents: 0)) }

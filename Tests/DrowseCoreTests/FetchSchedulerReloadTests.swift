@@ -39,3 +39,33 @@ struct FetchSchedulerReloadTests {
         #expect(try S.Event(json: try JSON.parse(e.json.serialized)) == e)
     }
 }
+
+/// A step of the wall clock: the timeline does not move, only the time of day it is read in.
+@Suite("FetchScheduler: the wall clock set")
+struct FetchSchedulerClockTests {
+    typealias S = FetchScheduler
+    typealias T = FetchSchedulerTests
+
+    @Test("habits keep their place on the timeline when the time of day it falls at changes; the plan does not move")
+    func timeOfDay() throws {
+        let day = 86400.0
+        // Used at 07:00 on three days (timeline times, UTC offset 0).
+        let uses = (0..<3).map { Double($0) * day + 7 * 3600 }
+        var (s, _) = T.started([T.app("a", every: 3600, registered: 0, last: 3 * day, uses: uses)], now: 3 * day + 60)
+        let now = 3 * day + 600
+        let before = s.nextUse("a", now)
+        #expect(before == 3 * day + 7 * 3600)
+        let planned = s.planned
+        let out = s.handle(.timeOfDayChanged(utcOffset: 3 * 365 * day + 5 * 3600, now: now))
+        #expect(s.utcOffset == 3 * 365 * day + 5 * 3600)
+        #expect(s.nextUse("a", now) == before)
+        #expect(s.planned == planned)
+        #expect(!out.contains { if case .startFetch = $0 { true } else { false } })
+    }
+
+    @Test("the event survives the scheduler trace round trip")
+    func traced() throws {
+        let e = S.Event.timeOfDayChanged(utcOffset: 3600, now: 7)
+        #expect(try S.Event(json: try JSON.parse(e.json.serialized)) == e)
+    }
+}

@@ -681,3 +681,55 @@ struct NotificationAdmissionSpreadTests {
         #expect(w.m.spreadingCount == 0 && w.timer == nil)
     }
 }
+
+@Suite("NotificationAdmission: a step of the wall clock")
+struct NotificationClockStepTests {
+    /// An id whose rollout delay on device pi-1 is over 50 s of a 100 s spread.
+    static let slowID = (0..<100).map { "x\($0)" }.first { RolloutDelay.delay(deviceID: "pi-1", notificationID: $0, spread: 100) > 50 }!
+
+    @Test("set forward past a publisher's expiration: the waiting notification expires at once, not at the old time")
+    func forwardPastExpiry() {
+        var w = World(maxPerHour: 5, deviceID: "pi-1")
+        let t0 = w.now
+        // Expires 30 s after receipt by the publisher's clock; its delay is longer.
+        w.receive(note(id: Self.slowID, expires: t0 + 30, spread: 100))
+        #expect(w.timer == t0 + 30 + slack)
+        w.advance(to: t0 + 5)
+        // A time sync sets the wall clock 1 h forward: the expiration (a wall time) is now 25 s
+        // behind on the timeline. Before this event existed it would have waited for t0 + 30.
+        w.apply(w.m.wallClockStepped(by: 3600, now: w.now, uses: w.uses(), nextWindow: nil))
+        #expect(w.timer == t0 + 5 + slack)
+        w.advance(to: t0 + 6)
+        #expect(w.state(1) == "expired")
+        #expect(w.ran.isEmpty)
+    }
+
+    @Test("set back: the expiration moves later on the timeline and the rollout delay is unchanged")
+    func back() {
+        var w = World(maxPerHour: 5, deviceID: "pi-1")
+        let t0 = w.now
+        let delay = RolloutDelay.delay(deviceID: "pi-1", notificationID: Self.slowID, spread: 100)
+        w.receive(note(id: Self.slowID, expires: t0 + 30, spread: 100))
+        w.apply(w.m.wallClockStepped(by: -3600, now: w.now, uses: w.uses(), nextWindow: nil))
+        // Its delay, received at t0, is now the sooner of the two: it runs then, not an hour later.
+        #expect(w.timer == t0 + delay + slack)
+        w.advance(to: t0 + delay + 1)
+        #expect(w.ran == [1])
+    }
+
+    @Test("a step moves nothing the timeline owns: a deferred notification's budget room stays where it was")
+    func budgetUnmoved() {
+        var w = World(maxPerHour: 1)
+        let t0 = w.now
+        w.receive(note(id: "a"))
+        w.receive(note(id: "b"))  // over budget: deferred until the hour has room
+        #expect(w.state(2) == "deferred")
+        let timer = w.timer
+        #expect(timer != nil)
+        let out = w.apply(w.m.wallClockStepped(by: 86400 * 365 * 3, now: w.now, uses: w.uses(), nextWindow: nil))
+        #expect(!out.contains { if case .runHandler = $0 { true } else { false } })
+        #expect(w.timer == timer)
+        w.advance(to: t0 + 3601)
+        #expect(w.ran == [1, 2])
+    }
+}

@@ -28,7 +28,7 @@ struct TransferTests {
             sha256: "ab", createdAt: 0)
         t.state = .running
         t.bytesDone = 1 << 40
-        let j = t.json
+        let j = t.json(wall: 0)
         for key in ["id", "app", "session", "kind", "state", "url", "bytes_done", "bytes_total", "reason", "location"] {
             #expect(j[key] != nil, "missing \(key)")
         }
@@ -40,6 +40,20 @@ struct TransferTests {
         #expect(j["sha256"] == "ab")
         #expect(try JSON.parse(j.serialized) == j)
         #expect(j.serialized.hasPrefix(#"{"id":"t1","app":"weather","session":"s","kind":"upload","state":"running""#))
+    }
+
+    @Test("times are shown in wall time: the timeline's times plus the wall clock's skew")
+    func jsonWallTime() {
+        var t = Transfer(id: "t1", app: "a", session: "s", kind: .download, url: "http://x/", destination: "/tmp/f", sha256: nil, createdAt: 1000)
+        t.finishedAt = 1100
+        t.timeoutAt = 2000
+        t.nextRetryAt = 1500
+        let j = t.json(wall: 86400)
+        #expect(j["created_at"] == .number(87400))
+        #expect(j["finished_at"] == .number(87500))
+        #expect(j["timeout_at"] == .number(88400))
+        #expect(j["next_retry_at"] == .number(87900))
+        #expect(t.json(wall: 0)["created_at"] == .number(1000))
     }
 
     @Test("a transfer drowsed could have written has no problem")

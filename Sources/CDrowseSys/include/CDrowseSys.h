@@ -80,4 +80,10 @@ int drowse_netlink_uevent_socket(void);
 /// Sets Swift concurrency's global-enqueue hook unless one is set. Returns 1 if set.
 int drowse_set_enqueue_global_hook(void *hook);
 
+/// A non-blocking timerfd that becomes readable when the wall clock is set (a time sync's
+/// step; see shim.c). -1 with errno on failure.
+int drowse_clock_step_fd(void);
+int drowse_clock_step_rearm(int fd);
+/// 1: the clock was set since the last read (the fd is re-armed), 0: nothing to read, -1: error (errno).
+int drowse_clock_step_read(int fd);
 #endif
