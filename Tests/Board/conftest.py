@@ -127,7 +127,7 @@ def configured(board, broker):
 
 # One VM for the whole session: the install check first, then the tests that only read, the
 # power cuts (which reboot it) last.
-ORDER = ("test_systemd", "test_idle", "test_link", "test_lifecycle", "test_power")
+ORDER = ("test_systemd", "test_idle", "test_link", "test_lifecycle", "test_power", "test_clock")
 
 
 def pytest_collection_modifyitems(items):

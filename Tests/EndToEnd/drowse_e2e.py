@@ -353,6 +353,7 @@ class Nginx:
                     location /files/ {{ }}
                     location /slow/ {{ limit_rate {self.slow_rate}; }}
                     location = /redirect-to-file {{ return 302 file:///etc/passwd; }}
+                    location /unavailable/ {{ add_header Retry-After 600 always; return 503; }}
                     location /redirect-to-files/ {{
                         rewrite ^/redirect-to-files/(.*)$ /files/$1 redirect;
                     }}
