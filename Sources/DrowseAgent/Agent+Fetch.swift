@@ -38,7 +38,7 @@ extension Agent {
                 self.windowTimer?.cancel()
                 self.windowTimer = nil
                 guard let at else { return }
-                self.windowTimer = WakeTimer.after(max(0, at - self.now())) { [weak self] in
+                self.windowTimer = self.clock.wake(after: max(0, at - self.now())) { [weak self] in
                     Task { await self?.fetchTimerFired() }
                 }
             })

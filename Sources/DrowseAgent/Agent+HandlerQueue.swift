@@ -42,7 +42,7 @@ extension Agent {
                     """)
                 if let delay {
                     handlerRetryTimer?.cancel()
-                    handlerRetryTimer = WakeTimer.after(delay) { Task { await self.retryHandlers() } }
+                    handlerRetryTimer = clock.wake(after: delay) { Task { await self.retryHandlers() } }
                 }
                 return
             }

@@ -89,7 +89,7 @@ extension Agent {
                 self.lifecycleTimer?.cancel()
                 self.lifecycleTimer = nil
                 guard let at else { return }
-                self.lifecycleTimer = WakeTimer.after(max(0, at - self.now())) { Task { await self.lifecycleTimerFired() } }
+                self.lifecycleTimer = self.clock.wake(after: max(0, at - self.now())) { Task { await self.lifecycleTimerFired() } }
             },
             wall: { [timeline] in timeline.wall($0) })
         return LifecycleService(settings: settings, host: host, logger: logger)

@@ -67,7 +67,7 @@ extension Agent {
                 self.deferredTimer?.cancel()
                 self.deferredTimer = nil
                 guard let at else { return }
-                self.deferredTimer = WakeTimer.after(max(0, at - self.now())) { Task { await self.deferredTimerFired() } }
+                self.deferredTimer = self.clock.wake(after: max(0, at - self.now())) { Task { await self.deferredTimerFired() } }
             },
             fromWall: { [timeline] in timeline.fromWall($0) })
         let service = NotificationService(

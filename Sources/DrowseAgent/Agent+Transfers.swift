@@ -56,13 +56,13 @@ extension Agent {
             setRetryTimer: { id, at in
                 self.retryTimers.removeValue(forKey: id)?.cancel()
                 guard let at else { return }
-                self.retryTimers[id] = WakeTimer.after(at - self.now()) { Task { await self.transferRetryFired(id) } }
+                self.retryTimers[id] = self.clock.wake(after: at - self.now()) { Task { await self.transferRetryFired(id) } }
             },
             setTimeoutTimer: { at in
                 self.timeoutTimer?.cancel()
                 self.timeoutTimer = nil
                 guard let at else { return }
-                self.timeoutTimer = WakeTimer.after(max(0, at - self.now()) + 0.01) { Task { await self.transferTimeoutFired() } }
+                self.timeoutTimer = self.clock.wake(after: max(0, at - self.now()) + 0.01) { Task { await self.transferTimeoutFired() } }
             },
             deliverSession: { app, key, stdin, batch in
                 // Through the handler queue, like every handler: at most max_concurrent_handlers run at once.

@@ -18,8 +18,10 @@ package actor Agent {
     let logger: Logger
     let launcher: HandlerLaunching
     let store: Store
-    /// Drowse's time: every time planned or recorded is on it; a step of the wall clock changes
-    /// only how those times are shown (docs/design.md, "Time on a board without a real-time clock").
+    /// Drowse's time: every time planned or recorded is on its timeline; a step of the wall clock
+    /// changes only how those times are shown (docs/design.md, "Time on a board without a
+    /// real-time clock"). Every timer of the agent is one of its wakes.
+    let clock: AgentClock
     let timeline: Timeline
     /// The fetch scheduler as configured, before the service takes it over.
     let initialScheduler: FetchScheduler
@@ -89,11 +91,12 @@ package actor Agent {
     var metricsTextfile: ReplacedFile?
 
     package init(config: MainConfig, logger: Logger, launcher: HandlerLaunching = ProcessLauncher(), schedulerTrace: String? = nil,
-                 timeline: Timeline = .process) throws {
+                 clock: AgentClock = SystemClock()) throws {
         self.config = config
         self.logger = logger
         self.launcher = launcher
-        self.timeline = timeline
+        self.clock = clock
+        self.timeline = clock.timeline
         // state_dir and inbox/ are traversable (0711) so an app's user can reach its own
         // inbox/<app>/ folder, which it owns; transfers/ (partial files) stays private.
         try FileSystem.makeDirectories(config.stateDir, mode: 0o711)

@@ -21,17 +21,24 @@ package final class Timeline: Sendable {
     /// The process's timeline: one per drowsed.
     package static let process = Timeline()
 
+    /// One reading of the two clocks the timeline is made of.
+    package typealias Reading = @Sendable () -> (wall: Double, boot: Double)
+
     /// Wall clock minus boot clock when the timeline began: timeline time t is boot time t − origin.
     package let origin: Double
+    private let read: Reading
     private let skewState: Mutex<Double>
 
-    package init() {
-        origin = WallClock.now() - WallClock.boot()
+    /// `read`: the system's CLOCK_REALTIME and CLOCK_BOOTTIME; a test passes a manual pair.
+    package init(read: @escaping Reading = { (WallClock.now(), WallClock.boot()) }) {
+        self.read = read
+        let r = read()
+        origin = r.wall - r.boot
         skewState = Mutex(0)
     }
 
     /// Drowse's now: boot time named in the wall time of the timeline's start.
-    package func now() -> Double { WallClock.boot() + origin }
+    package func now() -> Double { read().boot + origin }
 
     /// How far the wall clock stands ahead of the timeline (0 until the clock is first stepped).
     package var skew: Double { skewState.withLock { $0 } }
@@ -47,7 +54,8 @@ package final class Timeline: Sendable {
     /// against the timeline since the last reading (positive: set forward).
     @discardableResult
     package func resync() -> Double {
-        let skew = WallClock.now() - WallClock.boot() - origin
+        let r = read()
+        let skew = r.wall - r.boot - origin
         return skewState.withLock { old in
             let step = skew - old
             old = skew

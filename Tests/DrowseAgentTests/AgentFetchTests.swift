@@ -21,10 +21,13 @@ struct AgentFetchTests {
         let held = Mutex<[HandlerRun]>([])
         let hold: Bool
         let started = Mutex<[String]>([])
+        /// The time runs start and end at (the agent's timeline on a manual clock).
+        let now: @Sendable () -> Double
 
-        init(statuses: [String: Int32] = [:], hold: Bool = false) {
+        init(statuses: [String: Int32] = [:], hold: Bool = false, now: @escaping @Sendable () -> Double = { WallClock.now() }) {
             self.statuses = statuses
             self.hold = hold
+            self.now = now
         }
 
         func start(_ request: LaunchRequest, output: @escaping @Sendable (String, Bool) -> Void) -> HandlerRun {
@@ -33,14 +36,14 @@ struct AgentFetchTests {
             if hold {
                 held.withLock { $0.append(run) }
             } else {
-                let t = WallClock.now()
+                let t = now()
                 run.finish(HandlerOutcome(ending: .exited(statuses[request.app] ?? 0), startedAt: t, endedAt: t + 0.01))
             }
             return run
         }
 
         func release(status: Int32 = 0) {
-            let t = WallClock.now()
+            let t = now()
             for run in held.withLock({ runs in defer { runs = [] }; return runs }) {
                 run.finish(HandlerOutcome(ending: .exited(status), startedAt: t - 0.01, endedAt: t))
             }
@@ -53,7 +56,7 @@ struct AgentFetchTests {
         let store: Store
         var trace: String { dir + "/scheduler.trace" }
 
-        init(apps: [String: String], launcher: FakeLauncher) throws {
+        init(apps: [String: String], launcher: FakeLauncher, clock: AgentClock = SystemClock()) throws {
             var template = Array("/tmp/drowse-agent-test-XXXXXX".utf8CString)
             guard let made = mkdtemp(&template) else { throw SystemError("mkdtemp", errno: errno) }
             dir = String(cString: made)
@@ -72,7 +75,8 @@ struct AgentFetchTests {
                 apps_dir = "\(dir)/apps.d"
                 socket = "\(dir)/drowse.sock"
                 """, file: dir + "/drowse.toml", machineID: nil)
-            agent = try Agent(config: config, logger: Logger(label: "test"), launcher: launcher, schedulerTrace: dir + "/scheduler.trace")
+            agent = try Agent(config: config, logger: Logger(label: "test"), launcher: launcher, schedulerTrace: dir + "/scheduler.trace",
+                              clock: clock)
             store = try Store(path: dir + "/state/state.db")
         }
     }
