@@ -26,8 +26,9 @@ import subprocess
 import time
 from pathlib import Path
 
-# What the guest calls the host's forwarded ports.
-HOST_IN_GUEST = "10.0.2.100"
+# What the guest calls the host's forwarded ports: qemu's guestfwd address in the VM; over ssh
+# (BOARD_SSH, ssh_board.py) the board's own loopback, where ssh's reverse forwards listen.
+HOST_IN_GUEST = "127.0.0.1" if os.environ.get("BOARD_SSH") else "10.0.2.100"
 
 
 class BoardError(RuntimeError):
@@ -89,9 +90,24 @@ class JsonSocket:
             pass
 
 
-class Board:
+class GuestShell:
+    """What the tests use of a board, over any transport: `run` is the driver's own."""
+
+    def run(self, cmd: str, input: bytes | str | None = None, timeout: float = 120.0,
+            check: bool = False) -> tuple[int, str, str]:
+        raise NotImplementedError
+
+    def sh(self, cmd: str, **kw) -> str:
+        """run(..., check=True), stdout only."""
+        return self.run(cmd, check=True, **kw)[1]
+
+    def write_file(self, path: str, data: bytes | str, mode: str = "0644") -> None:
+        self.run(f"install -D -m {mode} /dev/stdin {shlex.quote(path)}", input=data, check=True)
+
+
+class Board(GuestShell):
     def __init__(self, image_dir: Path, workdir: Path, share: Path, arch: str = "amd64",
-                 memory_mb: int = 1024, cpus: int = 2, guest_ports: tuple[int, ...] = ()):
+                 memory_mb: int = 1024, cpus: int = 2, guest_ports: tuple[int, ...] = (), ssh_port: int | None = None):
         self.image_dir = Path(image_dir)
         self.dir = Path(workdir)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -100,6 +116,8 @@ class Board:
         self.memory_mb = memory_mb
         self.cpus = cpus
         self.guest_ports = guest_ports
+        # The guest's sshd on this host's 127.0.0.1:ssh_port (hostfwd), for the ssh driver's test.
+        self.ssh_port = ssh_port
         self.overlay = self.dir / "overlay.qcow2"
         self.qmp_path = self.dir / "qmp.sock"
         self.qga_path = self.dir / "qga.sock"
@@ -123,6 +141,8 @@ class Board:
 
     def _qemu_argv(self, accel: str) -> list[str]:
         fwd = "".join(f",guestfwd=tcp:{HOST_IN_GUEST}:{p}-cmd:nc 127.0.0.1 {p}" for p in self.guest_ports)
+        if self.ssh_port:
+            fwd += f",hostfwd=tcp:127.0.0.1:{self.ssh_port}-:22"
         if self.arch == "amd64":
             binary, machine, console = "qemu-system-x86_64", "q35", "ttyS0"
         else:  # arm64: needs an aarch64 drowse in the .deb; these machines cannot build one.
@@ -323,10 +343,3 @@ class Board:
         if check and rc != 0:
             raise BoardError(f"guest command failed ({rc}): {cmd}\n{out}\n{err}")
         return rc, out, err
-
-    def sh(self, cmd: str, **kw) -> str:
-        """run(..., check=True), stdout only."""
-        return self.run(cmd, check=True, **kw)[1]
-
-    def write_file(self, path: str, data: bytes | str, mode: str = "0644") -> None:
-        self.run(f"install -D -m {mode} /dev/stdin {shlex.quote(path)}", input=data, check=True)

@@ -3,6 +3,8 @@ tests), the Drowse .deb installed in it as a board owner would, and a mosquitto 
 the host's loopback that the guest reaches at board.HOST_IN_GUEST.
 
 Env: BOARD_DEB        the drowse_*.deb to install (deploy/test-board.sh builds it)
+     BOARD_SSH        user@host: run the suite on a real board over ssh (ssh_board.py) instead of
+                      the VM; tests marked `vm` (power cuts, carrier loss, the RTC) are skipped
      BOARD_IMAGE_DIR  the image (else deploy/board/build-image.sh builds or finds it)
      ARCH             guest architecture (default amd64)
      BOARD_RESULTS    where the figures are written (default <tmp>/board-results.txt)
@@ -26,7 +28,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO / "Tests" / "EndToEnd"))
 
 from board import HOST_IN_GUEST, Board  # noqa: E402
-from drowse_e2e import Broker, Nginx  # noqa: E402
+from drowse_e2e import Broker, Nginx, free_port  # noqa: E402
 
 DEVICE = "board"
 STATE_DB = "/var/lib/drowse/state.db"
@@ -66,11 +68,31 @@ def nginx(workdir):
     n.stop()
 
 
+def install_deb(b, name: str) -> None:
+    """As a board owner would: apt installs /root/<name> and its Depends."""
+    start = time.monotonic()
+    b.run(f"cd /root && DEBIAN_FRONTEND=noninteractive apt-get install -y ./{name}", check=True, timeout=300)
+    figure("apt install seconds", f"{time.monotonic() - start:.1f}")
+
+
 @pytest.fixture(scope="session")
 def board(workdir, broker, nginx):
     deb = os.environ.get("BOARD_DEB")
     if not deb or not Path(deb).is_file():
         pytest.fail("set BOARD_DEB to a drowse_*.deb (deploy/test-board.sh does)")
+    if os.environ.get("BOARD_SSH"):
+        from ssh_board import SSHBoard
+        b = SSHBoard(os.environ["BOARD_SSH"], port=int(os.environ.get("BOARD_SSH_PORT", "22")),
+                     key=os.environ.get("BOARD_SSH_KEY"), guest_ports=(broker.port, nginx.port))
+        try:
+            b.boot()
+            figure("accelerator", "ssh (a real board)")
+            b.write_file(f"/root/{Path(deb).name}", Path(deb).read_bytes())
+            install_deb(b, Path(deb).name)
+            yield b
+        finally:
+            b.close()
+        return
     image = os.environ.get("BOARD_IMAGE_DIR")
     if not image:
         image = subprocess.run([str(REPO / "deploy" / "board" / "build-image.sh")], check=True,
@@ -79,18 +101,15 @@ def board(workdir, broker, nginx):
     share.mkdir()
     shutil.copy(deb, share / Path(deb).name)
     b = Board(Path(image), workdir / "vm", share, arch=os.environ.get("ARCH", "amd64"),
-              guest_ports=(broker.port, nginx.port))
+              guest_ports=(broker.port, nginx.port), ssh_port=free_port())
     b.make_overlay()
     try:
         boot_s = b.boot()
         figure("accelerator", b.accel)
         figure("boot seconds (first boot)", f"{boot_s:.1f}")
-        # As a board owner would: apt installs the package and its Depends (all in the image).
-        start = time.monotonic()
-        b.run(f"cp /mnt/host/{Path(deb).name} /root/ && cd /root && "
-              f"DEBIAN_FRONTEND=noninteractive apt-get install -y ./{Path(deb).name}",
-              check=True, timeout=300)
-        figure("apt install seconds", f"{time.monotonic() - start:.1f}")
+        # The package's Depends are all in the image.
+        b.run(f"cp /mnt/host/{Path(deb).name} /root/", check=True)
+        install_deb(b, Path(deb).name)
         yield b
     finally:
         b.close()
@@ -127,8 +146,13 @@ def configured(board, broker):
 
 # One VM for the whole session: the install check first, then the tests that only read, the
 # power cuts (which reboot it) last.
-ORDER = ("test_systemd", "test_idle", "test_link", "test_lifecycle", "test_power", "test_clock")
+ORDER = ("test_systemd", "test_idle", "test_link", "test_ssh_driver", "test_lifecycle", "test_power", "test_clock")
 
 
 def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: ORDER.index(item.module.__name__) if item.module.__name__ in ORDER else len(ORDER))
+    if os.environ.get("BOARD_SSH"):
+        skip = pytest.mark.skip(reason="needs the VM (a power cut, the QEMU monitor or the RTC at boot)")
+        for item in items:
+            if "vm" in item.keywords:
+                item.add_marker(skip)

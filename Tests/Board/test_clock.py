@@ -14,9 +14,13 @@ import datetime
 import json
 import time
 
+import pytest
+
 from board import HOST_IN_GUEST
 from conftest import DEVICE, STATE_DB, figure
 from test_power import integrity_ok, mqtt_connected, wait_for
+
+pytestmark = pytest.mark.vm  # power cuts, the QEMU monitor or the RTC at boot: not on a board over ssh
 
 YEAR = 365 * 86400
 # Fetches every 2 minutes: the next window is 2-3 minutes after a fetch (50 % tolerance).

@@ -6,8 +6,12 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
+
 from conftest import DEVICE
 from test_power import mqtt_connected, notes, wait_for
+
+pytestmark = pytest.mark.vm  # power cuts, the QEMU monitor or the RTC at boot: not on a board over ssh
 
 
 def network(b) -> str:

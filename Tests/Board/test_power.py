@@ -8,9 +8,13 @@ import os
 import random
 import time
 
+import pytest
+
 from board import HOST_IN_GUEST
 from conftest import DEVICE, STATE_DB, figure
 from drowse_e2e import write_random_file
+
+pytestmark = pytest.mark.vm  # power cuts, the QEMU monitor or the RTC at boot: not on a board over ssh
 
 POWER_CUTS = int(os.environ.get("BOARD_POWER_CUTS", "5"))
 SEED = int(os.environ.get("BOARD_SEED", str(int(time.time()))))

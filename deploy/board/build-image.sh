@@ -31,11 +31,12 @@ esac
 # guest has no route to a mirror (apt install ./drowse_*.deb resolves them offline).
 PACKAGES=(systemd systemd-sysv udev dbus "$KERNEL_PKG" initramfs-tools qemu-guest-agent
           libcurl4 libmosquitto1 libsqlite3-0 libssl3 ca-certificates
-          mosquitto-clients python3 sqlite3 curl procps iproute2 kmod)
+          mosquitto-clients python3 sqlite3 curl procps iproute2 kmod openssh-server)
 
 # The guest's setup, done inside the chroot once its packages are in:
 #  - a static address on qemu's user-mode network (no DHCP, no DNS: nothing to ask the outside)
 #  - root on /dev/vda, no password prompts (the suite drives the guest with the guest agent)
+#  - sshd installed but not started: the ssh driver's own test starts it (key login only)
 #  - no timers that would run in the middle of a measurement (apt, man-db, fstrim, e2scrub), no
 #    time sync (it would ask the outside), no gettys
 # $1 is the root file system; the kernel and initrd are copied beside it for qemu's -kernel/-initrd.
@@ -47,6 +48,7 @@ HOOKS=(
     'chroot "$1" systemctl enable systemd-networkd qemu-guest-agent'
     'chroot "$1" sh -c "systemctl mask apt-daily.timer apt-daily-upgrade.timer man-db.timer fstrim.timer e2scrub_all.timer systemd-tmpfiles-clean.timer systemd-timesyncd.service serial-getty@ttyS0.service getty@tty1.service 2>/dev/null || true"'
     'chroot "$1" passwd -d root'
+    'chroot "$1" systemctl disable ssh.service'
     'mkdir -p "$1/mnt/host"'
     'cp "$1"/boot/vmlinuz-* "$1/../vmlinuz" && cp "$1"/boot/initrd.img-* "$1/../initrd.img"'
 )
