@@ -126,8 +126,8 @@ def configured(board, broker):
 
 
 # One VM for the whole session: the install check first, then the tests that only read, the
-# power cuts (which reboot it) last.
-ORDER = ("test_systemd", "test_idle", "test_link", "test_lifecycle", "test_power")
+# power cuts (which reboot it) last: the updater's one, then test_power's.
+ORDER = ("test_systemd", "test_idle", "test_link", "test_conditions", "test_lifecycle", "test_updater", "test_power")
 
 
 def pytest_collection_modifyitems(items):
