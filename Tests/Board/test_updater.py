@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -42,7 +43,7 @@ def build_deb(workdir: Path, version: str) -> Path:
     (root / "DEBIAN").mkdir(parents=True)
     (root / "opt" / PACKAGE).mkdir(parents=True)
     (root / "opt" / PACKAGE / "VERSION").write_text(version + "\n")
-    (root / "opt" / PACKAGE / "payload").write_bytes(Path("/dev/urandom").open("rb").read(PAYLOAD))
+    (root / "opt" / PACKAGE / "payload").write_bytes(os.urandom(PAYLOAD))
     (root / "DEBIAN" / "control").write_text(
         f"Package: {PACKAGE}\nVersion: {version}\nArchitecture: all\nMaintainer: Drowse tests <tests@localhost>\n"
         f"Description: a package the Drowse board tests install and purge\n")
