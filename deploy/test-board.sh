@@ -34,7 +34,7 @@ esac
 nginx=nginx-light
 apt-cache show nginx-light >/dev/null 2>&1 || nginx=nginx
 need_packages mmdebstrap "$QEMU_PKG" qemu-utils e2fsprogs netcat-openbsd mosquitto mosquitto-clients \
-    "$nginx" python3 python3-pytest
+    "$nginx" python3 python3-pytest python3-cryptography
 
 t0=$(date +%s)
 IMAGE=$("$DROWSE_ROOT/deploy/board/build-image.sh" | tail -n 1)

@@ -21,6 +21,8 @@ struct AgentFetchTests {
         let held = Mutex<[HandlerRun]>([])
         let hold: Bool
         let started = Mutex<[String]>([])
+        /// Each start: the app and the time.
+        let starts = Mutex<[(app: String, at: Double)]>([])
         /// The time runs start and end at (the agent's timeline on a manual clock).
         let now: @Sendable () -> Double
 
@@ -32,6 +34,8 @@ struct AgentFetchTests {
 
         func start(_ request: LaunchRequest, output: @escaping @Sendable (String, Bool) -> Void) -> HandlerRun {
             started.withLock { $0.append(request.app) }
+            let t0 = now()
+            starts.withLock { $0.append((request.app, t0)) }
             let run = HandlerRun()
             if hold {
                 held.withLock { $0.append(run) }

@@ -6,7 +6,7 @@
 #                                         vmlinuz, initrd.img
 #
 # The image is cached under $BOARD_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/drowse-board) by a
-# hash of its inputs (the package list, the setup hooks, ARCH, the mirror, the size), so a second
+# hash of its inputs (the package lists, the setup hooks, ARCH, the mirror, the size), so a second
 # run reuses it and a change to any input builds a new one.
 #
 # Env: ARCH          Debian architecture of the guest (default amd64; arm64 needs an aarch64 drowse)
@@ -31,7 +31,11 @@ esac
 # guest has no route to a mirror (apt install ./drowse_*.deb resolves them offline).
 PACKAGES=(systemd systemd-sysv udev dbus "$KERNEL_PKG" initramfs-tools qemu-guest-agent
           libcurl4 libmosquitto1 libsqlite3-0 libssl3 ca-certificates
-          mosquitto-clients python3 sqlite3 curl procps iproute2 kmod openssh-server)
+          mosquitto-clients python3 sqlite3 curl procps iproute2 kmod openssh-server
+          hostapd wpasupplicant iw)
+# Only to build the test_power module (not in Debian's kernel; drives AC and battery with real
+# power_supply uevents): removed again once the module is built.
+MODULE_BUILD=(linux-source-6.1 "linux-headers-$ARCH" gcc make)
 
 # The guest's setup, done inside the chroot once its packages are in:
 #  - a static address on qemu's user-mode network (no DHCP, no DNS: nothing to ask the outside)
@@ -49,13 +53,23 @@ HOOKS=(
     'chroot "$1" sh -c "systemctl mask apt-daily.timer apt-daily-upgrade.timer man-db.timer fstrim.timer e2scrub_all.timer systemd-tmpfiles-clean.timer systemd-timesyncd.service serial-getty@ttyS0.service getty@tty1.service 2>/dev/null || true"'
     'chroot "$1" passwd -d root'
     'chroot "$1" systemctl disable ssh.service'
+    # The Wi-Fi tests start hostapd and wpa_supplicant themselves, on mac80211_hwsim's radios.
+    'chroot "$1" systemctl mask hostapd.service wpa_supplicant.service'
+    # test_power, built out of tree against the image's own kernel headers, in updates/ so that
+    # `modprobe test_power` finds it.
+    'chroot "$1" sh -ec "kver=\$(ls /lib/modules); d=\$(mktemp -d); cd \$d;
+        tar -xJf /usr/src/linux-source-6.1.tar.xz --strip-components=4 linux-source-6.1/drivers/power/supply/test_power.c;
+        echo obj-m := test_power.o >Kbuild; make -s -C /lib/modules/\$kver/build M=\$d modules;
+        install -D -m 0644 test_power.ko /lib/modules/\$kver/updates/test_power.ko; depmod \$kver; cd /; rm -rf \$d"'
+    # The kernel's own headers package is never autoremoved (apt's NeverAutoRemove): named here.
+    "chroot \"\$1\" sh -c 'apt-get purge -y -q --autoremove ${MODULE_BUILD[*]} linux-headers-\$(ls /lib/modules)'"
     'mkdir -p "$1/mnt/host"'
     'cp "$1"/boot/vmlinuz-* "$1/../vmlinuz" && cp "$1"/boot/initrd.img-* "$1/../initrd.img"'
 )
 
 # The cache key: everything that goes into the image, and nothing else (comments and the
 # build's own plumbing can change without a rebuild).
-KEY=$(printf '%s\n' "bookworm" "$ARCH" "$MIRROR" "$SIZE" "${PACKAGES[@]}" "${HOOKS[@]}" | sha256sum | cut -c1-16)
+KEY=$(printf '%s\n' "bookworm" "$ARCH" "$MIRROR" "$SIZE" "${PACKAGES[@]}" "${MODULE_BUILD[@]}" "${HOOKS[@]}" | sha256sum | cut -c1-16)
 OUT=$CACHE/$ARCH-$KEY
 if [ -s "$OUT/base.img" ] && [ -s "$OUT/vmlinuz" ] && [ -s "$OUT/initrd.img" ]; then
     say "board image: cached in $OUT"
@@ -76,7 +90,7 @@ ROOTFS=$WORK/rootfs
 hook_args=()
 for h in "${HOOKS[@]}"; do hook_args+=(--customize-hook="$h"); done
 nice -n 10 mmdebstrap --variant=minbase --architectures="$ARCH" \
-    --include="$(IFS=,; echo "${PACKAGES[*]}")" "${hook_args[@]}" \
+    --include="$(IFS=,; echo "${PACKAGES[*]},${MODULE_BUILD[*]}")" "${hook_args[@]}" \
     bookworm "$ROOTFS" "deb $MIRROR bookworm main" >&2
 # mmdebstrap writes to a directory as root; mkfs.ext4 -d copies it into the image.
 say "board image: mkfs.ext4 -d ($SIZE)"
