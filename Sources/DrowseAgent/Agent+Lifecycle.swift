@@ -253,7 +253,7 @@ extension Agent {
 
     func stateMembers(_ id: String) -> [(String, JSON)] {
         let s = lifecycle.state(of: id)
-        return [("state", JSON(s?.state.rawValue)), ("state_reason", JSON(s?.reason)), ("state_since", JSON(s?.since))]
+        return [("state", JSON(s?.state.rawValue)), ("state_reason", JSON(s?.reason)), ("state_since", JSON(wall(s?.since)))]
     }
 
     func lifecycleStatus() -> JSON {

@@ -32,7 +32,8 @@ extension Agent {
         }
         do {
             let bytes = try FileSystem.readRegularFile(config.file, limit: ConfigFile.maxSize)
-            let fresh = try MainConfig.parse(String(decoding: bytes, as: UTF8.self), file: config.file, machineID: FileSystem.machineID())
+            // Checked as at start-up: invalid UTF-8 is refused, not replaced.
+            let fresh = try MainConfig.parse(ConfigFile.text(bytes, file: config.file), file: config.file, machineID: FileSystem.machineID())
             report.needRestart = Self.changedKeys(config, fresh)
         } catch let e as ConfigError {
             report.refused = e.description
@@ -60,6 +61,8 @@ extension Agent {
         }
         fetch.appsChanged(apps.values.map { ($0.id, interval(of: $0)?.seconds) })
         lifecycle.configure(apps.values.sorted { $0.id < $1.id }, adopted: [])
+        // An added app's finished downloads reach its events handler without a restart.
+        transfers.appsChanged(apps)
         if let m = config.mqtt, let mqtt {
             mqtt.setSubscriptions(apps.keys.sorted().flatMap {
                 Topics.notifyTopics(prefix: m.topicPrefix, device: config.deviceID, groups: m.groups, app: $0)

@@ -20,7 +20,8 @@ extension Agent {
             }.map { .string($0) })),
             ("apps", JSON(apps.count)), ("invalid_apps", JSON(invalidApps.count)),
             ("lifecycle", lifecycleStatus()),
-            ("running_handlers", JSON(fetch.running.count)),
+            // Every handler running now (fetch, notification, transfers), as drowse_running_handlers.
+            ("running_handlers", JSON(runningHandlers)),
             ("queued_handlers", JSON(handlerQueue.waitingCount)),
         ])
     }

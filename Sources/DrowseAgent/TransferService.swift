@@ -209,8 +209,16 @@ package final class TransferService {
             finalFiles[t.id] = .init(path: final, size: size, sha256: digest)
         }
         for t in all { lastSaved[t.id] = (t.state, t.retries) }
-        let events = apps.mapValues { TransferLifecycle.AppEvents(hasCommand: $0.eventsCommand != nil || $0.isResident, launches: $0.sendsLaunchEvents) }
-        drive { $0.restored(all, finalFiles: finalFiles, apps: events, now: host.now()) }
+        drive { $0.restored(all, finalFiles: finalFiles, apps: Self.events(apps), now: host.now()) }
+    }
+
+    /// `systemctl reload drowsed`: the apps' events handlers as the app files now say.
+    package func appsChanged(_ apps: [String: AppDefinition]) {
+        drive { $0.appsChanged(Self.events(apps)) }
+    }
+
+    static func events(_ apps: [String: AppDefinition]) -> [String: TransferLifecycle.AppEvents] {
+        apps.mapValues { TransferLifecycle.AppEvents(hasCommand: $0.eventsCommand != nil || $0.isResident, launches: $0.sendsLaunchEvents) }
     }
 
     /// A new transfer, checked and stored by the API's side: it starts or waits.

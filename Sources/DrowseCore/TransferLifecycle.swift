@@ -504,6 +504,19 @@ package struct TransferLifecycle: Sendable {
         return actions
     }
 
+    /// The app files were read again (`systemctl reload drowsed`): the apps' events handlers as
+    /// they are now. A finished session that waits for an app which has just been added, or has
+    /// just gained an events handler, is delivered now; a removed app's sessions stay undelivered.
+    package mutating func appsChanged(_ apps: [String: AppEvents]) -> [Action] {
+        self.apps = apps
+        var keys: [SessionKey] = []
+        for e in ordered where e.transfer.state.isFinished && !e.transfer.delivered {
+            let k = SessionKey(app: e.transfer.app, session: e.transfer.session)
+            if !keys.contains(k) { keys.append(k) }
+        }
+        return keys.flatMap { checkSession($0) }
+    }
+
     /// When every transfer of an app's session has finished, hands those not yet delivered to
     /// the app's events handler (or, for an app without one, counts them as delivered).
     mutating func checkSession(_ k: SessionKey) -> [Action] {

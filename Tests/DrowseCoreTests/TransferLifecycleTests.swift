@@ -351,6 +351,25 @@ struct TransferLifecycleTests {
         #expect(a.last == .setTimeoutTimer(at: 1000 + 7 * 86400))
     }
 
+    @Test("reload: a finished session of an app that was just added is delivered then; a removed app's waits")
+    func appsChanged() {
+        var m = Self.machine(apps: [:])  // the app is not known yet (its file came after the start)
+        var done = Self.download("t1")
+        done.state = .completed
+        let a = m.restored([done], apps: [:], now: 2000)
+        #expect(Self.deliveries(a).isEmpty)
+        // The app file is added and drowsed reloaded.
+        let b = m.appsChanged(["app": .init(hasCommand: true, launches: true)])
+        #expect(Self.deliveries(b) == [["t1"]])
+        // Reloading again does not deliver it a second time while it is being handled.
+        #expect(Self.deliveries(m.appsChanged(["app": .init(hasCommand: true, launches: true)])).isEmpty)
+        // Removed again: nothing is delivered, nothing dropped.
+        var n = Self.machine(apps: [:])
+        _ = n.restored([done], apps: ["app": .init(hasCommand: true, launches: false)], now: 2000)
+        #expect(Self.deliveries(n.appsChanged([:])).isEmpty)
+        #expect(n.transfer("t1")?.delivered == false)
+    }
+
     @Test("start-up: a final file of another size or digest is not taken for the download")
     func restoreRefusesWrongFile() {
         var m = Self.machine()
