@@ -435,7 +435,7 @@ package final class PopulatedWatch: Sendable {
             let r = AppCgroups.waitForEvents(path, timeout: nil, cancelFD: watch.cancelFD) { $0["populated"] == false }
             if r != .cancelled { onEmpty() }
             var one: UInt64 = 1
-            _ = CCheck.noted("eventfd write") { write(watch.doneFD, &one, 8) }
+            _ = Sys.noted("eventfd write") { write(watch.doneFD, &one, 8) }
         }
         return .success(watch)
     }
@@ -443,12 +443,12 @@ package final class PopulatedWatch: Sendable {
     /// Stops watching and waits for the thread to end (`onEmpty` may have run already).
     package func stop() {
         var one: UInt64 = 1
-        _ = CCheck.noted("eventfd write") { write(cancelFD, &one, 8) }
+        _ = Sys.noted("eventfd write") { write(cancelFD, &one, 8) }
         // Blocks until the thread has signalled its end; the value is put back so that a
         // second stop() returns at once too.
         var v: UInt64 = 0
-        _ = CCheck.noted("eventfd wait") { read(doneFD, &v, 8) }
-        _ = CCheck.noted("eventfd write") { write(doneFD, &v, 8) }
+        _ = Sys.noted("eventfd wait") { read(doneFD, &v, 8) }
+        _ = Sys.noted("eventfd write") { write(doneFD, &v, 8) }
     }
 }
 

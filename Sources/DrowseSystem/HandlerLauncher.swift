@@ -297,7 +297,7 @@ package struct ProcessLauncher: HandlerLaunching {
                                   req: LaunchRequest, output: @escaping @Sendable (String, Bool) -> Void) -> HandlerOutcome.Ending {
         for fd in [stdinFD, stdoutFD, stderrFD] {
             // A pipe left blocking could stall this thread on a read; say so in the handler's log.
-            if let e = CCheck.noted("fcntl(O_NONBLOCK) on a handler pipe", { Int(fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)) }) {
+            if let e = Sys.noted("fcntl(O_NONBLOCK) on a handler pipe", { Int(fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)) }) {
                 output("drowsed: \(e)", true)
             }
         }
@@ -451,7 +451,7 @@ package struct ProcessLauncher: HandlerLaunching {
             if outFD >= 0 { fds.append(pollfd(fd: outFD, events: Int16(POLLIN), revents: 0)) }
             if errFD >= 0 { fds.append(pollfd(fd: errFD, events: Int16(POLLIN), revents: 0)) }
             // A poll that fails cannot wait: drain what is there and stop collecting.
-            let waited = (try? CCheck.poll(&fds, timeoutMs: 100)) != nil
+            let waited = (try? Sys.poll(&fds, timeoutMs: 100)) != nil
             drain(&outFD)
             drain(&errFD)
             if !waited { break }

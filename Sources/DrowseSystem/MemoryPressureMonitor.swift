@@ -56,7 +56,7 @@ package final class MemoryPressureMonitor: Sendable {
         OSThread.detach(name: "psi-memory") {
             monitor.watch(onPressure)
             var one: UInt64 = 1
-            _ = CCheck.noted("eventfd write") { write(monitor.doneFD, &one, 8) }
+            _ = Sys.noted("eventfd write") { write(monitor.doneFD, &one, 8) }
         }
         return .success(monitor)
     }
@@ -67,7 +67,7 @@ package final class MemoryPressureMonitor: Sendable {
             fds[0].revents = 0
             fds[1].revents = 0
             // A failing poll cannot wait any more: the monitor ends rather than spin.
-            guard (try? CCheck.poll(&fds, timeoutMs: -1)) != nil else { return }
+            guard (try? Sys.poll(&fds, timeoutMs: -1)) != nil else { return }
             if fds[1].revents != 0 { return }
             // POLLERR: the trigger is gone (the file was closed underneath); nothing more will come.
             if fds[0].revents & Int16(POLLERR | POLLNVAL) != 0 { return }
@@ -79,9 +79,9 @@ package final class MemoryPressureMonitor: Sendable {
     /// Later calls return at once.
     package func stop() {
         var one: UInt64 = 1
-        _ = CCheck.noted("eventfd write") { write(stopFD, &one, 8) }
+        _ = Sys.noted("eventfd write") { write(stopFD, &one, 8) }
         var v: UInt64 = 0
-        _ = CCheck.noted("eventfd wait") { read(doneFD, &v, 8) }
-        _ = CCheck.noted("eventfd write") { write(doneFD, &v, 8) }
+        _ = Sys.noted("eventfd wait") { read(doneFD, &v, 8) }
+        _ = Sys.noted("eventfd write") { write(doneFD, &v, 8) }
     }
 }
