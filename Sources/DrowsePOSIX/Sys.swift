@@ -61,10 +61,16 @@ package enum Sys {
     /// Why a close's failure is not worth reporting.
     package enum CloseIgnoring {
         /// Nothing was written through it that close could fail to flush: a file opened for
-        /// reading, a folder, a socket, a pipe or an eventfd (what was sent went out with write(2)).
+        /// reading, a folder, a socket, a pipe or an eventfd (what was sent went out with write(2)),
+        /// a kernel file (cgroupfs, procfs) whose writes took effect in write(2).
         case nothingToFlush
         /// A failure path: the error that matters is already being reported.
         case afterError
+        /// A part file of a transfer: what counts was fdatasynced before its offset was
+        /// committed, and the bytes after that offset are cut off when the transfer resumes.
+        case beyondCommit
+        /// A debugging aid whose losses are accepted (the scheduler trace: a replay reports the gap).
+        case bestEffort
     }
 
     /// close(2) whose failure carries no news (see `CloseIgnoring`). EBADF still does (a double
@@ -140,6 +146,22 @@ package enum Sys {
             throw error
         }
         return true
+    }
+
+    /// A signal to a process drowsed started, adopted, or holds in an app's cgroup, where there
+    /// is no one to tell of a failure and nothing else to do. ESRCH: it is gone already, which is
+    /// the point. EPERM: a set-uid program among them while drowsed is not root; the cgroup kill
+    /// or the next round of leftovers catches it. EINVAL (a bad signal number) is a bug and stops
+    /// a debug build. Where a log is at hand, use `kill` and log what it throws.
+    package static func killOwn(_ pid: pid_t, _ signal: Int32) {
+        guard Glibc.kill(pid, signal) != 0 else { return }
+        assert(errno != EINVAL, "kill(\(pid), \(signal)): invalid signal")
+    }
+
+    /// `killOwn` for a process group.
+    package static func killpgOwn(_ group: pid_t, _ signal: Int32) {
+        guard Glibc.killpg(group, signal) != 0 else { return }
+        assert(errno != EINVAL, "killpg(\(group), \(signal)): invalid signal")
     }
 
     /// Installs `handler` for `signal` (no flags, nothing blocked while it runs).

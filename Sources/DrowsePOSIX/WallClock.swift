@@ -8,16 +8,16 @@ import Musl
 /// the MQTT publisher) comes from `WallClock.monotonic()`.
 package enum WallClock {
     /// Wall-clock time as Unix seconds (CLOCK_REALTIME).
-    package static func now() -> Double { read(CLOCK_REALTIME) }
+    package static func now() -> Double { reading(CLOCK_REALTIME) }
 
     /// CLOCK_BOOTTIME: monotonic, and counts time suspended (the base of `Timeline`).
-    package static func boot() -> Double { read(CLOCK_BOOTTIME) }
+    package static func boot() -> Double { reading(CLOCK_BOOTTIME) }
 
-    package static func monotonic() -> Double { read(CLOCK_MONOTONIC) }
+    package static func monotonic() -> Double { reading(CLOCK_MONOTONIC) }
 
     /// clock_gettime(2) fails only for a clock id the kernel lacks (EINVAL) or a bad pointer
     /// (EFAULT): both are programming errors, and a time made up instead would mislead everything.
-    private static func read(_ clock: clockid_t) -> Double {
+    private static func reading(_ clock: clockid_t) -> Double {
         var ts = timespec()
         let rc = clock_gettime(clock, &ts)
         precondition(rc == 0, "clock_gettime(\(clock)) failed: errno \(errno)")
