@@ -131,17 +131,17 @@ package enum Sys {
     /// have exited and been reaped since it was looked up).
     @discardableResult
     package static func kill(_ pid: pid_t, _ signal: Int32) throws(SystemError) -> Bool {
-        do { try posix("kill(\(pid), \(signal))") { Int(Glibc.kill(pid, signal)) } } catch {
-            if error.errno == ESRCH { return false }
-            throw error
-        }
-        return true
+        try delivered("kill(\(pid), \(signal))") { Glibc.kill(pid, signal) }
     }
 
     /// killpg(2); false when the group has no process left (ESRCH).
     @discardableResult
     package static func killpg(_ group: pid_t, _ signal: Int32) throws(SystemError) -> Bool {
-        do { try posix("killpg(\(group), \(signal))") { Int(Glibc.killpg(group, signal)) } } catch {
+        try delivered("killpg(\(group), \(signal))") { Glibc.killpg(group, signal) }
+    }
+
+    private static func delivered(_ what: @autoclosure () -> String, _ call: () -> Int32) throws(SystemError) -> Bool {
+        do { try posix(what()) { Int(call()) } } catch {
             if error.errno == ESRCH { return false }
             throw error
         }

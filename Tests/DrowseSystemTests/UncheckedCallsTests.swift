@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import DrowseSystem
 import Testing
 
 /// The lint of the checked system layer (DrowsePOSIX `Sys`): no libc call in Sources/ has its
@@ -20,7 +21,7 @@ struct UncheckedCallsTests {
         let header = (try? RepoPath.read(root + "/Sources/CDrowseSys/include/CDrowseSys.h")) ?? ""
         let lint = UncheckedCalls(extraFunctions: UncheckedCalls.valueReturning(inHeader: header))
         var findings: [String] = []
-        for file in try RepoPath.swiftFiles(under: root + "/Sources") {
+        for file in RepoPath.swiftFiles(under: root + "/Sources") {
             let relative = String(file.dropFirst(root.count + 1))
             for f in lint.findings(in: try RepoPath.read(file)) where !UncheckedCalls.allowed(relative, f.text) {
                 findings.append("\(relative):\(f.line): \(f.text)")
@@ -68,7 +69,7 @@ struct UncheckedCalls {
     /// libc calls whose result says whether they worked. Add to it when Sources/ starts using
     /// another one.
     static let functions: Set<String> = [
-        "accept", "accept4", "bind", "chdir", "chmod", "chown", "clock_gettime", "close", "connect", "dup", "dup2", "dup3",
+        "accept", "accept4", "bind", "chdir", "chmod", "chown", "clock_gettime", "close", "closedir", "connect", "dup", "dup2", "dup3",
         "epoll_ctl", "eventfd_read", "eventfd_write", "fallocate", "fchdir", "fchmod", "fchown", "fclose", "fcntl",
         "fdatasync", "fflush", "flock", "fputs", "fsync", "ftruncate", "futimens", "fwrite", "ioctl", "kill", "killpg",
         "lchown", "link", "linkat", "listen", "localtime_r", "gmtime_r", "lseek", "mkdir", "mkdirat", "mount", "pipe",
@@ -319,32 +320,16 @@ enum RepoPath {
     }
 
     static func read(_ path: String) throws -> String {
-        guard let f = fopen(path, "r") else { throw ReadError(path: path) }
-        defer { fclose(f) }
-        var bytes: [UInt8] = []
-        var buf = [UInt8](repeating: 0, count: 16384)
-        while true {
-            let n = fread(&buf, 1, buf.count, f)
-            if n == 0 { break }
-            bytes += buf[0..<n]
-        }
-        return String(decoding: bytes, as: UTF8.self)
+        String(decoding: try FileSystem.readFile(path, limit: 1 << 24), as: UTF8.self)
     }
 
     /// Every *.swift below `folder`, sorted.
-    static func swiftFiles(under folder: String) throws -> [String] {
-        guard let dir = opendir(folder) else { throw ReadError(path: folder) }
-        defer { closedir(dir) }
+    static func swiftFiles(under folder: String) -> [String] {
         var out: [String] = []
-        while let entry = readdir(dir) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix(while: { $0 != 0 }), as: UTF8.self) }
-            if name == "." || name == ".." { continue }
+        for name in FileSystem.listDirectory(folder) {
             let path = folder + "/" + name
-            if Int32(entry.pointee.d_type) == Int32(DT_DIR) { out += try swiftFiles(under: path) }
-            else if name.hasSuffix(".swift") { out.append(path) }
+            if FileSystem.isDirectory(path) { out += swiftFiles(under: path) } else if name.hasSuffix(".swift") { out.append(path) }
         }
         return out.sorted()
     }
-
-    struct ReadError: Error { var path: String }
 }
