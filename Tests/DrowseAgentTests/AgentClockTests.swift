@@ -26,6 +26,13 @@ struct AgentClockTests {
         await agent.status(caller: .daemon)["next_window"]?.doubleValue
     }
 
+    /// No handler running or queued, and the next window planned. (Two checks, because `&&`
+    /// takes its right side as an autoclosure, where `await` is not allowed.)
+    func idleWithWindow(_ agent: Agent) async -> Bool {
+        guard await idle(agent) else { return false }
+        return await plannedWindow(agent) != nil
+    }
+
     func idle(_ agent: Agent) async -> Bool {
         let s = await agent.status(caller: .daemon)
         return s["running_handlers"]?.intValue == 0 && s["queued_handlers"]?.intValue == 0
@@ -55,7 +62,7 @@ struct AgentClockTests {
         clock.advance(by: 2)
         try await settle { launcher.started.withLock { $0 } == ["a"] }
         #expect(launcher.started.withLock { $0 } == ["a"])
-        try await settle { await self.idle(f.agent) && (await self.plannedWindow(f.agent)) != nil }
+        try await settle { await self.idleWithWindow(f.agent) }
 
         // Set back one year: the next window keeps its wait (an hour or more after the fetch).
         let next = try await nextWindow(f.agent) - forward
@@ -68,7 +75,7 @@ struct AgentClockTests {
         clock.advance(by: next - t1 + 1)
         try await settle { launcher.started.withLock { $0 }.count == 2 }
         #expect(launcher.started.withLock { $0 } == ["a", "a"])
-        try await settle { await self.idle(f.agent) && (await self.plannedWindow(f.agent)) != nil }
+        try await settle { await self.idleWithWindow(f.agent) }
 
         // What was recorded is on the timeline, shown in wall time: the history's times are
         // the runs' timeline times plus the skew.
