@@ -33,8 +33,11 @@ let package = Package(
         // `drowse simulate`: scenarios, the virtual-clock driver of the fetch scheduler and the
         // baselines.
         .target(name: "DrowseSimulation", dependencies: ["DrowseCore"]),
+        // The checked system layer: checked libc calls, the clocks, threads, the HTTP client on
+        // drowsed's Unix socket. Shared by drowsed, the CLI and DrowseKit; no Foundation, no NIO.
+        .target(name: "DrowsePOSIX", dependencies: ["CDrowseSys"]),
         .target(name: "DrowseSystem", dependencies: [
-            "DrowseCore", "CDrowseSys", "CCrypto",
+            "DrowseCore", "DrowsePOSIX", "CDrowseSys", "CCrypto",
             .product(name: "Logging", package: "swift-log"),
         ]),
         .target(name: "DrowseTransfers", dependencies: [
@@ -68,7 +71,7 @@ let package = Package(
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         // The client library a resident app imports: the lifecycle API over the Unix socket.
-        .target(name: "DrowseKit", dependencies: ["DrowseCore"]),
+        .target(name: "DrowseKit", dependencies: ["DrowseCore", "DrowsePOSIX"]),
         .executableTarget(name: "drowse-resident-example", dependencies: ["DrowseKit"]),
 
         .testTarget(name: "DrowseCoreTests", dependencies: ["DrowseCore"], exclude: ["toml-test"]),
@@ -80,7 +83,7 @@ let package = Package(
             "DrowseAgent", "DrowseCore", "DrowseSimulation", "DrowseStore", "DrowseSystem",
             .product(name: "Logging", package: "swift-log"),
         ]),
-        .testTarget(name: "DrowseKitTests", dependencies: ["DrowseKit", "DrowseCore"]),
+        .testTarget(name: "DrowseKitTests", dependencies: ["DrowseKit", "DrowseCore", "DrowsePOSIX"]),
         .testTarget(name: "DrowseMQTTTests", dependencies: ["DrowseMQTT", "CMosquitto", .product(name: "Logging", package: "swift-log")]),
     ],
     swiftLanguageModes: [.v6]

@@ -204,7 +204,7 @@ package final class SchedulerTrace: @unchecked Sendable {
         line(header.serialized)
     }
 
-    deinit { close(fd) }
+    deinit { Sys.close(fd, ignoringErrors: .bestEffort) }
 
     func write(_ event: FetchScheduler.Event, _ actions: [FetchScheduler.Action]) {
         line(JSON.object([("event", event.json), ("actions", .array(actions.map(\.json)))]).serialized)

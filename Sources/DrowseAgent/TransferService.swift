@@ -31,7 +31,8 @@ package protocol TransferFiles: AnyObject {
     func exists(_ path: String, as who: FileIdentity?) -> Bool
     func regularFileSize(_ path: String, as who: FileIdentity?) -> Int64?
     func sha256(ofFile path: String, as who: FileIdentity?) -> String?
-    func remove(_ path: String, as who: FileIdentity?)
+    /// Removes a file (a missing one is fine); the error if it could not.
+    func remove(_ path: String, as who: FileIdentity?) -> SystemError?
     /// Makes an app's inbox folder, owned by its user when it has one; the error if it could not hand it over.
     func makeInbox(_ dir: String, owner: (uid: UInt32, gid: UInt32)?) -> SystemError?
     /// The uid and gid of a user name.
@@ -44,7 +45,10 @@ package final class SystemTransferFiles: TransferFiles {
     package func exists(_ path: String, as who: FileIdentity?) -> Bool { FileIdentity.exists(path, as: who) }
     package func regularFileSize(_ path: String, as who: FileIdentity?) -> Int64? { FileIdentity.regularFileSize(path, as: who) }
     package func sha256(ofFile path: String, as who: FileIdentity?) -> String? { try? SHA256Hasher.hexDigest(ofFile: path, as: who) }
-    package func remove(_ path: String, as who: FileIdentity?) { FileIdentity.remove(path, as: who) }
+    package func remove(_ path: String, as who: FileIdentity?) -> SystemError? {
+        do { try FileIdentity.remove(path, as: who) } catch { return error }
+        return nil
+    }
     package func makeInbox(_ dir: String, owner: (uid: UInt32, gid: UInt32)?) -> SystemError? {
         do { try FileSystem.makeDirectories(dir, mode: 0o700) } catch { return error }
         guard let owner else { return nil }
@@ -346,9 +350,9 @@ package final class TransferService {
         case .cancelTimeoutTimer:
             host.setTimeoutTimer(nil)
         case .removePartFile(let t):
-            files.remove(partPath(t), as: identity(t))
+            if let e = files.remove(partPath(t), as: identity(t)) { logger.warning("part file left: \(e)", metadata: ["transfer.id": "\(t.id)"]) }
         case .removeFile(let path):
-            files.remove(path, as: nil)
+            if let e = files.remove(path, as: nil) { logger.warning("file left: \(e)") }
         case let .deliverSession(appID, session, batch):
             let doc = JSON.object([
                 ("event", "transfers"), ("app", .string(appID)), ("session", .string(session)),

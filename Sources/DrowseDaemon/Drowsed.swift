@@ -69,7 +69,7 @@ struct Drowsed: AsyncParsableCommand {
     var schedulerTrace: String?
 
     func run() async throws {
-        signal(SIGPIPE, SIG_IGN)
+        try Sys.ignoreSignal(SIGPIPE)
         // State, partial downloads and the database are private unless handed to someone.
         umask(0o077)
         let env = { (k: String) -> String? in getenv(k).map { String(cString: $0) } }

@@ -4,6 +4,7 @@ import Glibc
 import Musl
 #endif
 import DrowseCore
+import DrowsePOSIX
 import Synchronization
 
 /// A resident app's connection to drowsed (the lifecycle API over its Unix socket).
@@ -247,7 +248,7 @@ public final class DrowseApp: Sendable {
         guard !app.isEmpty else { throw DrowseError(status: 0, code: "no_app", message: "no app id: pass app: or set DROWSE_APP") }
         let socket = socket, timeout = timeout
         return try await KitThread.run { () throws(DrowseError) -> JSON in
-            try UnixSocket.call(socket: socket, method: method, target: target, body: body, timeout: timeout)
+            try APICall.json(socket: socket, method: method, target: target, body: body, timeout: timeout)
         }
     }
 
@@ -274,7 +275,7 @@ final class EventReader: Sendable {
     let socket: String
     let target: String
     private let state = Mutex<(fd: Int32, cancelled: Bool)>((-1, false))
-    private let wake = WakePipe()
+    private let wake = EventFD()
     /// A connection that delivered an event or lasted this long resets the backoff.
     static let healthyAfter = 5.0
 
@@ -286,7 +287,11 @@ final class EventReader: Sendable {
     func cancel() {
         state.withLock { s in
             s.cancelled = true
-            if s.fd >= 0 { shutdown(s.fd, Int32(SHUT_RDWR)) }
+            // Ends the reader's blocked recv. A failure here can only mean the connection is
+            // already down, which ends the recv as well.
+            if s.fd >= 0, let e = Sys.noted("shutdown", { Int(shutdown(s.fd, Int32(SHUT_RDWR))) }) {
+                assert(e.errno != EBADF, "shutdown of the event stream: \(e)")
+            }
         }
         wake.signal()
     }
@@ -296,16 +301,22 @@ final class EventReader: Sendable {
     func run(deliver: (DrowseEvent) -> Void, finish: (Error?) -> Void) {
         var backoff = Backoff(base: 0.1, cap: 5)
         while !isCancelled {
-            let started = monotonicNow()
+            let started = WallClock.monotonic()
             switch connectOnce(deliver: deliver) {
             case .refused(let error):
                 finish(error)
                 return
             case .ended(let delivered):
-                if delivered || monotonicNow() - started >= Self.healthyAfter { backoff.reset() }
+                if delivered || WallClock.monotonic() - started >= Self.healthyAfter { backoff.reset() }
             }
             if isCancelled { break }
-            _ = wake.sleep(backoff.next(unit: Double.random(in: 0..<1)))
+            do {
+                // Woken early only by `cancel()`, checked at the top of the loop.
+                if try wake.sleep(backoff.next(unit: Double.random(in: 0..<1))) { wake.drain() }
+            } catch {
+                finish(DrowseError.transport("cannot wait to reconnect: \(error)"))
+                return
+            }
         }
         finish(nil)
     }
@@ -319,7 +330,7 @@ final class EventReader: Sendable {
 
     private func connectOnce(deliver: (DrowseEvent) -> Void) -> Outcome {
         let fd: Int32
-        do { fd = try UnixSocket.connect(socket) } catch { return .ended(delivered: false) }
+        do { fd = try UnixHTTP.connect(socket) } catch { return .ended(delivered: false) }
         let go = state.withLock { s -> Bool in
             guard !s.cancelled else { return false }
             s.fd = fd
@@ -327,17 +338,17 @@ final class EventReader: Sendable {
         }
         defer {
             state.withLock { $0.fd = -1 }
-            close(fd)
+            Sys.close(fd, ignoringErrors: .nothingToFlush)
         }
         guard go else { return .ended(delivered: false) }
-        let request = UnixSocket.requestBytes(method: "GET", target: target, body: nil, accept: "application/x-ndjson")
-        do { try UnixSocket.sendAll(fd, request) } catch { return .ended(delivered: false) }
+        let request = UnixHTTP.requestBytes(method: "GET", target: target, body: nil, accept: "application/x-ndjson")
+        do { try UnixHTTP.sendAll(fd, request) } catch { return .ended(delivered: false) }
         var parser = EventStreamParser()
         var delivered = false
         var buf = [UInt8](repeating: 0, count: 16384)
         while true {
             let n: Int
-            do { n = try UnixSocket.receive(fd, into: &buf) } catch { break }
+            do { n = try UnixHTTP.receive(fd, into: &buf) } catch { break }
             if n == 0 {
                 try? parser.closed()
                 break

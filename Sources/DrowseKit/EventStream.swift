@@ -1,4 +1,5 @@
 import DrowseCore
+import DrowsePOSIX
 
 /// One line of an app's event stream, understood.
 package enum EventLine: Equatable {
@@ -42,7 +43,8 @@ package struct EventStreamParser {
     package var status: Int? { http.status }
 
     package mutating func feed(_ bytes: some Collection<UInt8>) throws(DrowseError) -> [EventLine] {
-        let body = try http.feed(bytes)
+        let body: [UInt8]
+        do { body = try http.feed(bytes) } catch { throw DrowseError(error) }
         guard let status = http.status else { return [] }
         guard status == 200 else {
             if errorBody.count < 65536 { errorBody += body.prefix(65536 - errorBody.count) }
@@ -52,5 +54,7 @@ package struct EventStreamParser {
     }
 
     /// The connection closed.
-    package mutating func closed() throws(DrowseError) { try http.closed() }
+    package mutating func closed() throws(DrowseError) {
+        do { try http.closed() } catch { throw DrowseError(error) }
+    }
 }

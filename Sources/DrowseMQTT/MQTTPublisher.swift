@@ -3,6 +3,7 @@ import Glibc
 #endif
 import CMosquitto
 import DrowseCore
+import DrowseSystem
 
 /// The provider side (`drowse push`): connect, publish one QoS 1 message, wait for PUBACK.
 package enum MQTTPublisher {
@@ -61,10 +62,10 @@ package enum MQTTPublisher {
         if let e = MosquittoError(rc: mosquitto_connect(mosq, host, Int32(port), 30), call: "mosquitto_connect") {
             throw Failure(description: "cannot connect to \(host):\(port): \(e.detail)")
         }
-        let end = Self.now() + timeout
+        let end = WallClock.monotonic() + timeout
         while !state.connected {
             if let e = state.connackError { throw Failure(description: "broker refused: \(String(cString: mosquitto_connack_string(e)))") }
-            guard Self.now() < end else { throw Failure(description: "timed out waiting for the broker") }
+            guard WallClock.monotonic() < end else { throw Failure(description: "timed out waiting for the broker") }
             if let e = MosquittoError(rc: mosquitto_loop(mosq, 200, 1), call: "mosquitto_loop") {
                 // A refused CONNACK also fails the loop: the refusal says more.
                 if let c = state.connackError { throw Failure(description: "broker refused: \(String(cString: mosquitto_connack_string(c)))") }
@@ -74,18 +75,12 @@ package enum MQTTPublisher {
         let rc = payload.withUnsafeBytes { mosquitto_publish(mosq, nil, topic, Int32($0.count), $0.baseAddress, 1, retain) }
         if let e = MosquittoError(rc: rc, call: "mosquitto_publish") { throw Failure(description: "publish: \(e.detail)") }
         while !state.published {
-            guard Self.now() < end else { throw Failure(description: "timed out waiting for PUBACK") }
+            guard WallClock.monotonic() < end else { throw Failure(description: "timed out waiting for PUBACK") }
             if let e = MosquittoError(rc: mosquitto_loop(mosq, 200, 1), call: "mosquitto_loop") { throw Failure(description: e.detail) }
         }
         // PUBACK came: the message is the broker's. A failed goodbye changes nothing for the caller.
         if MosquittoError(rc: mosquitto_disconnect(mosq), call: "mosquitto_disconnect") == nil {
             _ = MosquittoError(rc: mosquitto_loop(mosq, 100, 1), call: "mosquitto_loop")
         }
-    }
-
-    static func now() -> Double {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
     }
 }

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import CMosquitto
 import DrowseCore
+import DrowseSystem
 
 /// `drowse fleet`'s side: connect (clean session), subscribe to a filter, and collect the retained
 /// messages the broker sends for it. The broker sends them right after the SUBACK, back to back,
@@ -31,12 +32,12 @@ package enum MQTTRetainedReader {
             if rc == 0 { s.connected = true } else { s.connackError = rc }
         }
         mosquitto_subscribe_callback_set(mosq) { _, obj, _, _, _ in
-            Unmanaged<State>.fromOpaque(obj!).takeUnretainedValue().subscribedAt = MQTTPublisher.now()
+            Unmanaged<State>.fromOpaque(obj!).takeUnretainedValue().subscribedAt = WallClock.monotonic()
         }
         mosquitto_message_callback_set(mosq) { _, obj, msg in
             let s = Unmanaged<State>.fromOpaque(obj!).takeUnretainedValue()
             guard let m = msg?.pointee else { return }
-            s.lastMessageAt = MQTTPublisher.now()
+            s.lastMessageAt = WallClock.monotonic()
             // Only what the broker kept: a live status published meanwhile is as good, but the
             // listing is of retained statuses.
             guard m.retain else { return }
@@ -46,10 +47,10 @@ package enum MQTTRetainedReader {
         if let e = MosquittoError(rc: mosquitto_connect(mosq, host, Int32(port), 30), call: "mosquitto_connect") {
             throw Failure(description: "cannot connect to \(host):\(port): \(e.detail)")
         }
-        let end = MQTTPublisher.now() + timeout
+        let end = WallClock.monotonic() + timeout
         while !state.connected {
             if let e = state.connackError { throw Failure(description: "broker refused: \(String(cString: mosquitto_connack_string(e)))") }
-            guard MQTTPublisher.now() < end else { throw Failure(description: "timed out waiting for the broker") }
+            guard WallClock.monotonic() < end else { throw Failure(description: "timed out waiting for the broker") }
             if let e = MosquittoError(rc: mosquitto_loop(mosq, 100, 1), call: "mosquitto_loop") {
                 if let c = state.connackError { throw Failure(description: "broker refused: \(String(cString: mosquitto_connack_string(c)))") }
                 throw Failure(description: e.detail)
@@ -59,7 +60,7 @@ package enum MQTTRetainedReader {
             throw Failure(description: "subscribe: \(e.detail)")
         }
         while true {
-            let t = MQTTPublisher.now()
+            let t = WallClock.monotonic()
             guard t < end else {
                 if state.subscribedAt == nil { throw Failure(description: "timed out waiting for the broker's SUBACK") }
                 break

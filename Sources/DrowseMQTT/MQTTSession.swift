@@ -303,7 +303,7 @@ package final class MQTTSession: Sendable {
     private func waitForStop() {
         while true {
             var fd = [pollfd(fd: wake.fd, events: Int16(POLLIN), revents: 0)]
-            do { try CCheck.poll(&fd, timeoutMs: -1) } catch { logger.error("mqtt: \(error)") }
+            do { try Sys.poll(&fd, timeoutMs: -1) } catch { logger.error("mqtt: \(error)") }
             wake.drain()
             let pending = commands.withLock { q -> [Command] in defer { q.removeAll() }; return q }
             for case .stop(let done) in pending {
@@ -417,7 +417,7 @@ package final class MQTTSession: Sendable {
             while session.receipts.withLock({ $0.unsettled > 0 && !$0.rejected }), now() < settleBy {
                 var fd = [pollfd(fd: session.wake.fd, events: Int16(POLLIN), revents: 0)]
                 // A poll that fails cannot wait for the records: close now (the broker redelivers).
-                guard (try? CCheck.poll(&fd, timeoutMs: 100)) != nil else { break }
+                guard (try? Sys.poll(&fd, timeoutMs: 100)) != nil else { break }
                 session.wake.drain()
             }
             perform(machine.stop(mayWrite: mayWrite()))
@@ -522,7 +522,7 @@ package final class MQTTSession: Sendable {
                     logger.mosquitto(mosquitto_loop_write(mosq, 1), "mosquitto_loop_write", level: .debug, "while closing")
                 }
                 // ENOTCONN when the broker closed first: the socket is closing either way.
-                if let e = CCheck.noted("shutdown", { Int(shutdown(fd, Int32(SHUT_RDWR))) }) { logger.debug("mqtt: \(e)") }
+                if let e = Sys.noted("shutdown", { Int(shutdown(fd, Int32(SHUT_RDWR))) }) { logger.debug("mqtt: \(e)") }
             }
             session.receipts.withLock { $0 = ReceiptState(connection: $0.connection + 1) }
             // Writing to a dead socket above may have run the disconnect callback: that reason

@@ -268,7 +268,7 @@ package final class AppCgroups: Sendable {
         for _ in 0..<50 {
             let now = pidsBelow(path)
             if now.isEmpty { return }
-            for p in now { Glibc.kill(p, SIGKILL) }
+            for p in now { Sys.killOwn(p, SIGKILL) }  // what survives is in the next round
             _ = waitForEvents(path, timeout: 0.1) { $0["populated"] == false }
         }
     }
@@ -315,8 +315,9 @@ package final class AppCgroups: Sendable {
         // A frozen cgroup's processes die too (SIGKILL wakes them); thawing lets them go sooner.
         _ = try? thaw(app: app)
         _ = Self.waitForEvents(path, timeout: within) { $0["populated"] == false }
-        for leaf in leaves(app: app) { rmdir(path + "/" + leaf) }
-        return rmdir(path) == 0
+        // A leaf that will not go (still populated) keeps the app's folder too: try again later.
+        let stuck = leaves(app: app).filter { rmdir(path + "/" + $0) != 0 }
+        return stuck.isEmpty && rmdir(path) == 0
     }
 
     // MARK: cgroup.events
@@ -351,7 +352,7 @@ package final class AppCgroups: Sendable {
                                       _ condition: ([String: Bool]) -> Bool) -> WaitResult {
         let fd = open(path + "/cgroup.events", O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { return .failed(errno) }
-        defer { close(fd) }
+        defer { Sys.close(fd, ignoringErrors: .nothingToFlush) }
         let until = timeout.map { WallClock.monotonic() + $0 }
         var buf = [UInt8](repeating: 0, count: 512)
         while true {
@@ -392,7 +393,7 @@ package final class AppCgroups: Sendable {
     static func writeFile(_ path: String, _ text: String) throws(SystemError) {
         let fd = open(path, O_WRONLY | O_CLOEXEC)
         guard fd >= 0 else { throw SystemError("open \(path)", errno: errno) }
-        defer { close(fd) }
+        defer { Sys.close(fd, ignoringErrors: .nothingToFlush) }
         try FileSystem.writeAll(fd, Array(text.utf8), what: "write \(path)")
     }
 }
@@ -412,8 +413,8 @@ package final class PopulatedWatch: Sendable {
     }
 
     deinit {
-        close(cancelFD)
-        close(doneFD)
+        Sys.close(cancelFD, ignoringErrors: .nothingToFlush)
+        Sys.close(doneFD, ignoringErrors: .nothingToFlush)
     }
 
     /// Starts watching `path`. `onEmpty` runs on the watching thread when the cgroup is empty
@@ -426,29 +427,25 @@ package final class PopulatedWatch: Sendable {
         let cancelFD = drowse_eventfd(), doneFD = drowse_eventfd_blocking()
         guard cancelFD >= 0, doneFD >= 0 else {
             let e = errno
-            if cancelFD >= 0 { close(cancelFD) }
-            if doneFD >= 0 { close(doneFD) }
+            if cancelFD >= 0 { Sys.close(cancelFD, ignoringErrors: .afterError) }
+            if doneFD >= 0 { Sys.close(doneFD, ignoringErrors: .afterError) }
             return .failure(SystemError("eventfd", errno: e))
         }
         let watch = PopulatedWatch(cancelFD: cancelFD, doneFD: doneFD)
         OSThread.detach(name: "cgroup-watch") {
             let r = AppCgroups.waitForEvents(path, timeout: nil, cancelFD: watch.cancelFD) { $0["populated"] == false }
             if r != .cancelled { onEmpty() }
-            var one: UInt64 = 1
-            _ = CCheck.noted("eventfd write") { write(watch.doneFD, &one, 8) }
+            EventFD.signal(watch.doneFD)
         }
         return .success(watch)
     }
 
     /// Stops watching and waits for the thread to end (`onEmpty` may have run already).
     package func stop() {
-        var one: UInt64 = 1
-        _ = CCheck.noted("eventfd write") { write(cancelFD, &one, 8) }
+        EventFD.signal(cancelFD)
         // Blocks until the thread has signalled its end; the value is put back so that a
         // second stop() returns at once too.
-        var v: UInt64 = 0
-        _ = CCheck.noted("eventfd wait") { read(doneFD, &v, 8) }
-        _ = CCheck.noted("eventfd write") { write(doneFD, &v, 8) }
+        EventFD.signal(doneFD, adding: EventFD.read(doneFD))
     }
 }
 

@@ -10,32 +10,36 @@ package func commandOutput(_ argv: [String], timeout: Double = 2) -> String? {
     var out: [Int32] = [0, 0]
     guard drowse_pipe(&out) == 0 else { return nil }
     let devnull = open("/dev/null", O_RDWR | O_CLOEXEC)
-    defer { close(devnull) }
+    guard devnull >= 0 else {
+        Sys.close(out[0], ignoringErrors: .afterError)
+        Sys.close(out[1], ignoringErrors: .afterError)
+        return nil
+    }
+    defer { Sys.close(devnull, ignoringErrors: .nothingToFlush) }
     var pid: pid_t = 0
     let rc = withCStrings(argv) { a in
         withCStrings(["PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C"]) { e in
-            drowse_spawn(path, a, e, nil, 0, 0, 0, nil, 0, devnull, out[1], devnull, -1, nil, &pid)
+            return drowse_spawn(path, a, e, nil, 0, 0, 0, nil, 0, devnull, out[1], devnull, -1, nil, &pid)
         }
     }
-    close(out[1])
-    guard rc == 0 else { close(out[0]); return nil }
+    Sys.close(out[1], ignoringErrors: .nothingToFlush)
+    guard rc == 0 else { Sys.close(out[0], ignoringErrors: .afterError); return nil }
     var data: [UInt8] = []
     var buf = [UInt8](repeating: 0, count: 4096)
     let end = WallClock.monotonic() + timeout
     var timedOut = false
     while data.count < 65536 {
-        var p = pollfd(fd: out[0], events: Int16(POLLIN), revents: 0)
         let left = end - WallClock.monotonic()
         if left <= 0 { timedOut = true; break }
-        if poll(&p, 1, Int32(left * 1000) + 1) <= 0 { continue }
-        let n = buf.withUnsafeMutableBytes { read(out[0], $0.baseAddress, $0.count) }
-        if n <= 0 { break }
+        // A poll that fails cannot wait: stop reading (before, it polled again at once, a spin).
+        guard let ready = try? Sys.poll(out[0], events: Int16(POLLIN), timeoutMs: Int32(left * 1000) + 1) else { timedOut = true; break }
+        if ready == 0 { continue }
+        guard let n = try? Sys.posix("read", { buf.withUnsafeMutableBytes { read(out[0], $0.baseAddress, $0.count) } }), n > 0 else { break }
         data += buf[0..<n]
     }
-    close(out[0])
-    if timedOut { killpg(pid, SIGKILL) }
-    var status: Int32 = 0
-    while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+    Sys.close(out[0], ignoringErrors: .nothingToFlush)
+    if timedOut { Sys.killpgOwn(pid, SIGKILL) }
+    let status = (try? Sys.waitForExit(pid)) ?? -1  // ECHILD: reaped elsewhere, its status unknown
     drowse_forget_child(pid)  // reaped: out of the registry of children drowse_spawn started
     guard !timedOut, status == 0 else { return nil }
     return String(decoding: data, as: UTF8.self)

@@ -49,8 +49,8 @@ package final class ConditionsMonitor: Sendable {
         let route = drowse_netlink_route_socket()
         let uevent = drowse_netlink_uevent_socket()
         defer {
-            if route >= 0 { close(route) }
-            if uevent >= 0 { close(uevent) }
+            if route >= 0 { Sys.close(route, ignoringErrors: .nothingToFlush) }
+            if uevent >= 0 { Sys.close(uevent, ignoringErrors: .nothingToFlush) }
         }
         if route < 0 { logger.warning("conditions: no netlink route socket (\(String(cString: strerror(errno)))): network changes are seen at window boundaries only") }
         if uevent < 0 { logger.info("conditions: no uevent socket: power changes are seen at window boundaries or on `drowse conditions --refresh`") }

@@ -65,7 +65,7 @@ package struct FileIdentity: Sendable, Equatable {
         }
         var st = stat()
         guard fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else {
-            close(fd)
+            Sys.close(fd, ignoringErrors: .afterError)
             throw SystemError("open \(path): not a regular file", errno: EINVAL)
         }
         return (fd, Int64(st.st_size))
@@ -75,21 +75,27 @@ package struct FileIdentity: Sendable, Equatable {
     package static func rename(_ from: String, to: String, as who: FileIdentity?) throws(SystemError) {
         let (r, e) = try perform(as: who) { Glibc.rename(from, to) }
         guard r == 0 else { throw SystemError("rename \(from) to \(to)", errno: e) }
-        if let dir = try? open(ConfigPathDir.of(to), O_RDONLY | O_DIRECTORY, as: who) {
-            fsync(dir)
-            close(dir)
-        }
+        // A folder `who` may write but not read cannot be opened to fsync: the rename stands,
+        // as durable as the file system makes it. An fsync that fails (EIO) is reported: a
+        // power cut may undo the rename.
+        guard let dir = try? open(ConfigPathDir.of(to), O_RDONLY | O_DIRECTORY, as: who) else { return }
+        defer { Sys.close(dir, ignoringErrors: .nothingToFlush) }
+        try Sys.fsync(dir, "fsync the folder of \(to)")
     }
 
-    /// unlink(2) as `who`; a missing file is fine.
-    package static func remove(_ path: String, as who: FileIdentity?) {
-        _ = try? perform(as: who) { unlink(path) }  // best effort: a leftover part file is harmless
+    /// unlink(2) as `who`; false when there was nothing to remove.
+    @discardableResult
+    package static func remove(_ path: String, as who: FileIdentity?) throws(SystemError) -> Bool {
+        let (r, e) = try perform(as: who) { unlink(path) }
+        guard r != 0 else { return true }
+        if e == ENOENT { return false }
+        throw SystemError("unlink \(path)", errno: e)
     }
 
     /// The size of a regular file as `who` sees it (no symlink at the last component).
     package static func regularFileSize(_ path: String, as who: FileIdentity?) -> Int64? {
         guard let (fd, size) = try? openRegularForReading(path, as: who) else { return nil }
-        close(fd)
+        Sys.close(fd, ignoringErrors: .nothingToFlush)
         return size
     }
 

@@ -25,7 +25,7 @@ extension FileSystem {
         // O_NONBLOCK: should it have been swapped for a FIFO since the stat, open returns at once.
         let fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)
         guard fd >= 0 else { throw RefusedFile("cannot read: \(String(cString: strerror(errno)))") }
-        defer { close(fd) }
+        defer { Sys.close(fd, ignoringErrors: .nothingToFlush) }
         guard fstat(fd, &st) == 0 else { throw RefusedFile("cannot read: \(String(cString: strerror(errno)))") }
         try checkRegular(st, limit: limit)
         // One byte more than the limit tells a file that grew since the fstat.

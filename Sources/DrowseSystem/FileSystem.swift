@@ -4,25 +4,12 @@ import Glibc
 import Musl
 #endif
 
-/// A failed system call with what it was doing.
-package struct SystemError: Error, CustomStringConvertible, Sendable {
-    package var what: String
-    package var errno: Int32
-    package init(_ what: String, errno: Int32) {
-        self.what = what
-        self.errno = errno
-    }
-    package var description: String { "\(what): \(String(cString: strerror(errno)))" }
-    /// Disk full or quota exceeded: worth pausing for, not failing.
-    package var isNoSpace: Bool { errno == ENOSPC || errno == EDQUOT }
-}
-
 /// Small file-system helpers without Foundation.
 package enum FileSystem {
     package static func readFile(_ path: String, limit: Int = 1 << 20) throws(SystemError) -> [UInt8] {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw SystemError("open \(path)", errno: errno) }
-        defer { close(fd) }
+        defer { Sys.close(fd, ignoringErrors: .nothingToFlush) }
         var out: [UInt8] = []
         var buf = [UInt8](repeating: 0, count: 16384)
         while out.count < limit {
@@ -63,7 +50,8 @@ package enum FileSystem {
 
     package static func listDirectory(_ path: String) -> [String] {
         guard let dir = opendir(path) else { return [] }
-        defer { closedir(dir) }
+        // A folder read, nothing written: its close has nothing to report but a bug (EBADF).
+        defer { let rc = closedir(dir); assert(rc == 0, "closedir \(path): errno \(errno)") }
         var names: [String] = []
         while let entry = readdir(dir) {
             let name = withUnsafePointer(to: entry.pointee.d_name) {
@@ -85,7 +73,9 @@ package enum FileSystem {
         }
     }
 
-    package static func remove(_ path: String) { unlink(path) }
+    /// unlink(2); false when there was nothing to remove.
+    @discardableResult
+    package static func remove(_ path: String) throws(SystemError) -> Bool { try Sys.unlink(path) }
 
     /// Writes all of `bytes` to `fd` (short writes continued, EINTR retried).
     package static func writeAll(_ fd: Int32, _ bytes: [UInt8], what: @autoclosure () -> String) throws(SystemError) {
@@ -111,12 +101,14 @@ package enum FileSystem {
     /// rename(2) then fsync of the destination folder, so the new name survives a power cut.
     package static func rename(_ from: String, to: String) throws(SystemError) {
         guard Glibc.rename(from, to) == 0 else { throw SystemError("rename \(from) to \(to)", errno: errno) }
-        syncDirectory(ConfigPathDir.of(to))
+        try syncDirectory(ConfigPathDir.of(to))
     }
 
-    package static func syncDirectory(_ dir: String) {
+    package static func syncDirectory(_ dir: String) throws(SystemError) {
         let fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if fd >= 0 { fsync(fd); close(fd) }
+        guard fd >= 0 else { throw SystemError("open folder \(dir)", errno: errno) }
+        defer { Sys.close(fd, ignoringErrors: .nothingToFlush) }
+        try Sys.fsync(fd, "fsync folder \(dir)")
     }
 
     /// The /etc/machine-id, for a default device id.

@@ -76,9 +76,7 @@ package final class HandlerRun: Sendable {
     package func terminate() {
         control.withLock { c in
             guard c.wakeFD >= 0 else { return }
-            var one: UInt64 = 1
-            // EAGAIN only when the counter is full: a wake-up is pending anyway.
-            _ = write(c.wakeFD, &one, 8)
+            EventFD.signal(c.wakeFD)
         }
     }
 
@@ -229,12 +227,12 @@ package struct ProcessLauncher: HandlerLaunching {
         guard rcPipe == 0 else { return failed("pipe: \(String(cString: strerror(rcPipe)))", errno: rcPipe) }
         rcPipe = drowse_pipe(&outPipe)
         guard rcPipe == 0 else {
-            close(inPipe[0]); close(inPipe[1])
+            for fd in inPipe { Sys.close(fd, ignoringErrors: .afterError) }
             return failed("pipe: \(String(cString: strerror(rcPipe)))", errno: rcPipe)
         }
         rcPipe = drowse_pipe(&errPipe)
         guard rcPipe == 0 else {
-            for fd in inPipe + outPipe { close(fd) }
+            for fd in inPipe + outPipe { Sys.close(fd, ignoringErrors: .afterError) }
             return failed("pipe: \(String(cString: strerror(rcPipe)))", errno: rcPipe)
         }
 
@@ -250,7 +248,7 @@ package struct ProcessLauncher: HandlerLaunching {
         let wakeFD = drowse_eventfd()
         guard wakeFD >= 0 else {
             let e = errno
-            for fd in inPipe + outPipe + errPipe { close(fd) }
+            for fd in inPipe + outPipe + errPipe { Sys.close(fd, ignoringErrors: .afterError) }
             return failed("eventfd: \(String(cString: strerror(e)))", errno: e)
         }
         // The child starts inside the leaf (clone3 CLONE_INTO_CGROUP, see drowse_spawn); opened
@@ -260,7 +258,7 @@ package struct ProcessLauncher: HandlerLaunching {
             cgroupFD = open(cg, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
             guard cgroupFD >= 0 else {
                 let e = errno
-                for fd in inPipe + outPipe + errPipe + [wakeFD] { close(fd) }
+                for fd in inPipe + outPipe + errPipe + [wakeFD] { Sys.close(fd, ignoringErrors: .afterError) }
                 return failed("cannot join cgroup \(cg): \(String(cString: strerror(e)))", errno: e)
             }
         }
@@ -271,16 +269,17 @@ package struct ProcessLauncher: HandlerLaunching {
         let rc = withCStrings(req.argv) { argv in
             withCStrings(envStrings) { envp in
                 groups.withUnsafeBufferPointer { g in
-                    drowse_spawn_limited(program, argv, envp, req.workingDirectory, setIDs, uid, gid, g.baseAddress, Int32(g.count),
+                    return drowse_spawn_limited(program, argv, envp, req.workingDirectory, setIDs, uid, gid, g.baseAddress, Int32(g.count),
                                          inPipe[0], outPipe[1], errPipe[1], cgroupFD, Int64(req.processLimit ?? -1),
                                          req.dataLimit ?? -1, &failedStep, &pid)
                 }
             }
         }
-        close(inPipe[0]); close(outPipe[1]); close(errPipe[1])
-        if cgroupFD >= 0 { close(cgroupFD) }
+        // The child's ends: it has its own copies now.
+        for fd in [inPipe[0], outPipe[1], errPipe[1]] { Sys.close(fd, ignoringErrors: .nothingToFlush) }
+        if cgroupFD >= 0 { Sys.close(cgroupFD, ignoringErrors: .nothingToFlush) }
         guard rc == 0 else {
-            close(inPipe[1]); close(outPipe[0]); close(errPipe[0]); close(wakeFD)
+            for fd in [inPipe[1], outPipe[0], errPipe[0], wakeFD] { Sys.close(fd, ignoringErrors: .afterError) }
             if failedStep == Int32(DROWSE_SPAWN_STEP_CGROUP), let cg = req.cgroup {
                 return failed("cannot join cgroup \(cg): \(String(cString: strerror(rc)))", errno: rc)
             }
@@ -297,7 +296,7 @@ package struct ProcessLauncher: HandlerLaunching {
                                   req: LaunchRequest, output: @escaping @Sendable (String, Bool) -> Void) -> HandlerOutcome.Ending {
         for fd in [stdinFD, stdoutFD, stderrFD] {
             // A pipe left blocking could stall this thread on a read; say so in the handler's log.
-            if let e = CCheck.noted("fcntl(O_NONBLOCK) on a handler pipe", { Int(fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)) }) {
+            if let e = Sys.noted("fcntl(O_NONBLOCK) on a handler pipe", { Int(fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)) }) {
                 output("drowsed: \(e)", true)
             }
         }
@@ -322,18 +321,29 @@ package struct ProcessLauncher: HandlerLaunching {
         var shutdown = HandlerShutdown(grace: req.killGrace)
         var timerAt: Double?
         var ending: HandlerOutcome.Ending?
+        // A signal that cannot be sent (EPERM: a set-uid program while drowsed is not root) is
+        // said in the handler's log; a process already gone is what was wanted.
+        func signalGroup(_ sig: Int32) {
+            do { try Sys.killpg(pid, sig) } catch { output("drowsed: \(error)", true) }
+        }
         func carryOut(_ actions: [HandlerShutdown.Action]) {
             for action in actions {
                 switch action {
                 case .signal(let signal, let wholeTree):
                     let sig = signal == .term ? SIGTERM : SIGKILL
                     if !wholeTree {
-                        killpg(pid, sig)
+                        signalGroup(sig)
                     } else if let cg = req.cgroup {
                         // The leaf holds the whole run, setsid or not: every pid in it gets
                         // SIGTERM; SIGKILL is cgroup.kill, which also catches a fork in flight.
-                        killpg(pid, sig)
-                        if sig == SIGKILL { AppCgroups.kill(cg) } else { for p in AppCgroups.pids(cg) { kill(p, sig) } }
+                        signalGroup(sig)
+                        if sig == SIGKILL {
+                            AppCgroups.kill(cg)
+                        } else {
+                            for p in AppCgroups.pids(cg) {
+                                do { try Sys.kill(p, sig) } catch { output("drowsed: \(error)", true) }
+                            }
+                        }
                     } else {
                         ProcessTree.signalTree(pid, sig)
                     }
@@ -355,7 +365,7 @@ package struct ProcessLauncher: HandlerLaunching {
         // a step of the wall clock does not move (boards without an RTC jump at their first sync).
         let deadline = WallClock.monotonic() + (req.deadline - Timeline.process.now())
         carryOut(shutdown.started(now: WallClock.monotonic(), deadline: deadline))
-        if written >= req.stdin.count { close(inFD); inFD = -1 }
+        if written >= req.stdin.count { Sys.close(inFD, ignoringErrors: .nothingToFlush); inFD = -1 }
 
         func flush(_ fd: Int32, final: Bool) {
             guard var buf = lines[fd] else { return }
@@ -384,7 +394,7 @@ package struct ProcessLauncher: HandlerLaunching {
                 if n > 0 { lines[fd, default: []].append(contentsOf: chunk[0..<n]); flush(fd, final: false); continue }
                 if n < 0 && (errno == EAGAIN || errno == EINTR) { return }
                 flush(fd, final: true)
-                close(fd)
+                Sys.close(fd, ignoringErrors: .nothingToFlush)
                 fd = -1
                 return
             }
@@ -416,18 +426,17 @@ package struct ProcessLauncher: HandlerLaunching {
             }
             for p in fds where p.revents != 0 {
                 if p.fd == wakeFD {
-                    var v: UInt64 = 0
-                    _ = read(wakeFD, &v, 8)
+                    EventFD.read(wakeFD)
                     carryOut(shutdown.terminateRequested(now: WallClock.monotonic()))
                 }
                 else if p.fd == outFD { drain(&outFD) }
                 else if p.fd == errFD { drain(&errFD) }
                 else if p.fd == inFD {
-                    if p.revents & Int16(POLLERR | POLLHUP) != 0 { close(inFD); inFD = -1; continue }
+                    if p.revents & Int16(POLLERR | POLLHUP) != 0 { Sys.close(inFD, ignoringErrors: .nothingToFlush); inFD = -1; continue }
                     let w = req.stdin.withUnsafeBytes { write(inFD, $0.baseAddress! + written, $0.count - written) }
                     if w > 0 { written += w }
-                    if w < 0 && errno != EAGAIN && errno != EINTR { close(inFD); inFD = -1; continue }
-                    if written >= req.stdin.count { close(inFD); inFD = -1 }
+                    if w < 0 && errno != EAGAIN && errno != EINTR { Sys.close(inFD, ignoringErrors: .nothingToFlush); inFD = -1; continue }
+                    if written >= req.stdin.count { Sys.close(inFD, ignoringErrors: .nothingToFlush); inFD = -1 }
                 }
             }
             if reap() {
@@ -440,10 +449,10 @@ package struct ProcessLauncher: HandlerLaunching {
             let after = WallClock.monotonic()
             if let at = timerAt, after >= at { carryOut(shutdown.timerFired(now: after)) }
         }
-        if pidfd >= 0 { close(pidfd) }
+        if pidfd >= 0 { Sys.close(pidfd, ignoringErrors: .nothingToFlush) }
         run.detachWake()
-        close(wakeFD)
-        if inFD >= 0 { close(inFD) }
+        Sys.close(wakeFD, ignoringErrors: .nothingToFlush)
+        if inFD >= 0 { Sys.close(inFD, ignoringErrors: .nothingToFlush) }
         // Collect the last output; the leftovers are gone, so the pipes reach EOF promptly.
         let drainUntil = WallClock.monotonic() + 0.5
         while (outFD >= 0 || errFD >= 0) && WallClock.monotonic() < drainUntil {
@@ -451,13 +460,13 @@ package struct ProcessLauncher: HandlerLaunching {
             if outFD >= 0 { fds.append(pollfd(fd: outFD, events: Int16(POLLIN), revents: 0)) }
             if errFD >= 0 { fds.append(pollfd(fd: errFD, events: Int16(POLLIN), revents: 0)) }
             // A poll that fails cannot wait: drain what is there and stop collecting.
-            let waited = (try? CCheck.poll(&fds, timeoutMs: 100)) != nil
+            let waited = (try? Sys.poll(&fds, timeoutMs: 100)) != nil
             drain(&outFD)
             drain(&errFD)
             if !waited { break }
         }
-        if outFD >= 0 { flush(outFD, final: true); close(outFD) }
-        if errFD >= 0 { flush(errFD, final: true); close(errFD) }
+        if outFD >= 0 { flush(outFD, final: true); Sys.close(outFD, ignoringErrors: .nothingToFlush) }
+        if errFD >= 0 { flush(errFD, final: true); Sys.close(errFD, ignoringErrors: .nothingToFlush) }
         if let dropped = limiter.finish() { note(dropped) }
         return ending ?? .launchFailed("lost supervision of the handler")
     }

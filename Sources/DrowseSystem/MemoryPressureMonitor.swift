@@ -21,9 +21,9 @@ package final class MemoryPressureMonitor: Sendable {
     }
 
     deinit {
-        close(fd)
-        close(stopFD)
-        close(doneFD)
+        Sys.close(fd, ignoringErrors: .nothingToFlush)
+        Sys.close(stopFD, ignoringErrors: .nothingToFlush)
+        Sys.close(doneFD, ignoringErrors: .nothingToFlush)
     }
 
     /// Registers `trigger` on `path` and starts the watching thread; `onPressure` runs on that
@@ -39,7 +39,7 @@ package final class MemoryPressureMonitor: Sendable {
         do {
             try FileSystem.writeAll(fd, bytes, what: "PSI trigger \"\(trigger)\" on \(path)")
         } catch {
-            close(fd)
+            Sys.close(fd, ignoringErrors: .afterError)
             guard error.errno == EINVAL else { return .failure(error) }
             // The kernel only says EINVAL; name the rules (psi.rst) so that the config can be fixed.
             return .failure(SystemError("PSI trigger \"\(trigger)\" on \(path) refused: it must be \"some|full <stall µs> <window µs>\" "
@@ -49,14 +49,13 @@ package final class MemoryPressureMonitor: Sendable {
         let stopFD = drowse_eventfd(), doneFD = drowse_eventfd_blocking()
         guard stopFD >= 0, doneFD >= 0 else {
             let e = errno
-            for f in [fd, stopFD, doneFD] where f >= 0 { close(f) }
+            for f in [fd, stopFD, doneFD] where f >= 0 { Sys.close(f, ignoringErrors: .afterError) }
             return .failure(SystemError("eventfd", errno: e))
         }
         let monitor = MemoryPressureMonitor(fd: fd, stopFD: stopFD, doneFD: doneFD)
         OSThread.detach(name: "psi-memory") {
             monitor.watch(onPressure)
-            var one: UInt64 = 1
-            _ = CCheck.noted("eventfd write") { write(monitor.doneFD, &one, 8) }
+            EventFD.signal(monitor.doneFD)
         }
         return .success(monitor)
     }
@@ -67,7 +66,7 @@ package final class MemoryPressureMonitor: Sendable {
             fds[0].revents = 0
             fds[1].revents = 0
             // A failing poll cannot wait any more: the monitor ends rather than spin.
-            guard (try? CCheck.poll(&fds, timeoutMs: -1)) != nil else { return }
+            guard (try? Sys.poll(&fds, timeoutMs: -1)) != nil else { return }
             if fds[1].revents != 0 { return }
             // POLLERR: the trigger is gone (the file was closed underneath); nothing more will come.
             if fds[0].revents & Int16(POLLERR | POLLNVAL) != 0 { return }
@@ -78,10 +77,9 @@ package final class MemoryPressureMonitor: Sendable {
     /// Stops the thread and waits for it to end; `onPressure` is not called after this returns.
     /// Later calls return at once.
     package func stop() {
-        var one: UInt64 = 1
-        _ = CCheck.noted("eventfd write") { write(stopFD, &one, 8) }
-        var v: UInt64 = 0
-        _ = CCheck.noted("eventfd wait") { read(doneFD, &v, 8) }
-        _ = CCheck.noted("eventfd write") { write(doneFD, &v, 8) }
+        EventFD.signal(stopFD)
+        // Blocks until the thread has signalled its end; the value is put back so that a
+        // second stop() returns at once too.
+        EventFD.signal(doneFD, adding: EventFD.read(doneFD))
     }
 }

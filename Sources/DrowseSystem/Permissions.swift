@@ -69,6 +69,6 @@ package enum Permissions {
     /// Hands a file drowsed made (as root) to a user; the error, if it could not.
     package static func giveTo(_ path: String, uid: uid_t, gid: gid_t) -> SystemError? {
         guard geteuid() == 0 else { return nil }
-        return CCheck.noted("chown \(path)") { Int(chown(path, uid, gid)) }
+        return Sys.noted("chown \(path)") { Int(chown(path, uid, gid)) }
     }
 }

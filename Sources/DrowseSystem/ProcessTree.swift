@@ -34,10 +34,10 @@ package enum ProcessTree {
     /// Sends `signal` to `root`'s process group and to every descendant, including those that
     /// left the group with `setsid` or `setpgid`.
     static func signalTree(_ root: pid_t, _ signal: Int32) {
-        killpg(root, signal)
+        Sys.killpgOwn(root, signal)
         // Not atomic: a descendant may fork meanwhile. What escapes here is adopted by drowsed
         // once the handler is gone, and killed by `killLeftovers`.
-        for p in descendants(of: root) { kill(p, signal) }
+        for p in descendants(of: root) { Sys.killOwn(p, signal) }
     }
 
     /// Kills (SIGKILL) and reaps every process drowsed has adopted, in rounds: killing one makes
@@ -58,13 +58,15 @@ package enum ProcessTree {
             while !waits.isEmpty {
                 let left = until - WallClock.monotonic()
                 guard left > 0 else { break }
-                let r = poll(&waits, nfds_t(waits.count), Int32(left * 1000) + 1)
-                if r < 0 && errno != EINTR { break }
-                for w in waits where w.revents != 0 { close(w.fd) }
+                // A poll that fails cannot wait: what is not reaped now is taken at the next call.
+                guard (try? Sys.poll(&waits, timeoutMs: Int32(left * 1000) + 1)) != nil else { break }
+                for w in waits where w.revents != 0 { Sys.close(w.fd, ignoringErrors: .nothingToFlush) }
                 waits.removeAll { $0.revents != 0 }
             }
-            for w in waits { close(w.fd) }
-            drowse_reap_adopted()
+            for w in waits { Sys.close(w.fd, ignoringErrors: .nothingToFlush) }
+            // Those not reaped yet (still dying) are taken at the next call; a scan of /proc that
+            // fails would fail the next round the same way.
+            if drowse_reap_adopted() < 0 { break }
             if WallClock.monotonic() >= until { break }
         }
         return total

@@ -27,7 +27,7 @@ package final class ReplacedFile {
         self.mode = mode
     }
 
-    deinit { close(folderFD) }
+    deinit { Sys.close(folderFD, ignoringErrors: .nothingToFlush) }
 
     /// Replaces the file's content. `durable` fsyncs the file before the rename and the folder
     /// after it; without it readers still never see half a file, but a power cut may keep the
@@ -42,23 +42,28 @@ package final class ReplacedFile {
         }
         guard fd >= 0 else { throw SystemError("create a temporary file beside \(path)", errno: errno) }
         func fail(_ what: String, _ e: Int32) -> SystemError {
-            close(fd)
-            unlinkat(folderFD, tmp, 0)
+            Sys.close(fd, ignoringErrors: .afterError)
+            removeAfterError(tmp)
             return SystemError(what, errno: e)
         }
         guard fchmod(fd, mode) == 0 else { throw fail("chmod \(path)", errno) }
         do { try FileSystem.writeAll(fd, bytes, what: "write \(path)") } catch { throw fail(error.what, error.errno) }
         if durable, fsync(fd) != 0 { throw fail("fsync \(path)", errno) }
-        guard close(fd) == 0 else {
-            let e = errno
-            unlinkat(folderFD, tmp, 0)
-            throw SystemError("close \(path)", errno: e)
+        do { try Sys.close(fd, "close \(path)") } catch {
+            removeAfterError(tmp)
+            throw error
         }
         guard renameat(folderFD, tmp, folderFD, name) == 0 else {
             let e = errno
-            unlinkat(folderFD, tmp, 0)
+            removeAfterError(tmp)
             throw SystemError("rename into \(path)", errno: e)
         }
-        if durable { fsync(folderFD) }
+        if durable { try Sys.fsync(folderFD, "fsync the folder of \(path)") }
+    }
+
+    /// Removes the temporary file of a write that failed. The write's error is what the caller
+    /// hears; a temporary that cannot be removed is a stray dot-file, replaced by nothing.
+    private func removeAfterError(_ tmp: String) {
+        if let e = Sys.noted("unlink \(tmp)", { Int(unlinkat(folderFD, tmp, 0)) }) { assert(e.errno != EBADF, "\(e)") }
     }
 }

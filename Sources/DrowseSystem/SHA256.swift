@@ -48,7 +48,7 @@ package struct SHA256Hasher: ~Copyable {
     /// the last component, and only a regular file.
     package static func hexDigest(ofFile path: String, as who: FileIdentity? = nil) throws(SystemError) -> String {
         let (fd, _) = try FileIdentity.openRegularForReading(path, as: who)
-        defer { close(fd) }
+        defer { Sys.close(fd, ignoringErrors: .nothingToFlush) }
         var h = SHA256Hasher()
         var buf = [UInt8](repeating: 0, count: 1 << 20)
         while true {

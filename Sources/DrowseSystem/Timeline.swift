@@ -98,5 +98,5 @@ package final class ClockStepWatch {
         }
     }
 
-    deinit { close(fd) }
+    deinit { Sys.close(fd, ignoringErrors: .nothingToFlush) }
 }

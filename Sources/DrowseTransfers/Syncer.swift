@@ -51,7 +51,7 @@ final class Syncer: Sendable {
                 guard let job else { break }
                 if let done = job.done { done.signal(); continue }
                 let ok = fdatasync(job.fd) == 0
-                close(job.fd)
+                Sys.close(job.fd, ignoringErrors: .beyondCommit)
                 // A failed sync commits nothing: the next one, or a restart, covers those bytes.
                 if ok, let event = job.event { onEvent(event) }
             }

@@ -53,7 +53,10 @@ package final class TransferEngine: Sendable {
 
     package init(options: Options, logger: Logger, onEvent: @escaping @Sendable (TransferEvent) -> Void) {
         let checked = Self.checkLibcurl()
-        multi = ccurl_multi_init()!
+        // NULL only when libcurl cannot allocate it: without memory for one handle there is no
+        // engine to make, nor a way to fail every transfer politely.
+        guard let multi = ccurl_multi_init() else { preconditionFailure("curl_multi_init failed: out of memory") }
+        self.multi = multi
         self.options = options
         self.onEvent = onEvent
         self.logger = logger
@@ -348,15 +351,18 @@ final class Download {
         }
         var st = stat()
         guard fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG, st.st_nlink == 1 else {
-            Glibc.close(fd)
+            Sys.close(fd, ignoringErrors: .afterError)
             fd = -1
             throw TransferError("\(job.partPath) is not the part file drowsed made (a link or not a regular file)", transient: false)
         }
         if st.st_uid != (who?.uid ?? geteuid()) {
             // Not ours (left by an older drowsed that wrote it as root, or planted): start afresh
             // (an empty part file; the machine restarts from zero if bytes were committed).
-            Glibc.close(fd)
-            FileIdentity.remove(job.partPath, as: who)
+            Sys.close(fd, ignoringErrors: .nothingToFlush)  // nothing was written through it yet
+            do { try FileIdentity.remove(job.partPath, as: who) } catch {
+                fd = -1
+                throw TransferError("cannot remove \(job.partPath), not drowsed's: \(error)", transient: false)
+            }
             do { fd = try FileIdentity.open(job.partPath, flags | O_EXCL, mode: 0o600, as: who) } catch {
                 fd = -1
                 throw TransferError("cannot create \(job.partPath): \(error)", transient: error.isNoSpace, noSpace: error.isNoSpace)
@@ -579,8 +585,12 @@ final class Download {
             let e = errno
             return .failed(id: job.id, error: TransferError("fchown: \(String(cString: strerror(e)))", transient: true))
         }
-        Glibc.close(fd)
+        // Written and fsynced: a close that fails (EIO on NFS, say) may still have lost data.
+        let closing = fd
         fd = -1
+        do { try Sys.close(closing, "close \(job.partPath)") } catch {
+            return .failed(id: job.id, error: TransferError("\(error)", transient: true))
+        }
         if let want = job.sha256?.lowercased() {
             let got: String
             if let h = hasher.take(), hashedUpTo == written {
@@ -591,7 +601,9 @@ final class Download {
                 }
             }
             guard got == want else {
-                FileIdentity.remove(job.partPath, as: job.identity)
+                do { try FileIdentity.remove(job.partPath, as: job.identity) } catch {
+                    engine.logger.warning("part file left after a sha256 mismatch: \(error)", metadata: ["transfer.id": "\(job.id)"])
+                }
                 engine.emit(.committed(id: job.id, bytesDone: 0, bytesTotal: nil, etag: nil, lastModified: nil))
                 return .failed(id: job.id, error: TransferError("sha256 mismatch: expected \(want), got \(got)", transient: false))
             }
@@ -603,7 +615,7 @@ final class Download {
     }
 
     func close() {
-        if fd >= 0 { Glibc.close(fd); fd = -1 }
+        if fd >= 0 { Sys.close(fd, ignoringErrors: .beyondCommit); fd = -1 }
         ccurl_easy_cleanup(easy)
         ccurl_slist_free_all(headers)
         headers = nil

@@ -45,7 +45,7 @@ final class Upload {
             throw TransferError("cannot read \(job.sourcePath): \(error)", transient: false)
         }
         guard size == job.total else {
-            Glibc.close(fd)
+            Sys.close(fd, ignoringErrors: .afterError)
             throw TransferError("\(job.sourcePath) changed size (\(job.total) → \(size) bytes) since the upload began", transient: false)
         }
     }
@@ -250,6 +250,6 @@ final class Upload {
 
     func close() {
         releaseHandle()
-        Glibc.close(fd)
+        Sys.close(fd, ignoringErrors: .nothingToFlush)  // the source file, opened for reading
     }
 }

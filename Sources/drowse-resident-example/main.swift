@@ -60,7 +60,8 @@ func writeAll(_ fd: Int32, _ bytes: [UInt8]) {
 
 func now() -> Double {
     var ts = timespec()
-    clock_gettime(CLOCK_REALTIME, &ts)
+    let rc = clock_gettime(CLOCK_REALTIME, &ts)
+    precondition(rc == 0, "clock_gettime: \(String(cString: strerror(errno)))")  // only for a clock the kernel lacks
     return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
 }
 
@@ -77,8 +78,8 @@ func write(_ line: String, to name: String, replace: Bool = false) {
         say("drowse-resident-example: cannot write \(path): \(String(cString: strerror(errno)))", fd: 2)
         return
     }
-    defer { close(fd) }
     writeAll(fd, Array((line + "\n").utf8))
+    if close(fd) != 0 { say("drowse-resident-example: cannot write \(path): \(String(cString: strerror(errno)))", fd: 2) }
 }
 
 /// What an event carries, for the log.

@@ -20,15 +20,23 @@ enum Main {
         }
     }
 
+    /// `--socket` before the subcommand reaches it through DROWSE_SOCKET.
+    static func socketFromArguments(_ path: String) {
+        do { try Sys.setenv("DROWSE_SOCKET", path) } catch {
+            StandardStream.error("drowse: --socket \(path): \(error)\n")
+            exit(1)
+        }
+    }
+
     /// `--socket PATH` may also come before the subcommand (`drowse --socket S status`).
     static func cli(_ arguments: [String]) {
         var args = arguments
         while let first = args.first, first.hasPrefix("--socket") {
             if first == "--socket", args.count >= 2 {
-                setenv("DROWSE_SOCKET", args[1], 1)
+                socketFromArguments(args[1])
                 args.removeFirst(2)
             } else if first.hasPrefix("--socket=") {
-                setenv("DROWSE_SOCKET", String(first.dropFirst(9)), 1)
+                socketFromArguments(String(first.dropFirst(9)))
                 args.removeFirst()
             } else {
                 break

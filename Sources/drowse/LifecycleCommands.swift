@@ -125,9 +125,9 @@ struct TaskCommand: ParsableCommand {
                 }
                 expired = true
                 StandardStream.error(LogText.escape("drowse: task \(task) of app \(app) ran out of background time; stopping \(program)") + "\n")
-                killpg(child.pid, SIGTERM)
+                child.signal(SIGTERM)
                 if !child.wait(timeout: 2) {
-                    killpg(child.pid, SIGKILL)
+                    child.signal(SIGKILL)
                     _ = child.wait(timeout: -1)
                 }
                 break
@@ -194,13 +194,12 @@ private final class Child: Sendable {
         self.doneRead = doneRead
         let status = status
         OSThread.detach(name: "task-run-wait") {
-            var s: Int32 = 0
-            while waitpid(pid, &s, 0) < 0 && errno == EINTR {}
+            do { status.raw = try Sys.waitForExit(pid) } catch { StandardStream.error("drowse: \(error)\n") }
             drowse_forget_child(pid)
-            status.raw = s
             var one: UInt8 = 1
-            _ = write(doneWrite, &one, 1)
-            close(doneWrite)
+            if let e = Sys.noted("write", { write(doneWrite, &one, 1) }) { StandardStream.error("drowse: \(e)\n") }
+            // Closing the write end wakes the reader as well (end of file), whatever the write did.
+            Sys.close(doneWrite, ignoringErrors: .nothingToFlush)
         }
     }
 
@@ -213,7 +212,7 @@ private final class Child: Sendable {
             withCStrings(env) { e in drowse_spawn(path, a, e, nil, 0, 0, 0, nil, 0, 0, 1, 2, -1, nil, &pid) }
         }
         guard rc == 0 else {
-            close(fds[0]); close(fds[1])
+            for fd in fds { Sys.close(fd, ignoringErrors: .afterError) }
             throw CLIError("\(path): \(String(cString: strerror(rc)))")
         }
         return Child(pid: pid, doneRead: fds[0], doneWrite: fds[1])
@@ -233,6 +232,11 @@ private final class Child: Sendable {
         }
     }
 
+    /// Sends `sig` to the command's process group; a failure other than "gone already" is said.
+    func signal(_ sig: Int32) {
+        do { try Sys.killpg(pid, sig) } catch { StandardStream.error("drowse: \(error)\n") }
+    }
+
     /// The shell's convention: the exit status, or 128 + the signal that killed it.
     var exitStatus: Int32 {
         let s = status.raw
@@ -249,13 +253,12 @@ nonisolated(unsafe) private var forwardTarget: pid_t = 0
 private func forwardSignals(to pid: pid_t) {
     forwardTarget = pid
     for sig in [SIGINT, SIGTERM, SIGHUP, SIGQUIT] {
-        var action = sigaction()
-        action.__sigaction_handler.sa_handler = { sig in
-            if forwardTarget > 0 { killpg(forwardTarget, sig) }
+        do {
+            // In a signal handler nothing can be reported: a group already gone is fine.
+            try Sys.setSignalHandler(sig) { sig in if forwardTarget > 0 { Sys.killpgOwn(forwardTarget, sig) } }
+        } catch {
+            StandardStream.error("drowse: signals will not reach the command: \(error)\n")
         }
-        sigemptyset(&action.sa_mask)
-        action.sa_flags = 0
-        sigaction(sig, &action, nil)
     }
 }
 

@@ -48,7 +48,7 @@ struct TransferServiceTests {
             return sizes[path]
         }
         func sha256(ofFile path: String, as who: FileIdentity?) -> String? { nil }
-        func remove(_ path: String, as who: FileIdentity?) { removed.append(path); sizes[path] = nil }
+        func remove(_ path: String, as who: FileIdentity?) -> SystemError? { removed.append(path); sizes[path] = nil; return nil }
         func makeInbox(_ dir: String, owner: (uid: UInt32, gid: UInt32)?) -> SystemError? { inboxes.append(dir); return nil }
         func account(_ user: String) -> (uid: UInt32, gid: UInt32)? { accounts[user] }
     }

@@ -5,6 +5,7 @@ import Testing
 import Glibc
 #endif
 @testable import DrowseKit
+import DrowsePOSIX
 
 /// A scripted drowsed: a Unix-socket HTTP server whose answer to each request is decided by
 /// `script`, and which records every request it gets.
