@@ -53,7 +53,7 @@ package struct APIServer: Service {
         let folder = ConfigPath.directory(of: path)
         try FileSystem.makeDirectories(folder, mode: 0o755)
         // A socket left by a killed daemon would make bind fail.
-        if FileSystem.exists(path) { unlink(path) }
+        _ = try Sys.unlink(path)  // false: there was none
         let router = self.router
         let logger = self.logger
         let admission = APIAdmissionControl(perUID: maxConnectionsPerUID, shared: Self.sharedConnections)
@@ -81,14 +81,14 @@ package struct APIServer: Service {
             .bind(unixDomainSocketPath: path, cleanupExistingSocketFile: true)
             .get()
         // App users reach the socket for their own app; every request is authorized by peer credentials.
-        chmod(path, 0o666)
+        try Sys.chmod(path, 0o666)
         logger.info("local API listening on \(path)")
         await withGracefulShutdownHandler {
             try? await channel.closeFuture.get()
         } onGracefulShutdown: {
             channel.close(promise: nil)
         }
-        unlink(path)
+        do { _ = try Sys.unlink(path) } catch { logger.warning("local API: the socket stays behind: \(error)") }
     }
 }
 

@@ -55,8 +55,9 @@ final class SignalSuspension: AppSuspension {
     func killAll(app: String, processGroups: [pid_t]) {
         // SIGKILL ends a stopped process too; SIGCONT lets it be reaped at once.
         for g in processGroups where g > 1 {
-            killpg(g, SIGKILL)
-            killpg(g, SIGCONT)
+            // drowsed's own children's groups: gone already is fine, and nothing else can fail.
+            Sys.killpgOwn(g, SIGKILL)
+            Sys.killpgOwn(g, SIGCONT)
         }
     }
     func watchAdopted(app: String, exited: @escaping @Sendable () -> Void) {}

@@ -102,8 +102,8 @@ package actor Agent {
         try FileSystem.makeDirectories(config.stateDir, mode: 0o711)
         try FileSystem.makeDirectories(config.stateDir + "/transfers", mode: 0o700)
         try FileSystem.makeDirectories(config.stateDir + "/inbox", mode: 0o711)
-        chmod(config.stateDir, 0o711)
-        chmod(config.stateDir + "/inbox", 0o711)
+        try Sys.chmod(config.stateDir, 0o711)
+        try Sys.chmod(config.stateDir + "/inbox", 0o711)
         store = try Store(path: config.stateDir + "/state.db")
         // The stored times onto this run's timeline, before anything reads them.
         if let shift = try store.alignTimeline(bootID: Timeline.bootID(), origin: timeline.origin, now: timeline.now()) {
