@@ -16,7 +16,7 @@ from drowse_e2e import write_random_file
 from test_link import network
 from test_power import mqtt_connected, wait_for
 
-pytestmark = pytest.mark.vm  # the test_power module, hwsim radios and the QEMU monitor: the VM's
+pytestmark = pytest.mark.vm  # the test_power module, hwsim radios and the QEMU monitor
 
 BLOB_SIZE = 6 * 1024 * 1024   # 16 s at nginx's 384 KiB/s
 TEST_POWER = "/sys/module/test_power/parameters"
