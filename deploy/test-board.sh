@@ -11,6 +11,8 @@
 # Only loopback and qemu's user-mode network (restrict=on): nothing leaves the machine.
 #
 # Env: ARCH              guest architecture (default: this machine's; arm64 needs an aarch64 .deb)
+#      BOARD_SSH         user@host: run the suite on that real board over ssh instead of the VM
+#                        (no image; tests that need the VM are skipped; see Tests/Board/ssh_board.py)
 #      BOARD_CACHE       image cache (default ${XDG_CACHE_HOME:-~/.cache}/drowse-board)
 #      BOARD_POWER_CUTS  power cuts in the download test (default 5)
 #      BOARD_SEED        the random moments of the power cuts (default: the time; printed)
@@ -33,11 +35,17 @@ case "$ARCH" in
 esac
 nginx=nginx-light
 apt-cache show nginx-light >/dev/null 2>&1 || nginx=nginx
-need_packages mmdebstrap "$QEMU_PKG" qemu-utils e2fsprogs netcat-openbsd mosquitto mosquitto-clients \
-    "$nginx" python3 python3-pytest python3-cryptography
+need_packages mosquitto mosquitto-clients "$nginx" python3 python3-pytest python3-cryptography
 
 t0=$(date +%s)
-IMAGE=$("$DROWSE_ROOT/deploy/board/build-image.sh" | tail -n 1)
+IMAGE=
+if [ -z "${BOARD_SSH:-}" ]; then
+    need_packages mmdebstrap "$QEMU_PKG" qemu-utils e2fsprogs netcat-openbsd
+    IMAGE=$("$DROWSE_ROOT/deploy/board/build-image.sh" | tail -n 1)
+else
+    # A real board over ssh (Tests/Board/ssh_board.py): no image, no qemu.
+    need_packages openssh-client
+fi
 t_image=$(( $(date +%s) - t0 ))
 
 DEB=${1:-}
@@ -49,11 +57,15 @@ if [ -z "$DEB" ]; then
 fi
 [ -f "$DEB" ] || die "no .deb at '$DEB'"
 deb_arch=$(dpkg-deb -f "$DEB" Architecture)
-[ "$deb_arch" = "$ARCH" ] || die "$DEB is for $deb_arch, the board is $ARCH"
+if [ -n "${BOARD_SSH:-}" ]; then
+    ARCH=$deb_arch   # the board's apt refuses a package of another architecture
+else
+    [ "$deb_arch" = "$ARCH" ] || die "$DEB is for $deb_arch, the board is $ARCH"
+fi
 
 RESULTS=$(mktemp "${TMPDIR:-/tmp}/board-results.XXXXXX")
 export BOARD_DEB=$DEB BOARD_IMAGE_DIR=$IMAGE BOARD_RESULTS=$RESULTS
-say "board suite: $(basename "$DEB") on $IMAGE"
+say "board suite: $(basename "$DEB") on ${BOARD_SSH:-$IMAGE}"
 t2=$(date +%s)
 rc=0
 timeout 1500 python3 -m pytest Tests/Board -q -s || rc=$?

@@ -90,11 +90,12 @@ package actor Agent {
     /// The `[metrics] textfile`, its folder opened once at start-up (see `ReplacedFile`).
     var metricsTextfile: ReplacedFile?
 
-    package init(config: MainConfig, logger: Logger, launcher: HandlerLaunching = ProcessLauncher(), schedulerTrace: String? = nil,
+    /// `launcher`: by default a `ProcessLauncher` on the clock's timeline.
+    package init(config: MainConfig, logger: Logger, launcher: HandlerLaunching? = nil, schedulerTrace: String? = nil,
                  clock: AgentClock = SystemClock()) throws {
         self.config = config
         self.logger = logger
-        self.launcher = launcher
+        self.launcher = launcher ?? ProcessLauncher(timeline: clock.timeline)
         self.clock = clock
         self.timeline = clock.timeline
         // state_dir and inbox/ are traversable (0711) so an app's user can reach its own

@@ -145,12 +145,16 @@ package final class HandlerRun: Sendable {
 /// Output reaches `output` line by line with control characters escaped (`LogText.escape`) and
 /// rate-limited per run (`OutputRateLimiter`): it is meant for the daemon's log.
 package struct ProcessLauncher: HandlerLaunching {
-    package init() {}
+    /// The timeline `LaunchRequest.deadline` and the outcome's times are on (the agent's).
+    let timeline: Timeline
+
+    package init(timeline: Timeline = .process) { self.timeline = timeline }
 
     package func start(_ request: LaunchRequest, output: @escaping @Sendable (String, Bool) -> Void) -> HandlerRun {
         let run = HandlerRun()
         _ = ProcessTree.subreaperSet
-        switch Self.spawn(request) {
+        let timeline = self.timeline
+        switch Self.spawn(request, timeline: timeline) {
         case .failed(let outcome, let shortage):
             if let shortage { run.markResourceShortage(shortage) }
             run.finish(outcome)
@@ -159,8 +163,8 @@ package struct ProcessLauncher: HandlerLaunching {
             OSThread.detach(name: "handler-\(request.app)") {
                 let ending = Self.supervise(pid: child.pid, stdinFD: child.stdinFD, stdinWritten: child.stdinWritten,
                                             stdoutFD: child.stdoutFD, stderrFD: child.stderrFD,
-                                            wakeFD: child.wakeFD, run: run, req: request, output: output)
-                run.finish(HandlerOutcome(ending: ending, startedAt: child.startedAt, endedAt: Timeline.process.now()))
+                                            wakeFD: child.wakeFD, run: run, req: request, timeline: timeline, output: output)
+                run.finish(HandlerOutcome(ending: ending, startedAt: child.startedAt, endedAt: timeline.now()))
             }
         }
         return run
@@ -195,10 +199,10 @@ package struct ProcessLauncher: HandlerLaunching {
         return nil
     }
 
-    static func spawn(_ req: LaunchRequest) -> Spawned {
-        let start = Timeline.process.now()
+    static func spawn(_ req: LaunchRequest, timeline: Timeline) -> Spawned {
+        let start = timeline.now()
         func failed(_ why: String, errno err: Int32 = 0) -> Spawned {
-            .failed(HandlerOutcome(ending: .launchFailed(why), startedAt: start, endedAt: Timeline.process.now()),
+            .failed(HandlerOutcome(ending: .launchFailed(why), startedAt: start, endedAt: timeline.now()),
                     shortage: isShortage(err) ? err : nil)
         }
         guard let name = req.argv.first else { return failed("empty command") }
@@ -293,7 +297,8 @@ package struct ProcessLauncher: HandlerLaunching {
     }
 
     private static func supervise(pid: pid_t, stdinFD: Int32, stdinWritten: Int, stdoutFD: Int32, stderrFD: Int32, wakeFD: Int32, run: HandlerRun,
-                                  req: LaunchRequest, output: @escaping @Sendable (String, Bool) -> Void) -> HandlerOutcome.Ending {
+                                  req: LaunchRequest, timeline: Timeline,
+                                  output: @escaping @Sendable (String, Bool) -> Void) -> HandlerOutcome.Ending {
         for fd in [stdinFD, stdoutFD, stderrFD] {
             // A pipe left blocking could stall this thread on a read; say so in the handler's log.
             if let e = Sys.noted("fcntl(O_NONBLOCK) on a handler pipe", { Int(fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)) }) {
@@ -363,7 +368,7 @@ package struct ProcessLauncher: HandlerLaunching {
         }
         // Enforced on the monotonic clock: `req.deadline` is on drowsed's timeline (boot clock), which
         // a step of the wall clock does not move (boards without an RTC jump at their first sync).
-        let deadline = WallClock.monotonic() + (req.deadline - Timeline.process.now())
+        let deadline = WallClock.monotonic() + (req.deadline - timeline.now())
         carryOut(shutdown.started(now: WallClock.monotonic(), deadline: deadline))
         if written >= req.stdin.count { Sys.close(inFD, ignoringErrors: .nothingToFlush); inFD = -1 }
 

@@ -51,10 +51,10 @@ struct AgentClockTests {
         // No burst: just before its time nothing has run.
         clock.advance(by: planned - t0 - 1)
         try await Task.sleep(for: .milliseconds(50))
-        #expect(launcher.started.withLock { $0 }.isEmpty)
+        #expect(launcher.started.isEmpty)
         clock.advance(by: 2)
-        try await settle { launcher.started.withLock { $0 } == ["a"] }
-        #expect(launcher.started.withLock { $0 } == ["a"])
+        try await settle { launcher.started == ["a"] }
+        #expect(launcher.started == ["a"])
         try await settle {
             let idle = await self.idle(f.agent)
             let planned = await self.plannedWindow(f.agent)
@@ -70,8 +70,8 @@ struct AgentClockTests {
         #expect(abs(try await nextWindow(f.agent) - (next + forward - 365 * 86400)) < 0.01)
         // No stall: it opens at its time.
         clock.advance(by: next - t1 + 1)
-        try await settle { launcher.started.withLock { $0 }.count == 2 }
-        #expect(launcher.started.withLock { $0 } == ["a", "a"])
+        try await settle { launcher.started.count == 2 }
+        #expect(launcher.started == ["a", "a"])
         try await settle {
             let idle = await self.idle(f.agent)
             let planned = await self.plannedWindow(f.agent)

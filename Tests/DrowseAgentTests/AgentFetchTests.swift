@@ -20,9 +20,10 @@ struct AgentFetchTests {
         let statuses: [String: Int32]
         let held = Mutex<[HandlerRun]>([])
         let hold: Bool
-        let started = Mutex<[String]>([])
         /// Each start: the app and the time.
         let starts = Mutex<[(app: String, at: Double)]>([])
+        /// The apps started, in order.
+        var started: [String] { starts.withLock { $0.map(\.app) } }
         /// The time runs start and end at (the agent's timeline on a manual clock).
         let now: @Sendable () -> Double
 
@@ -33,7 +34,6 @@ struct AgentFetchTests {
         }
 
         func start(_ request: LaunchRequest, output: @escaping @Sendable (String, Bool) -> Void) -> HandlerRun {
-            started.withLock { $0.append(request.app) }
             let t0 = now()
             starts.withLock { $0.append((request.app, t0)) }
             let run = HandlerRun()
@@ -114,12 +114,12 @@ struct AgentFetchTests {
         await f.agent.startScheduler()
         let agent = f.agent
         let first = Task { try await agent.fetchNow("slow", caller: .daemon) }
-        while launcher.started.withLock({ $0.isEmpty }) { try await Task.sleep(for: .milliseconds(5)) }
+        while launcher.started.isEmpty { try await Task.sleep(for: .milliseconds(5)) }
         await #expect(throws: APIError.self) { try await f.agent.fetchNow("slow", caller: .daemon) }
         launcher.release(status: 100)
         #expect(try await first.value.result == .noData)
         #expect(try f.store.app("slow", now: WallClock.now()).consecutiveNoData == 1)
         await #expect(throws: APIError.self) { try await f.agent.fetchNow("nosuch", caller: .daemon) }
-        #expect(launcher.started.withLock { $0 } == ["slow"])
+        #expect(launcher.started == ["slow"])
     }
 }
