@@ -1,5 +1,6 @@
 import DrowseCore
 import DrowseSystem
+import Logging
 
 /// `GET /v1/metrics`, `drowse metrics` and the `[metrics] textfile`: the counters in
 /// `AgentMetrics`, with gauges read at the moment of asking.
@@ -12,35 +13,62 @@ extension Agent {
     }
 
     func metricsExposition() -> String {
-        metrics.exposition(apps: apps.count, runningHandlers: runningHandlers, queuedHandlers: handlerQueue.waitingCount)
+        parts.metrics.exposition(apps: parts.registry.apps.count, runningHandlers: parts.handlers.running,
+                                       queuedHandlers: parts.handlers.waiting)
+    }
+}
+
+/// The `[metrics] textfile`: written at start, and again after whatever the counters call worth
+/// it (a wake window, a handler's or a transfer's end, a notification, the MQTT session coming
+/// or going). Never on a timer: an idle daemon writes nothing.
+@DaemonActor package final class MetricsTextfile: DaemonPart {
+    let path: String?
+    let metrics: AgentMetrics
+    let logger: Logger
+    /// The file, its folder opened once at start-up (see `ReplacedFile`).
+    var file: ReplacedFile?
+    var render: () -> String = { "" }
+    /// A write is queued for the end of this turn.
+    var pending = false
+    var stopped = false
+
+    package nonisolated var partName: String { "metrics textfile" }
+
+    init(path: String?, metrics: AgentMetrics, logger: Logger) {
+        self.path = path
+        self.metrics = metrics
+        self.logger = logger
     }
 
-    /// With a `[metrics] textfile`: written now, and again after whatever the counters call
-    /// worth it (a wake window, a handler's or a transfer's end, a notification, the MQTT
-    /// session coming or going). Never on a timer: an idle daemon writes nothing.
-    func startMetricsTextfile() {
-        guard let path = config.metrics.textfile else { return }
-        do { metricsTextfile = try ReplacedFile(path: path, mode: 0o644) } catch {
+    func start(render: @escaping () -> String) {
+        guard let path else { return }
+        self.render = render
+        do { file = try ReplacedFile(path: path, mode: 0o644) } catch {
             logger.warning("metrics textfile not written: \(error)")
             return
         }
-        metrics.onFlush = { self.metricsChanged() }
-        writeMetricsTextfile()
+        metrics.onFlush = { [weak self] in self?.changed() }
+        write()
+    }
+
+    package func stop() async {
+        stopped = true
+        metrics.onFlush = nil
     }
 
     /// Queues one write for the end of this turn: many changes in one turn cost one write.
-    func metricsChanged() {
-        guard config.metrics.textfile != nil, !metricsTextfilePending, !stopping else { return }
-        metricsTextfilePending = true
-        Task { self.writeMetricsTextfile() }
+    func changed() {
+        guard file != nil, !pending, !stopped else { return }
+        pending = true
+        Task { self.write() }
     }
 
-    func writeMetricsTextfile() {
-        metricsTextfilePending = false
-        guard let file = metricsTextfile else { return }
+    func write() {
+        pending = false
+        guard let file else { return }
         // Rewritten at every change: atomic for node_exporter (and readable by it: 0644), but not
         // flushed to the SD card each time.
-        do { try file.write(Array(metricsExposition().utf8), durable: false) } catch {
+        do { try file.write(Array(render().utf8), durable: false) } catch {
             logger.warning("metrics textfile not written: \(error)")
         }
     }

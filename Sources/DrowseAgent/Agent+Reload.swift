@@ -47,34 +47,25 @@ extension Agent {
             return report
         }
 
-        let before = apps
+        let before = parts.registry.apps
         loadApps()
+        let apps = parts.registry.apps
         report.added = apps.keys.filter { before[$0] == nil }.sorted()
         report.removed = before.keys.filter { apps[$0] == nil }.sorted()
         report.changed = apps.keys.filter { id in before[id].map { $0 != apps[id] } ?? false }.sorted()
-        report.invalid = invalidApps.count
+        report.invalid = parts.registry.invalid.count
 
         // Resident processes of removed apps, or of apps no longer resident, stop.
-        for id in residents.keys.sorted() where apps[id]?.isResident != true {
-            suspension.thaw(app: id, processGroups: processGroups(of: id))
-            residents[id]?.terminate()
-        }
-        fetch.appsChanged(apps.values.map { ($0.id, interval(of: $0)?.seconds) })
-        lifecycle.configure(apps.values.sorted { $0.id < $1.id }, adopted: [])
+        parts.processes.appsReloaded()
+        parts.fetch.appsChanged(apps.values.map { ($0.id, interval(of: $0)?.seconds) })
         // An added app's finished downloads reach its events handler without a restart.
-        transfers.appsChanged(apps)
-        if let m = config.mqtt, let mqtt {
-            mqtt.setSubscriptions(apps.keys.sorted().flatMap {
-                Topics.notifyTopics(prefix: m.topicPrefix, device: config.deviceID, groups: m.groups, app: $0)
-            })
-            loadFailedApps()
-            for id in report.removed { fleet.lastRunFailed[id] = nil }
-            republishStatusIfChanged()
-        }
+        parts.transfers.appsChanged(apps)
+        // Subscriptions and the fleet status follow.
+        parts.events.post(.appsReloaded)
         if !report.needRestart.isEmpty {
             logger.warning("drowse.toml changed: \(report.needRestart.joined(separator: ", ")) take effect at the next restart")
         }
-        logger.notice("reloaded: \(apps.count) app(s), \(report.invalid) invalid",
+        logger.notice("reloaded: \(parts.registry.apps.count) app(s), \(report.invalid) invalid",
                       metadata: ["added": "\(report.added)", "removed": "\(report.removed)", "changed": "\(report.changed)"])
         return report
     }

@@ -7,46 +7,33 @@ extension Agent {
         .object([
             ("version", .string(Agent.version)), ("device_id", .string(config.deviceID)),
             ("mqtt", .object([
-                ("configured", .bool(config.mqtt != nil)), ("connected", .bool(mqtt?.connected ?? false)),
-                ("url", JSON(config.mqtt.map { URLParts.redacting($0.url) })), ("broker", JSON(mqtt?.broker)),
-                ("refused_notifications", JSON(notifications.refusedNotifications)),
-                ("unexpected_messages", JSON(notifications.unexpectedMessages)),
+                ("configured", .bool(config.mqtt != nil)), ("connected", .bool(parts.mqtt.session?.connected ?? false)),
+                ("url", JSON(config.mqtt.map { URLParts.redacting($0.url) })), ("broker", JSON(parts.mqtt.session?.broker)),
+                ("refused_notifications", JSON(parts.notifications.refusedNotifications)),
+                ("unexpected_messages", JSON(parts.notifications.unexpectedMessages)),
             ])),
-            ("conditions", conditions.json),
-            ("next_window", JSON(wall(fetch.plannedWindow?.at))),
+            ("conditions", parts.conditions.current.json),
+            ("next_window", JSON(wall(parts.fetch.plannedWindow?.at))),
             // Which apps run when is the admins' to know; anyone else learns only about their own.
-            ("next_window_apps", .array((fetch.plannedWindow?.apps ?? []).filter { id in
-                caller.isAdmin || apps[id].map { visible($0, to: caller) } == true
+            ("next_window_apps", .array((parts.fetch.plannedWindow?.apps ?? []).filter { id in
+                caller.isAdmin || parts.registry[id].map { parts.registry.visible($0, to: caller) } == true
             }.map { .string($0) })),
-            ("apps", JSON(apps.count)), ("invalid_apps", JSON(invalidApps.count)),
-            ("lifecycle", lifecycleStatus()),
+            ("apps", JSON(parts.registry.apps.count)), ("invalid_apps", JSON(parts.registry.invalid.count)),
+            ("lifecycle", parts.processes.statusJSON()),
             // Every handler running now (fetch, notification, transfers), as drowse_running_handlers.
-            ("running_handlers", JSON(runningHandlers)),
-            ("queued_handlers", JSON(handlerQueue.waitingCount)),
+            ("running_handlers", JSON(parts.handlers.running)),
+            ("queued_handlers", JSON(parts.handlers.waiting)),
         ])
     }
 
     package func conditions(refresh: Bool) -> JSON {
-        if refresh { refreshConditions() }
-        return conditions.json
-    }
-
-    func conditionsChanged(_ change: ConditionsMonitor.Change) {
-        if case .clock = change { return clockStepped() }
-        logger.debug("conditions: the kernel reports a \(change) change")
-        refreshConditions()
-    }
-
-    /// Re-reads power and network; lets waiting work start and pauses work that may not go on.
-    func refreshConditions() {
-        conditionsService.read(now: now())
-        applyConditions()
-        fetch.conditionsChanged(schedulerConditions)
+        if refresh { parts.conditions.refresh() }
+        return parts.conditions.current.json
     }
 
     func appJSON(_ app: AppDefinition, plan: FetchPlanner.AppPlan?, history: Bool) -> JSON {
         let rec = try? store.app(app.id, now: now())
-        let fetching = fetch.running.contains(app.id)
+        let fetching = parts.fetch.running.contains(app.id)
         var members: [(String, JSON)] = [
             ("id", .string(app.id)), ("valid", true), ("error", nil), ("file", .string(app.file)),
             ("last_result", JSON(rec?.lastResult?.rawValue)), ("last_fetch", JSON(wall(rec?.lastFetch))),
@@ -59,8 +46,8 @@ extension Agent {
             ("minimum_interval", .string(app.fetchInterval.description)),
             ("consecutive_failures", JSON(rec?.consecutiveFailures)), ("last_used", JSON(wall(rec?.lastUsed))),
             ("user", JSON(app.user)), ("running", .bool(fetching)),
-            ("resident", .bool(app.isResident)), ("limits", limitsJSON(app)),
-            ("report", AppReport.json(fleet.reports[app.id] ?? [:])),
+            ("resident", .bool(app.isResident)), ("limits", parts.processes.limitsJSON(app)),
+            ("report", AppReport.json(parts.mqtt.report(of: app.id))),
         ] + stateMembers(app.id)
         if history {
             let runs = (try? store.runs(app: app.id)) ?? []
@@ -82,18 +69,18 @@ extension Agent {
     }
 
     package func appsList(caller: Caller) -> JSON {
-        let plans = Dictionary(uniqueKeysWithValues: fetch.plans().map { ($0.id, $0) })
-        var out = apps.values.filter { visible($0, to: caller) }.sorted { $0.id < $1.id }.map {
+        let plans = Dictionary(uniqueKeysWithValues: parts.fetch.plans().map { ($0.id, $0) })
+        var out = parts.registry.apps.values.filter { parts.registry.visible($0, to: caller) }.sorted { $0.id < $1.id }.map {
             appJSON($0, plan: plans[$0.id], history: false)
         }
-        if caller.isAdmin { out += invalidApps.map(invalidJSON) }
+        if caller.isAdmin { out += parts.registry.invalid.map(invalidJSON) }
         return .array(out)
     }
 
     package func appDetail(_ id: String, caller: Caller) throws(APIError) -> JSON {
-        if apps[id] == nil, caller.isAdmin, let bad = invalidApps.first(where: { $0.id == id }) { return invalidJSON(bad) }
+        if parts.registry[id] == nil, caller.isAdmin, let bad = parts.registry.invalid.first(where: { $0.id == id }) { return invalidJSON(bad) }
         let app = try app(id, for: caller)
-        let plan = fetch.plans().first { $0.id == id }
+        let plan = parts.fetch.plans().first { $0.id == id }
         return appJSON(app, plan: plan, history: true)
     }
 }

@@ -26,83 +26,14 @@ package struct TransferRequest: Sendable {
     package var expectedSize: Int64?
 }
 
-extension Agent {
-    func startTransferEngine() {
-        let (stream, continuation) = AsyncStream<TransferEvent>.makeStream()
-        transferEvents = continuation
-        var opts = TransferEngine.Options(
-            maxConnectionsPerHost: config.transfers.maxConnectionsPerHost,
-            commitInterval: config.transfers.commitInterval.seconds, commitBytes: Int64(config.transfers.commitBytes))
-        (opts.lowSpeedLimit, opts.lowSpeedTime) = config.transfers.lowSpeed
-        opts.maxUnknownSize = config.transfers.maxUnknownSize
-        // Started (and libcurl loaded) by the first transfer that needs it.
-        let engine = LazyTransferEngine(options: opts, logger: logger) { continuation.yield($0) }
-        self.engine = engine
-        transfers.engine = engine
-        background.append(Task {
-            for await event in stream { await self.transferEvent(event) }
-        })
-    }
+extension TransferService {
+    /// Push to transfer: a signed notification's download, queued as the daemon.
+    package func pushDownload(_ request: TransferRequest) throws(APIError) -> Transfer { try create(request, caller: .daemon) }
 
-    /// The transfer service over the real store, engine, file system, handler queue and NIO
-    /// timers. Its closures run on this actor's executor (the service is only called from here).
-    func makeTransferService() -> TransferService {
-        let lifecycle = TransferLifecycle(
-            policy: policy, conditions: conditions, maxPerApp: config.transfers.maxPerApp, seed: UInt64.random(in: 0...UInt64.max))
-        let host = TransferHost(
-            now: { self.now() },
-            conditions: { self.conditions },
-            app: { self.apps[$0] },
-            setRetryTimer: { id, at in
-                self.retryTimers.removeValue(forKey: id)?.cancel()
-                guard let at else { return }
-                self.retryTimers[id] = self.clock.wake(after: at - self.now()) { Task { await self.transferRetryFired(id) } }
-            },
-            setTimeoutTimer: { at in
-                self.timeoutTimer?.cancel()
-                self.timeoutTimer = nil
-                guard let at else { return }
-                self.timeoutTimer = self.clock.wake(after: max(0, at - self.now()) + 0.01) { Task { await self.transferTimeoutFired() } }
-            },
-            deliverSession: { app, key, stdin, batch in
-                // Through the handler queue, like every handler: at most max_concurrent_handlers run at once.
-                self.enqueueHandler(.transfers(app: app, key: key, stdin: stdin, batch: batch))
-            },
-            radioUsed: { self.radioBusy() },
-            skew: { [timeline] in timeline.skew })
-        let service = TransferService(lifecycle: lifecycle, store: store, files: SystemTransferFiles(), host: host, stateDir: config.stateDir,
-                                      logger: logger)
-        service.metrics = metrics
-        return service
-    }
-
-    /// Start-up: every stored transfer goes back to the lifecycle.
-    func resumeTransfers() { transfers.restore(apps: apps) }
-
-    func transferEvent(_ event: TransferEvent) { transfers.engineEvent(event) }
-
-    func transferRetryFired(_ id: String) {
-        retryTimers[id] = nil
-        transfers.retryFired(id)
-    }
-
-    func transferTimeoutFired() {
-        timeoutTimer = nil
-        transfers.timeoutFired()
-    }
-
-    /// After a change of power or network: pause what may not go on (keeping its progress),
-    /// start what was waiting and now may.
-    func applyConditions() { transfers.conditionsChanged() }
-
-    /// The app's events handler ran for a session (`QueuedRun.transfers`).
-    func sessionDelivered(key: String, batch: [Transfer]) { transfers.sessionDelivered(batch: batch) }
-
-    /// A session queued for the events handler could not be handed over (its app is gone).
-    func sessionNotDelivered(key: String) { transfers.sessionNotDelivered(key: key) }
-
-    package func createTransfer(_ req: TransferRequest, caller: Caller) throws(APIError) -> Transfer {
-        let app = try app(req.app, for: caller)
+    /// A new transfer from the API (or a notification): checked against what the caller and
+    /// the app's user may touch, stored, and handed to the lifecycle.
+    package func create(_ req: TransferRequest, caller: Caller) throws(APIError) -> Transfer {
+        let app = try registry.app(req.app, for: caller)
         guard URLParts.isTransferURL(req.url) else {
             throw .badRequest("only http and https URLs can be transferred: '\(req.url)'")
         }
@@ -150,7 +81,7 @@ extension Agent {
             throw .badRequest("sha256 must be 64 hex digits")
         }
         guard Identifier.isValid(req.session) else { throw .badRequest("session names hold only letters, digits, '-', '_' and '.'") }
-        if let live = transfers.refusal(app: app.id) {
+        if let live = refusal(app: app.id) {
             throw APIError(429, "too_many_transfers",
                            "app '\(app.id)' has \(live) unfinished transfers, the most allowed ([transfers] max_per_app)")
         }
@@ -172,8 +103,15 @@ extension Agent {
             t.contentType = req.contentType
         }
         do { try store.save(t) } catch { throw .internal("\(error)") }
-        transfers.submitted(t)
-        return transfers.withLive(t)
+        submitted(t)
+        return withLive(t)
+    }
+}
+
+/// The transfers part of the API.
+extension Agent {
+    package func createTransfer(_ req: TransferRequest, caller: Caller) throws(APIError) -> Transfer {
+        try parts.transfers.create(req, caller: caller)
     }
 
     /// One page of the transfers `caller` may see (all of them for admins, even those of apps
@@ -181,30 +119,30 @@ extension Agent {
     /// `after`. Pages keep each answer, and so what a client that does not read can make
     /// drowsed hold, small however many transfers there are.
     package func transfers(app: String?, after: String?, limit: Int, caller: Caller) throws(APIError) -> [Transfer] {
-        var scope: [String]? = caller.isAdmin ? nil : apps.values.filter { visible($0, to: caller) }.map(\.id)
+        var scope: [String]? = caller.isAdmin ? nil : parts.registry.apps.values.filter { parts.registry.visible($0, to: caller) }.map(\.id)
         if let app { scope = scope.map { $0.contains(app) ? [app] : [] } ?? [app] }
         let page: [Transfer]?
         do { page = try store.transfers(apps: scope, after: after, limit: limit) } catch { throw .internal("\(error)") }
         guard let page else { throw .badRequest("no transfer '\(after ?? "")' to list after") }
-        return page.map(transfers.withLive)
+        return page.map(parts.transfers.withLive)
     }
 
     package func transfer(_ id: String, caller: Caller) throws(APIError) -> Transfer {
-        guard let t = transfers.current(id) else { throw .notFound("no transfer '\(id)'") }
-        guard caller.isAdmin || (apps[t.app].map { visible($0, to: caller) } ?? false) else { throw .notFound("no transfer '\(id)'") }
-        return transfers.withLive(t)
+        guard let t = parts.transfers.current(id) else { throw .notFound("no transfer '\(id)'") }
+        guard caller.isAdmin || (parts.registry[t.app].map { parts.registry.visible($0, to: caller) } ?? false) else { throw .notFound("no transfer '\(id)'") }
+        return parts.transfers.withLive(t)
     }
 
     package func cancel(_ id: String, caller: Caller) throws(APIError) -> Transfer {
         let t = try transfer(id, caller: caller)
         guard !t.state.isFinished else { return t }
-        transfers.cancel(id)
-        return transfers.withLive(transfers.current(id) ?? t)
+        parts.transfers.cancel(id)
+        return parts.transfers.withLive(parts.transfers.current(id) ?? t)
     }
 
     /// `drowse quit ID`: the force-quit cancels the app's unfinished transfers.
     package func quit(_ id: String, caller: Caller) throws(APIError) -> Int {
-        let app = try app(id, for: caller)
-        return transfers.quit(app: app.id)
+        let app = try parts.registry.app(id, for: caller)
+        return parts.transfers.quit(app: app.id)
     }
 }

@@ -105,6 +105,15 @@ package final class ManualClock: AgentClock {
         }
     }
 
+    /// Moves both clocks by `seconds` without firing anything (a test that fires its service's
+    /// wakes by hand).
+    package func jump(by seconds: Double) {
+        box.state.withLock { s in
+            s.wall += seconds
+            s.boot += seconds
+        }
+    }
+
     /// Sets the wall clock `seconds` forward (negative: back), as a time sync does; the boot
     /// clock does not move and no wake fires.
     package func step(by seconds: Double) {

@@ -3,8 +3,10 @@ import Logging
 import ServiceLifecycle
 import UnixSignals
 
-/// Runs the agent inside the ServiceGroup: starts it, tells systemd it is ready, re-reads the
-/// app files on SIGHUP (`systemctl reload drowsed`), and stops it cleanly on SIGTERM/SIGINT.
+/// The agent's own place in the ServiceGroup, last in its list: it starts every part (in
+/// dependency order), tells systemd it is ready, re-reads the app files on SIGHUP
+/// (`systemctl reload drowsed`), and, first to hear a graceful shutdown, stops launching
+/// handlers. The group then stops the parts in reverse order (`Agent.services`).
 package struct AgentService: Service {
     let agent: Agent
     let logger: Logger
@@ -31,8 +33,7 @@ package struct AgentService: Service {
             await agent.reload()
             notify("READY=1")
         }
-        // Queued runs do not start now; running ones finish in agent.shutdown().
-        await agent.stopQueuedHandlers()
-        await agent.shutdown()
+        // Queued runs do not start now; running ones finish when the group stops the handlers.
+        await agent.stopLaunching()
     }
 }

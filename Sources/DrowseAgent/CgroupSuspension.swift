@@ -109,44 +109,20 @@ final class CgroupSuspension: AppSuspension {
     }
 }
 
-extension Agent {
-    /// The app cgroups when a cgroup v2 is writable, else signals.
-    static func makeSuspension(_ setting: String, logger: Logger) -> AppSuspension {
-        switch AppCgroups.setUp(setting: setting) {
-        case .success(let tree):
-            logger.info("apps are suspended by freezing their cgroups under \(tree.base)")
-            let controllers = tree.enableControllers()
-            if controllers.count < 2 {
-                logger.notice("app cgroups have no \(["pids", "memory"].filter { !controllers.contains($0) }.joined(separator: "/")) controller: those [limits] are set as rlimits (RLIMIT_NPROC counts per user)")
-            }
-            let suspension = CgroupSuspension(tree: tree, logger: logger)
-            suspension.limitControllers = controllers
-            return suspension
-        case .failure(let error):
-            logger.notice("no app cgroups (\(error)): apps are suspended with SIGSTOP/SIGCONT of their process groups")
-            return SignalSuspension()
+/// The app cgroups when a cgroup v2 is writable, else signals.
+func makeSuspension(_ setting: String, logger: Logger) -> AppSuspension {
+    switch AppCgroups.setUp(setting: setting) {
+    case .success(let tree):
+        logger.info("apps are suspended by freezing their cgroups under \(tree.base)")
+        let controllers = tree.enableControllers()
+        if controllers.count < 2 {
+            logger.notice("app cgroups have no \(["pids", "memory"].filter { !controllers.contains($0) }.joined(separator: "/")) controller: those [limits] are set as rlimits (RLIMIT_NPROC counts per user)")
         }
-    }
-
-    /// Memory pressure from a PSI trigger on /proc/pressure/memory (no timer: a thread sleeps in poll).
-    func startMemoryPressureMonitor() {
-        let trigger = config.lifecycle.memoryPressure
-        guard trigger != "off" else {
-            memoryPressureStatus = "unavailable: memory_pressure = \"off\""
-            return
-        }
-        switch MemoryPressureMonitor.start(trigger: trigger, onPressure: { Task { await self.memoryPressure() } }) {
-        case .success(let m):
-            pressureMonitor = m
-            memoryPressureStatus = "psi"
-        case .failure(let e):
-            memoryPressureStatus = "unavailable: \(e)"
-            logger.warning("memory pressure is not watched: \(e)")
-        }
-    }
-
-    func memoryPressure() {
-        logger.warning("memory pressure (PSI \(config.lifecycle.memoryPressure))")
-        lifecycle.memoryPressure()
+        let suspension = CgroupSuspension(tree: tree, logger: logger)
+        suspension.limitControllers = controllers
+        return suspension
+    case .failure(let error):
+        logger.notice("no app cgroups (\(error)): apps are suspended with SIGSTOP/SIGCONT of their process groups")
+        return SignalSuspension()
     }
 }

@@ -1,4 +1,5 @@
 import DrowseCore
+import DrowseStore
 import DrowseSystem
 import Logging
 
@@ -9,35 +10,88 @@ package protocol ConditionsReader {
 
 extension ConditionsProbe: ConditionsReader {}
 
-/// The board's power and network as a service: it owns the last reading and the policy that
-/// judges it, and tells the rest of the daemon what it needs to know. It never polls: it reads
-/// when the kernel reports a change (netlink, uevents), at each fetch window and on
-/// `drowse conditions --refresh`. Used only from the agent's executor (it is not Sendable).
-package final class ConditionsService {
+/// The board's power and network as a part of the daemon: it owns the last reading, the policy
+/// that judges it, and the kernel watch (`ConditionsMonitor`: netlink, uevents, and the wall
+/// clock's steps), and posts what the rest of the daemon needs to know as `DaemonEvent`s. It
+/// never polls: it reads when the kernel reports a change, at each fetch window and on
+/// `drowse conditions --refresh`.
+@DaemonActor package final class ConditionsService: DaemonPart, ConditionsReading, SchedulerConditionsSource {
     package private(set) var current: Conditions
     let reader: ConditionsReader
     package let policy: ConditionsPolicy
     /// `[radio] model`: a named model, or "auto" for the current network's kind.
     let radioModel: String
     let logger: Logger
-    /// Called after every reading with the new conditions (the MQTT session's network flag).
-    var onReading: (Conditions) -> Void = { _ in }
+    let events: DaemonEvents
+    /// Where a step of the wall clock is noted (for the next start's `alignTimeline`), and the
+    /// timeline it moves; nil in a test without a clock.
+    var skewStore: Store?
+    var timeline: Timeline?
+    var monitor: ConditionsMonitor?
 
-    package init(reader: ConditionsReader, policy: ConditionsPolicy, radioModel: String, now: Double, logger: Logger) {
+    package nonisolated var partName: String { "conditions" }
+
+    package init(reader: ConditionsReader, policy: ConditionsPolicy, radioModel: String, now: Double, logger: Logger,
+                 events: DaemonEvents = DaemonEvents()) {
         self.reader = reader
         self.policy = policy
         self.radioModel = radioModel
         self.logger = logger
+        self.events = events
         current = reader.read(now: now)
     }
 
+    /// Starts the kernel watch.
+    func start(store: Store, timeline: Timeline) {
+        skewStore = store
+        self.timeline = timeline
+        let monitor = ConditionsMonitor(logger: logger) { change in
+            Task { @DaemonActor in self.kernelReported(change) }
+        }
+        monitor.start()
+        self.monitor = monitor
+    }
+
+    package func stop() async {
+        monitor?.stop()
+        monitor = nil
+    }
+
+    func kernelReported(_ change: ConditionsMonitor.Change) {
+        if case .clock = change { return clockStepped() }
+        logger.debug("conditions: the kernel reports a \(change) change")
+        refresh()
+    }
+
+    /// Reads power and network afresh and tells the daemon: waiting work may start, work that
+    /// may not go on pauses.
+    package func refresh() {
+        read(now: timeline?.now() ?? current.readAt)
+        events.post(.conditionsChanged)
+    }
+
+    /// The wall clock was set (a time sync, `date -s`). drowsed's timeline runs on the boot
+    /// clock, so nothing planned moves: windows, deadlines, retries, budgets and allowances keep
+    /// their waits. What changes: the skew that names timeline times in wall time (the API, the
+    /// fleet status, DROWSE_DEADLINE), the time of day habits are read in, the publishers'
+    /// expirations, and the store's note of the skew (for the next start's `alignTimeline`).
+    /// docs/design.md, "Time on a board without a real-time clock".
+    package func clockStepped() {
+        guard let timeline else { return }
+        let step = timeline.resync()
+        guard abs(step) >= 0.001 else { return }
+        logger.notice("the wall clock was set \(step > 0 ? "forward" : "back") by \(format3(abs(step))) s; planned times keep their waits")
+        do { try skewStore?.saveClockSkew(timeline.skew) } catch { logger.error("store: \(error)") }
+        events.post(.clockStepped(step: step))
+    }
+
     /// Reads the conditions afresh; true when they differ from the last reading (its time aside),
-    /// which is then logged once.
+    /// which is then logged once. Every reading is posted (`conditionsRead`).
     @discardableResult
     package func read(now: Double) -> Bool {
         let old = current
         current = reader.read(now: now)
-        onReading(current)
+        events.post(.conditionsRead(current))
         guard current != old.withReadAt(current.readAt) else { return false }
         let c = current
         logger.info("conditions: \(c.powerSource.rawValue) power, network \(c.network.rawValue)\(c.interface.map { " (\($0))" } ?? "")\(c.metered ? ", metered" : "")")
@@ -50,5 +104,11 @@ package final class ConditionsService {
     /// What the fetch scheduler needs to know of the board now.
     package var forScheduler: FetchScheduler.Conditions {
         FetchScheduler.Conditions(online: current.network != .none, lowBattery: policy.batteryLow(current), radioTail: radio.tailSeconds)
+    }
+
+    /// Read afresh at a window boundary.
+    package func readForScheduler() -> FetchScheduler.Conditions {
+        read(now: timeline?.now() ?? current.readAt)
+        return forScheduler
     }
 }

@@ -14,62 +14,60 @@ package protocol FetchStore: AnyObject {
 
 extension Store: FetchStore {}
 
-/// What the fetch service needs of the rest of the daemon, as closures: the agent builds them
-/// on its own executor, a test builds them over in-memory doubles.
-package struct FetchHost {
-    /// The daemon's one source of "now".
-    package var now: () -> Double
-    /// Queue the app's fetch handler for one of the shared handler slots; `done` gets the outcome.
-    package var enqueueFetch: (_ app: String, _ trigger: String, _ done: HandlerRun) -> Void
-    /// A scheduled window opens: deferred notifications and the MQTT keepalive ride it.
-    package var windowOpened: () -> Void
-    /// Fresh conditions at a window boundary (no polling in between).
-    package var readConditions: () -> FetchScheduler.Conditions
-    /// Wake the service (`windowTimerFired`) at this time; nil cancels.
-    package var setWakeTimer: (_ at: Double?) -> Void
-
-    package init(now: @escaping () -> Double, enqueueFetch: @escaping (String, String, HandlerRun) -> Void,
-                 windowOpened: @escaping () -> Void, readConditions: @escaping () -> FetchScheduler.Conditions,
-                 setWakeTimer: @escaping (Double?) -> Void) {
-        self.now = now
-        self.enqueueFetch = enqueueFetch
-        self.windowOpened = windowOpened
-        self.readConditions = readConditions
-        self.setWakeTimer = setWakeTimer
-    }
+/// Where the fetch service reads the board's conditions afresh, at a window boundary (no
+/// polling in between): the conditions part, or a test's double.
+@DaemonActor package protocol SchedulerConditionsSource: AnyObject {
+    func readForScheduler() -> FetchScheduler.Conditions
 }
 
 /// Fetch scheduling as a service: it owns the `FetchScheduler` (every decision about fetch
 /// windows), the trace, and nothing else; it feeds the scheduler what happens and carries out
-/// its actions through `FetchStore` and `FetchHost`. Used only from the agent's executor (it is
-/// not Sendable), so a notification or a handler's end reaches it without a hop.
-package final class FetchService {
+/// its actions: fetches go to the handler queue (`RunQueue`), an opened window is posted as a
+/// `DaemonEvent`, and the next window is its own wake on the clock. On the daemon's executor, so
+/// a notification or a handler's end reaches it without a hop.
+@DaemonActor package final class FetchService: DaemonPart, NextWindowSource {
     package private(set) var scheduler: FetchScheduler
     let store: FetchStore
-    let host: FetchHost
+    let clock: AgentClock
+    let events: DaemonEvents
+    let conditions: SchedulerConditionsSource
+    /// Where fetches are queued (the handler runner, built after this service).
+    package weak var runs: RunQueue?
+    let wake: ServiceWake
     let trace: SchedulerTrace?
     let logger: Logger
     /// Wake windows planned and opened are counted here (the agent hands over its own).
     package var metrics = AgentMetrics()
 
-    package init(scheduler: FetchScheduler, store: FetchStore, host: FetchHost, trace: SchedulerTrace?, logger: Logger) {
+    package nonisolated var partName: String { "fetch" }
+
+    package init(scheduler: FetchScheduler, store: FetchStore, clock: AgentClock, events: DaemonEvents,
+                 conditions: SchedulerConditionsSource, trace: SchedulerTrace?, logger: Logger) {
         self.scheduler = scheduler
         self.store = store
-        self.host = host
+        self.clock = clock
+        self.events = events
+        self.conditions = conditions
+        wake = ServiceWake(clock: clock)
         self.trace = trace
         self.logger = logger
     }
 
+    func now() -> Double { clock.timeline.now() }
+
+    /// Shutdown: no window opens any more.
+    package func stop() async { wake.cancel() }
+
     /// Starts the scheduler with these apps (id and interval in seconds, nil: never) as the
     /// store remembers them.
     package func start(apps: [(id: String, interval: Double?)], conditions: FetchScheduler.Conditions) {
-        let t = host.now()
+        let t = now()
         schedule(.started(apps: remembered(apps, now: t), conditions: conditions, now: t))
     }
 
     /// The app files were read again: the scheduler takes the apps as they are now.
     package func appsChanged(_ apps: [(id: String, interval: Double?)]) {
-        let t = host.now()
+        let t = now()
         schedule(.appsChanged(apps: remembered(apps, now: t), now: t))
     }
 
@@ -101,23 +99,23 @@ package final class FetchService {
                 if trigger == .scheduled {
                     logger.info("fetch window opens", metadata: ["apps": "\(ids)"])
                     metrics.windowOpened()
-                    host.windowOpened()
+                    events.post(.windowOpened)
                 }
                 for id in ids {
                     let done = HandlerRun()
                     if trigger == .manual { manual = done }
-                    host.enqueueFetch(id, trigger.rawValue, done)
+                    runs?.enqueue(.fetch(app: id, trigger: trigger.rawValue, done: done))
                 }
             case let .refuseFetch(_, reason):
                 refused = reason
             case let .setTimer(at):
-                let delay = max(0, at - host.now())
+                let delay = max(0, at - now())
                 logger.debug("next fetch window in \(DurationText.format(.milliseconds(Int64(saturating: delay * 1000, rounding: .up))))",
                              metadata: ["apps": "\(scheduler.planned?.apps ?? [])"])
                 metrics.windowPlanned(at: at)
-                host.setWakeTimer(at)
+                wake.set(at) { [weak self] in self?.windowTimerFired() }
             case .cancelTimer:
-                host.setWakeTimer(nil)
+                wake.cancel()
             case .save:
                 // Written with the run, in its one transaction (`handlerEnded` returns it).
                 break
@@ -130,24 +128,24 @@ package final class FetchService {
 
     /// The wake timer fired: conditions are read afresh, then the window opens if one is due.
     package func windowTimerFired() {
-        let t = host.now()
-        let fresh = host.readConditions()
+        let t = now()
+        let fresh = conditions.readForScheduler()
         if fresh != scheduler.conditions { schedule(.conditionsChanged(fresh, now: t)) }
         schedule(.timerFired(now: t))
     }
 
     package func conditionsChanged(_ c: FetchScheduler.Conditions) {
-        if c != scheduler.conditions { schedule(.conditionsChanged(c, now: host.now())) }
+        if c != scheduler.conditions { schedule(.conditionsChanged(c, now: now())) }
     }
 
     /// The wall clock was set: habits by time of day are now read at `utcOffset` from the timeline.
     package func timeOfDayChanged(utcOffset: Double) {
-        if utcOffset != scheduler.utcOffset { schedule(.timeOfDayChanged(utcOffset: utcOffset, now: host.now())) }
+        if utcOffset != scheduler.utcOffset { schedule(.timeOfDayChanged(utcOffset: utcOffset, now: now())) }
     }
 
     /// Something is using the network now (a handler, a transfer): due fetches may ride along.
     package func radioUsed() {
-        schedule(.radioUsed(now: host.now()))
+        schedule(.radioUsed(now: now()))
     }
 
     /// A handler ended: the scheduler's new bookkeeping for a fetch comes back, to be written in
@@ -167,19 +165,19 @@ package final class FetchService {
 
     /// A fetch the scheduler started never ran (its app went away, or drowsed is stopping).
     package func abandoned(_ app: String) {
-        schedule(.fetchAbandoned(app: app, now: host.now()))
+        schedule(.fetchAbandoned(app: app, now: now()))
     }
 
     /// `drowse fetch ID`: starts it now, or says why not; the run gives the outcome.
     package func fetchNow(_ id: String) throws(APIError) -> HandlerRun {
-        let (run, refused) = schedule(.fetchRequested(app: id, now: host.now()))
+        let (run, refused) = schedule(.fetchRequested(app: id, now: now()))
         guard let run else { throw APIError(409, "busy", refused ?? "a fetch of '\(id)' is already running") }
         return run
     }
 
     /// `drowse used ID`.
     package func used(_ id: String) throws(APIError) {
-        let t = host.now()
+        let t = now()
         do { try store.recordUse(app: id, at: t) } catch { throw .internal("\(error)") }
         schedule(.used(app: id, now: t))
     }
@@ -187,8 +185,9 @@ package final class FetchService {
     // MARK: what status and `drowse apps` show
 
     package var plannedWindow: FetchPlanner.Window? { scheduler.planned }
+    package var nextWindowAt: Double? { scheduler.planned?.at }
     package var running: Set<String> { scheduler.running }
-    package func plans() -> [FetchPlanner.AppPlan] { scheduler.plans(now: host.now()) }
+    package func plans() -> [FetchPlanner.AppPlan] { scheduler.plans(now: now()) }
 }
 
 /// `drowsed --scheduler-trace FILE`: every event fed to the fetch scheduler and the actions it

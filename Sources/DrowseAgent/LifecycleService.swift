@@ -10,42 +10,16 @@ package protocol EventSink: AnyObject, Sendable {
     func close()
 }
 
-/// What the lifecycle service needs of the rest of the daemon: processes, suspension and timers.
-package struct LifecycleHost {
-    package var now: () -> Double
-    package var startProcess: (String) -> Void
-    package var killProcess: (String) -> Void
-    package var killApp: (String) -> Void
-    package var freeze: (String) -> Void
-    package var thaw: (String) -> Void
-    /// The app overran its background-task allowance: penalize it as a deadline kill.
-    package var overran: (String) -> Void
-    package var setTimer: (Double?) -> Void
-    /// A timeline time as the wall clock names it now (what an app's event stream shows).
-    package var wall: (Double) -> Double
-
-    package init(now: @escaping () -> Double, startProcess: @escaping (String) -> Void, killProcess: @escaping (String) -> Void,
-                 killApp: @escaping (String) -> Void, freeze: @escaping (String) -> Void, thaw: @escaping (String) -> Void,
-                 overran: @escaping (String) -> Void, setTimer: @escaping (Double?) -> Void, wall: @escaping (Double) -> Double = { $0 }) {
-        self.now = now
-        self.wall = wall
-        self.startProcess = startProcess
-        self.killProcess = killProcess
-        self.killApp = killApp
-        self.freeze = freeze
-        self.thaw = thaw
-        self.overran = overran
-        self.setTimer = setTimer
-    }
-}
-
 /// App lifecycles as a service: it owns `AppLifecycle` (every decision about states, freezing,
 /// restarts, event deadlines, tasks and memory pressure), the apps' event streams and the runs
-/// waiting for a resident app's completion, and carries the machine's actions out through
-/// `LifecycleHost`. Used only from the agent's executor.
-package final class LifecycleService {
+/// waiting for a resident app's completion, and carries the machine's actions out on the apps'
+/// processes (`AppProcesses`, which owns it) and its own wake on the clock.
+@DaemonActor package final class LifecycleService {
     package private(set) var machine: AppLifecycle
-    let host: LifecycleHost
+    let clock: AgentClock
+    let wake: ServiceWake
+    /// Where the machine's process actions are carried out; nil in a test without processes.
+    weak var processes: AppProcesses?
     let logger: Logger
     var sinks: [String: EventSink] = [:]
     /// Delivered or waiting events of resident apps: what to send, and the run it finishes.
@@ -56,11 +30,14 @@ package final class LifecycleService {
     }
     var events: [String: Pending] = [:]
 
-    package init(settings: AppLifecycle.Settings, host: LifecycleHost, logger: Logger) {
+    package init(settings: AppLifecycle.Settings, clock: AgentClock, logger: Logger) {
         machine = AppLifecycle(settings: settings)
-        self.host = host
+        self.clock = clock
+        wake = ServiceWake(clock: clock)
         self.logger = logger
     }
+
+    func now() -> Double { clock.timeline.now() }
 
     private func drive(_ step: (inout AppLifecycle) -> [AppLifecycle.Action]) {
         carryOut(step(&machine))
@@ -70,35 +47,35 @@ package final class LifecycleService {
 
     package func configure(_ apps: [AppDefinition], adopted: Set<String>) {
         let specs = apps.map { AppLifecycle.Spec(id: $0.id, resident: $0.isResident, alwaysActive: $0.alwaysActive) }
-        drive { $0.configured(specs, adopted: adopted, now: host.now()) }
+        drive { $0.configured(specs, adopted: adopted, now: now()) }
     }
 
-    package func processStarted(_ app: String) { drive { $0.processStarted(app, now: host.now()) } }
+    package func processStarted(_ app: String) { drive { $0.processStarted(app, now: now()) } }
 
     package func processExited(_ app: String, description: String) {
         // The stream of a process that is gone is gone too.
         sinks.removeValue(forKey: app)?.close()
-        drive { $0.processExited(app, description: description, now: host.now()) }
+        drive { $0.processExited(app, description: description, now: now()) }
     }
 
     /// A resident app's event: sent now or when its stream opens. `run` finishes when the app
     /// completes it, or fails at its deadline.
     package func deliver(_ app: String, kind: AppLifecycle.EventKind, members: [(String, JSON)], run: HandlerRun) {
-        let now = host.now()
+        let now = self.now()
         let (id, actions) = machine.deliver(app, kind: kind, now: now)
         events[id] = Pending(members: members, run: run)
         carryOut(actions)
     }
 
     package func complete(_ app: String, event id: String, result: FetchResult) throws(APIError) {
-        guard let actions = machine.completed(app, id: id, result: result, now: host.now()) else {
+        guard let actions = machine.completed(app, id: id, result: result, now: now()) else {
             throw .notFound("no event '\(id)' waiting for completion by app '\(app)'")
         }
         carryOut(actions)
     }
 
-    package func handlerStarting(_ app: String) { drive { $0.handlerStarting(app, now: host.now()) } }
-    package func handlerEnded(_ app: String) { drive { $0.handlerEnded(app, now: host.now()) } }
+    package func handlerStarting(_ app: String) { drive { $0.handlerStarting(app, now: now()) } }
+    package func handlerEnded(_ app: String) { drive { $0.handlerEnded(app, now: now()) } }
 
     /// A new stream for the app replaces the one it had (which is closed).
     package func openStream(_ app: String, sink: EventSink) {
@@ -106,27 +83,27 @@ package final class LifecycleService {
         sinks[app] = sink
         let s = machine.state(of: app)
         sink.send(JSON.object([("event", "hello"), ("app", .string(app)), ("state", JSON(s?.state.rawValue))]).serialized)
-        drive { $0.streamOpened(app, now: host.now()) }
+        drive { $0.streamOpened(app, now: now()) }
     }
 
     package func streamClosed(_ app: String, sink: EventSink) {
         guard let cur = sinks[app], cur === sink else { return }
         sinks[app] = nil
-        drive { $0.streamClosed(app, now: host.now()) }
+        drive { $0.streamClosed(app, now: now()) }
     }
 
     package func activate(_ app: String, _ on: Bool) -> Bool {
-        guard let actions = machine.activate(app, on, now: host.now()) else { return false }
+        guard let actions = machine.activate(app, on, now: now()) else { return false }
         carryOut(actions)
         return true
     }
 
     package func beginTask(_ app: String, name: String?) throws(APIError) -> AppLifecycle.Task {
-        try carryOut(machine.beginTask(app, name: name, now: host.now()), app: app)
+        try carryOut(machine.beginTask(app, name: name, now: now()), app: app)
     }
 
     package func endTask(_ app: String, id: String) throws(APIError) -> AppLifecycle.Task {
-        try carryOut(machine.endTask(app, id: id, now: host.now()), app: app)
+        try carryOut(machine.endTask(app, id: id, now: now()), app: app)
     }
 
     /// A task step's answer: its actions carried out, or the refusal as an API error.
@@ -155,16 +132,17 @@ package final class LifecycleService {
         }
     }
 
-    package func memoryPressure() { drive { $0.memoryPressure(now: host.now()) } }
-    package func timerFired() { drive { $0.timerFired(now: host.now()) } }
+    package func memoryPressure() { drive { $0.memoryPressure(now: now()) } }
+    package func timerFired() { drive { $0.timerFired(now: now()) } }
 
     package func state(of app: String) -> (state: AppLifecycle.State, reason: String, since: Double)? { machine.state(of: app) }
 
     /// Shutdown: streams end; runs still waiting for a completion end as failed.
     package func stop() {
+        wake.cancel()
         for sink in sinks.values { sink.close() }
         sinks = [:]
-        let now = host.now()
+        let now = self.now()
         for (_, e) in events {
             e.run.finish(HandlerOutcome(ending: .launchFailed("drowsed is stopping"), startedAt: e.sentAt ?? now, endedAt: now))
         }
@@ -176,19 +154,19 @@ package final class LifecycleService {
     private func carryOut(_ actions: [AppLifecycle.Action]) {
         for action in actions {
             switch action {
-            case .freeze(let app): host.freeze(app)
-            case .thaw(let app): host.thaw(app)
-            case .startProcess(let app): host.startProcess(app)
-            case .killProcess(let app): host.killProcess(app)
-            case .killApp(let app): host.killApp(app)
-            case .overran(let app): host.overran(app)
-            case .setTimer(let at): host.setTimer(at)
+            case .freeze(let app): processes?.freeze(app)
+            case .thaw(let app): processes?.thaw(app)
+            case .startProcess(let app): processes?.startResident(app)
+            case .killProcess(let app): processes?.killResident(app)
+            case .killApp(let app): processes?.killApp(app)
+            case .overran(let app): processes?.taskOverran(app)
+            case .setTimer(let at): wake.set(at) { [weak self] in self?.timerFired() }
             case .log(let app, let message):
                 if app.isEmpty { logger.warning("\(message)") } else { logger.warning("\(message)", metadata: ["app.id": "\(app)"]) }
             case .send(let app, let event): send(app, event)
             case .eventEnded(_, let id, let result, let timedOut):
                 guard let e = events.removeValue(forKey: id) else { continue }
-                let now = host.now()
+                let now = self.now()
                 let ending: HandlerOutcome.Ending = timedOut ? .timedOut : .completed(result ?? .failed)
                 e.run.finish(HandlerOutcome(ending: ending, startedAt: e.sentAt ?? now, endedAt: now))
             }
@@ -200,13 +178,13 @@ package final class LifecycleService {
         var members: [(String, JSON)] = [("event", .string(event.kind.rawValue)), ("id", .string(event.id))]
         if event.kind == .taskExpiring {
             if let tid = event.task, let t = machine.task(tid, app: app) {
-                let now = host.now()
-                members += [("task", .string(tid)), ("expires_at", .number(host.wall(t.expiresAt))), ("time_remaining", .number(t.timeRemaining(now: now)))]
+                let now = self.now()
+                members += [("task", .string(tid)), ("expires_at", .number(clock.timeline.wall(t.expiresAt))), ("time_remaining", .number(t.timeRemaining(now: now)))]
             }
         } else if var e = events[event.id] {
-            e.sentAt = host.now()
+            e.sentAt = now()
             events[event.id] = e
-            members.append(("deadline", JSON(event.deadline.map(host.wall))))
+            members.append(("deadline", JSON(event.deadline.map(clock.timeline.wall))))
             members += e.members
         }
         sink.send(JSON.object(members).serialized)

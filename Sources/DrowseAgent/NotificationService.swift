@@ -18,52 +18,36 @@ package protocol NotificationStore: AnyObject {
 
 extension Store: NotificationStore {}
 
-/// What the notification service needs of the rest of the daemon, as closures the agent builds
-/// on its own executor (a test builds them over doubles).
-package struct NotificationHost {
-    package var now: () -> Double
-    package var app: (String) -> AppDefinition?
-    /// Shutdown has begun: nothing new is launched.
-    package var stopping: () -> Bool
-    /// Queue an admitted notification's handler (it starts at once when a slot is free).
-    package var runHandler: (_ app: String, _ seq: Int64, _ payload: [UInt8]) -> Void
-    /// Push to transfer: queue the download a signed notification asks for.
-    package var pushDownload: (TransferRequest) throws(APIError) -> Transfer
-    /// The next fetch window's time, as far as the fetch scheduler knows it now.
-    package var nextFetchWindow: () -> Double?
-    /// Wake `deferredTimerFired()` at this time; nil cancels.
-    package var setDeferredTimer: (Double?) -> Void
-    /// A wall-clock time from a publisher (`expiration`) as a time on drowsed's timeline.
-    package var fromWall: (Double) -> Double
+/// Push to transfer: where a signed notification's download is queued (the transfers part).
+@DaemonActor package protocol DownloadPusher: AnyObject {
+    func pushDownload(_ request: TransferRequest) throws(APIError) -> Transfer
+}
 
-    package init(now: @escaping () -> Double, app: @escaping (String) -> AppDefinition?, stopping: @escaping () -> Bool,
-                 runHandler: @escaping (String, Int64, [UInt8]) -> Void, pushDownload: @escaping (TransferRequest) throws(APIError) -> Transfer,
-                 nextFetchWindow: @escaping () -> Double?, setDeferredTimer: @escaping (Double?) -> Void,
-                 fromWall: @escaping (Double) -> Double = { $0 }) {
-        self.now = now
-        self.fromWall = fromWall
-        self.app = app
-        self.stopping = stopping
-        self.runHandler = runHandler
-        self.pushDownload = pushDownload
-        self.nextFetchWindow = nextFetchWindow
-        self.setDeferredTimer = setDeferredTimer
-    }
+/// The next fetch window's time, as far as the fetch scheduler knows it now.
+@DaemonActor package protocol NextWindowSource: AnyObject {
+    var nextWindowAt: Double? { get }
 }
 
 /// Silent notifications as a service: it owns `NotificationAdmission` (every decision about a
 /// notification: dedupe, priority, hourly budget, collapse, expiry, deferral, pruning) and the
 /// refusal counters, checks what arrives (topic, size, signature, JSON), and carries out the
-/// admission's actions through `NotificationStore` and `NotificationHost`. Used only from the
-/// agent's executor (it is not Sendable), so a notification's handler starts without a hop.
-package final class NotificationService {
+/// admission's actions: the store, the handler queue (`RunQueue`), the transfers
+/// (`DownloadPusher`) and its own wake on the clock. On the daemon's executor, so a
+/// notification's handler starts in the turn it is recorded, without a hop.
+@DaemonActor package final class NotificationService: DaemonPart {
     package private(set) var admission: NotificationAdmission
     package private(set) var refusedNotifications = 0
     /// Messages on topics drowsed did not subscribe to; the topics already logged (once each).
     package private(set) var unexpectedMessages = 0
     var unexpectedTopicsLogged: Set<String> = []
     let store: NotificationStore
-    let host: NotificationHost
+    let clock: AgentClock
+    let registry: AppRegistry
+    let wake: ServiceWake
+    /// Where admitted notifications' handlers are queued, and whether shutdown has begun.
+    package weak var runs: RunQueue?
+    package weak var downloads: DownloadPusher?
+    package weak var windows: NextWindowSource?
     let topicPrefix: String
     let deviceID: String
     /// `[mqtt] groups`: notifications on these groups' topics are the device's too.
@@ -72,15 +56,24 @@ package final class NotificationService {
     /// Notifications by outcome and refusals by reason are counted here (the agent hands over its own).
     package var metrics = AgentMetrics()
 
-    package init(admission: NotificationAdmission, store: NotificationStore, host: NotificationHost, topicPrefix: String, deviceID: String,
-                 logger: Logger) {
+    package nonisolated var partName: String { "notifications" }
+
+    package init(admission: NotificationAdmission, store: NotificationStore, clock: AgentClock, registry: AppRegistry,
+                 topicPrefix: String, deviceID: String, logger: Logger) {
         self.admission = admission
         self.store = store
-        self.host = host
+        self.clock = clock
+        self.registry = registry
+        wake = ServiceWake(clock: clock)
         self.topicPrefix = topicPrefix
         self.deviceID = deviceID
         self.logger = logger
     }
+
+    func now() -> Double { clock.timeline.now() }
+
+    /// Shutdown: deferred notifications stay recorded for after the restart.
+    package func stop() async { wake.cancel() }
 
     /// A notification arrived. It is recorded before anything acts on it, and deduplicated.
     /// Returns false only when it could not be recorded (the store failed, e.g. a full disk):
@@ -92,7 +85,7 @@ package final class NotificationService {
             return true
         }
         metrics.notification(.received)
-        guard let app = host.app(appID) else {
+        guard let app = registry[appID] else {
             refuse("no valid app '\(LogText.escape(appID))'", app: nil, .unknownApp)
             return true
         }
@@ -134,8 +127,8 @@ package final class NotificationService {
         }
         // What happens next is NotificationAdmission's to decide; this carries it out.
         var arrival = NotificationAdmission.Arrival(app: appID, note: note, signed: signed, allowDownload: app.allowDownload)
-        arrival.expiration = arrival.expiration.map(host.fromWall)
-        let t = host.now()
+        arrival.expiration = arrival.expiration.map(clock.timeline.fromWall)
+        let t = now()
         // The key is the app's (the store's unique index is app + key), never the topic's: a
         // notification that reaches the device by two routes (its own topic and a group's, or two
         // groups) runs once. Without an id, the payload itself is the identity.
@@ -163,7 +156,7 @@ package final class NotificationService {
             // safe to repeat (docs/design.md), and the fsync is off the path to the handler's start.
             // A duplicate's first copy may not be on disk yet either (written, then the daemon was
             // killed before its sync): it too is acknowledged only once it is.
-            carryOut(admission.recorded(seq: seq, now: host.now(), uses: budgetUses(plus: appID), nextWindow: nextFetchWindow()),
+            carryOut(admission.recorded(seq: seq, now: now(), uses: budgetUses(plus: appID), nextWindow: nextFetchWindow()),
                      notes: seq.map { [$0: note] } ?? [:])
             return syncRecords(app: appID)
         }
@@ -203,11 +196,11 @@ package final class NotificationService {
     }
 
     /// The next fetch window's time, as far as the fetch planner knows it now (the one read of it).
-    func nextFetchWindow() -> Double? { host.nextFetchWindow() }
+    func nextFetchWindow() -> Double? { windows?.nextWindowAt }
 
     /// Each app's budget uses in the last hour, for the apps an admission event needs.
     func budgetUses(plus app: String? = nil) -> [String: [Double]] {
-        let t = host.now()
+        let t = now()
         var uses: [String: [Double]] = [:]
         for a in admission.budgetApps(plus: app) {
             uses[a] = (try? store.budgetUses(app: a, since: t - NotificationBudget.period)) ?? []
@@ -231,24 +224,24 @@ package final class NotificationService {
             case .expire(let seq, let app):
                 logger.info("notification dropped: expired", metadata: ["app.id": "\(app)"])
                 metrics.notification(.expired)
-                try? store.markNotification(seq, state: "expired", at: host.now())
+                try? store.markNotification(seq, state: "expired", at: now())
             case .dropCollapsed(let seq, let app, let collapseID):
                 logger.info("collapsed an older notification with collapse-id \(LogText.escape(collapseID))", metadata: ["app.id": "\(app)"])
                 metrics.notification(.collapsed)
-                try? store.markNotification(seq, state: "collapsed", at: host.now())
+                try? store.markNotification(seq, state: "collapsed", at: now())
             case .evict(let seq, let app, let maxDeferred):
                 // Counted and logged, never silent: the provider sent more than the app may keep waiting.
                 logger.info("notification dropped: \(maxDeferred) already waiting (max_deferred); the oldest lowest-priority one goes",
                             metadata: ["app.id": "\(app)"])
                 metrics.notification(.evicted)
-                try? store.markNotification(seq, state: "evicted", at: host.now())
+                try? store.markNotification(seq, state: "evicted", at: now())
             case .drop(let seq):
-                try? store.markNotification(seq, state: "dropped", at: host.now())
+                try? store.markNotification(seq, state: "dropped", at: now())
             case .startDownload(let seq, let appID):
                 // At hand when it arrived now; read back when it waited (a rollout delay).
                 let note = notes[seq] ?? (try? store.notificationPayload(seq)).flatMap { try? Notification.parse(Array($0.utf8)) }
-                guard let app = host.app(appID), let note, let d = note.download else {
-                    try? store.markNotification(seq, state: "failed", at: host.now())
+                guard let app = registry[appID], let note, let d = note.download else {
+                    try? store.markNotification(seq, state: "failed", at: now())
                     continue
                 }
                 startPushDownload(app, seq: seq, note: note, download: d)
@@ -271,18 +264,18 @@ package final class NotificationService {
                 }
                 deliver(app, seq: seq, payload: payload)
             case .defer(let seq, let app, let until, let inLastHour):
-                try? store.markNotification(seq, state: "deferred", at: host.now())
+                try? store.markNotification(seq, state: "deferred", at: now())
                 metrics.notification(.deferred)
-                logger.info("notification deferred: \(inLastHour) in the last hour (max_per_hour \(admission.budget.maxPerHour)); runs in \(DurationText.format(.milliseconds(Int64(max(0, until - host.now()) * 1000)))) at the latest",
+                logger.info("notification deferred: \(inLastHour) in the last hour (max_per_hour \(admission.budget.maxPerHour)); runs in \(DurationText.format(.milliseconds(Int64(max(0, until - now()) * 1000)))) at the latest",
                             metadata: ["app.id": "\(app)"])
             case .spread(_, let app, let until, let delay, let spread):
                 metrics.notification(.spread)
                 // The record stays `pending`: after a restart the same delay is drawn again from its received time.
                 func text(_ seconds: Double) -> String { DurationText.format(.milliseconds(Int64(max(0, seconds) * 1000))) }
-                logger.info("notification waits for its rollout delay: \(text(delay)) of a \(text(spread)) spread; goes on in \(text(until - host.now())) or in an earlier wake window",
+                logger.info("notification waits for its rollout delay: \(text(delay)) of a \(text(spread)) spread; goes on in \(text(until - now())) or in an earlier wake window",
                             metadata: ["app.id": "\(app)"])
             case .setTimer(let at):
-                host.setDeferredTimer(at)
+                wake.set(at) { [weak self] in self?.deferredTimerFired() }
             case .prune(let before):
                 do { admission.pruned(oldestLeft: try store.pruneNotifications(before: before)) } catch {
                     logger.error("store: old notifications not pruned: \(error)")
@@ -294,43 +287,44 @@ package final class NotificationService {
     /// A fetch window opens: deferred notifications held back by their rate budget ride it, as far
     /// as the budget allows.
     package func flushDeferred() {
-        carryOut(admission.windowOpened(now: host.now(), uses: budgetUses(), nextWindow: nextFetchWindow()))
+        carryOut(admission.windowOpened(now: now(), uses: budgetUses(), nextWindow: nextFetchWindow()))
     }
 
     /// The wall clock was set by `step` seconds: the publishers' expirations move on the timeline.
     package func wallClockStepped(by step: Double) {
-        carryOut(admission.wallClockStepped(by: step, now: host.now(), uses: budgetUses(), nextWindow: nextFetchWindow()))
+        carryOut(admission.wallClockStepped(by: step, now: now(), uses: budgetUses(), nextWindow: nextFetchWindow()))
     }
 
     package func deferredTimerFired() {
-        carryOut(admission.timerFired(now: host.now(), uses: budgetUses(), nextWindow: nextFetchWindow()))
+        carryOut(admission.timerFired(now: now(), uses: budgetUses(), nextWindow: nextFetchWindow()))
     }
 
     /// A notification's queued run ended, or was not started (collapsed meanwhile, no command).
     package func notificationRunEnded(_ seq: Int64) {
-        carryOut(admission.handlerFinished(seq: seq, now: host.now()))
+        carryOut(admission.handlerFinished(seq: seq, now: now()))
     }
 
     func startPushDownload(_ app: AppDefinition, seq: Int64, note: Notification, download d: Notification.DownloadRequest) {
         var req = TransferRequest(
             kind: .download, url: d.url, app: app.id, session: d.session ?? "push", destination: nil, sha256: d.sha256, source: nil)
         req.expectedSize = d.size
-        do {
-            let t = try host.pushDownload(req)
+        do throws(APIError) {
+            guard let downloads else { throw APIError.internal("transfers are not running") }
+            let t = try downloads.pushDownload(req)
             logger.info("notification enqueued a download; the app runs when the file is ready",
                         metadata: ["app.id": "\(app.id)", "transfer.id": "\(t.id)"])
-            try? store.markNotification(seq, state: "download:" + t.id, at: host.now())
+            try? store.markNotification(seq, state: "download:" + t.id, at: now())
         } catch {
             logger.warning("notification's download refused: \(error.message)", metadata: ["app.id": "\(app.id)"])
-            try? store.markNotification(seq, state: "failed", at: host.now())
+            try? store.markNotification(seq, state: "failed", at: now())
         }
     }
 
     /// Queues an admitted notification's handler (it starts at once when a slot is free).
     func deliver(_ appID: String, seq: Int64, payload: [UInt8]) {
         // Stopping: it stays recorded as pending and runs after the restart.
-        guard !host.stopping() else { return }
-        host.runHandler(appID, seq, payload)
+        guard let runs, !runs.stopping else { return }
+        runs.enqueue(.notification(app: appID, seq: seq, payload: payload))
     }
 
     /// Recorded but unhandled notifications from before a crash or restart.
@@ -339,10 +333,10 @@ package final class NotificationService {
         var notes: [Int64: Notification] = [:]
         let restored = pending.map { rec -> NotificationAdmission.Restored in
             var arrival: NotificationAdmission.Arrival?
-            if let app = host.app(rec.app), let note = try? Notification.parse(Array(rec.payload.utf8)) {
+            if let app = registry[rec.app], let note = try? Notification.parse(Array(rec.payload.utf8)) {
                 notes[rec.seq] = note
                 var a = NotificationAdmission.Arrival(app: rec.app, note: note, signed: rec.signed, allowDownload: app.allowDownload)
-                a.expiration = a.expiration.map(host.fromWall)
+                a.expiration = a.expiration.map(clock.timeline.fromWall)
                 arrival = a
                 if rec.state == "pending" {
                     logger.info("handling a notification received before a restart", metadata: ["app.id": "\(rec.app)"])
@@ -351,7 +345,7 @@ package final class NotificationService {
             return .init(seq: rec.seq, receivedAt: rec.receivedAt, state: rec.state == "deferred" ? .deferred : .pending(budgetAt: rec.budgetAt),
                          arrival: arrival, dedupeKey: rec.dedupeKey)
         }
-        let t = host.now()
+        let t = now()
         var uses: [String: [Double]] = [:]
         for app in Set(pending.map(\.app)) {
             uses[app] = (try? store.budgetUses(app: app, since: t - NotificationBudget.period)) ?? []

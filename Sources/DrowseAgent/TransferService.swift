@@ -59,52 +59,36 @@ package final class SystemTransferFiles: TransferFiles {
     }
 }
 
-/// What the transfer service needs of the rest of the daemon, as closures the agent builds on
-/// its own executor (a test builds them over doubles).
-package struct TransferHost {
-    package var now: () -> Double
-    /// The board's conditions as last read.
-    package var conditions: () -> Conditions
-    package var app: (String) -> AppDefinition?
-    /// Wake `retryFired(id)` at this time; nil cancels.
-    package var setRetryTimer: (_ id: String, _ at: Double?) -> Void
-    /// Wake `timeoutFired()` at this time; nil cancels.
-    package var setTimeoutTimer: (_ at: Double?) -> Void
-    /// Queue the app's events handler for a finished session (`key` names it in the queue).
-    package var deliverSession: (_ app: String, _ key: String, _ stdin: [UInt8], _ batch: [Transfer]) -> Void
-    /// The network was used just now: the radio is awake, due fetches may ride along.
-    package var radioUsed: () -> Void
-    /// How far the wall clock stands from the timeline `now` is on: an app's events show wall
-    /// time, and a server's `Retry-After` date is a wall time.
-    package var skew: () -> Double
-
-    package init(now: @escaping () -> Double, conditions: @escaping () -> Conditions, app: @escaping (String) -> AppDefinition?,
-                 setRetryTimer: @escaping (String, Double?) -> Void, setTimeoutTimer: @escaping (Double?) -> Void,
-                 deliverSession: @escaping (String, String, [UInt8], [Transfer]) -> Void, radioUsed: @escaping () -> Void,
-                 skew: @escaping () -> Double = { 0 }) {
-        self.now = now
-        self.skew = skew
-        self.conditions = conditions
-        self.app = app
-        self.setRetryTimer = setRetryTimer
-        self.setTimeoutTimer = setTimeoutTimer
-        self.deliverSession = deliverSession
-        self.radioUsed = radioUsed
-    }
+/// The board's conditions as last read (the conditions part, or a test's double).
+@DaemonActor package protocol ConditionsReading: AnyObject {
+    var current: Conditions { get }
 }
 
 /// Background transfers as a service: it owns the `TransferLifecycle` (every decision about a
 /// transfer's life) and the states the store could not write yet, feeds the lifecycle what the
 /// engine and the API report, and carries out its actions through `TransferStore`,
-/// `TransferEngineControl`, `TransferFiles` and `TransferHost`. Used only from the agent's
-/// executor (it is not Sendable).
-package final class TransferService {
+/// `TransferEngineControl`, `TransferFiles`, the handler queue (`RunQueue`) and its own wakes on
+/// the clock. It starts the engine's event stream and, at shutdown, commits what the engine
+/// moved before the store closes.
+@DaemonActor package final class TransferService: DaemonPart, DownloadPusher {
     package private(set) var lifecycle: TransferLifecycle
     /// Transfer states the store could not write yet (disk full); shown and retried.
     package private(set) var unsaved: [String: Transfer] = [:]
     let store: TransferStore
     let files: TransferFiles
-    let host: TransferHost
+    let clock: AgentClock
+    let conditions: ConditionsReading
+    let registry: AppRegistry
+    let events: DaemonEvents
+    /// Where finished sessions' events handlers are queued.
+    package weak var runs: RunQueue?
+    /// One wake per transfer waiting for its retry, and one for the nearest resource timeout.
+    var retryWakes: [String: ServiceWake] = [:]
+    let timeoutWake: ServiceWake
+    /// The engine as started by `startEngine` (nil in a test that sets `engine` itself).
+    var lazyEngine: LazyTransferEngine?
+    var engineEvents: AsyncStream<TransferEvent>.Continuation?
+    var engineTask: Task<Void, Never>?
     let stateDir: String
     let logger: Logger
     /// Set once the engine runs (its thread starts after the service exists).
@@ -116,14 +100,47 @@ package final class TransferService {
     /// Per transfer: the state and retries last saved, so a failure or retry is counted once.
     var lastSaved: [String: (state: Transfer.State, retries: Int)] = [:]
 
-    package init(lifecycle: TransferLifecycle, store: TransferStore, files: TransferFiles, host: TransferHost, stateDir: String,
-                 logger: Logger) {
+    package nonisolated var partName: String { "transfers" }
+
+    package init(lifecycle: TransferLifecycle, store: TransferStore, files: TransferFiles, clock: AgentClock, conditions: ConditionsReading,
+                 registry: AppRegistry, events: DaemonEvents, stateDir: String, logger: Logger) {
         self.lifecycle = lifecycle
         self.store = store
         self.files = files
-        self.host = host
+        self.clock = clock
+        self.conditions = conditions
+        self.registry = registry
+        self.events = events
+        // A deadline's wake fires just after it, so the transfer is past it when the lifecycle looks.
+        timeoutWake = ServiceWake(clock: clock, slack: 0.01)
         self.stateDir = stateDir
         self.logger = logger
+    }
+
+    func now() -> Double { clock.timeline.now() }
+
+    /// Starts the engine's event stream; the engine itself (and libcurl) starts with the first
+    /// transfer that needs it.
+    func startEngine(options: TransferEngine.Options) {
+        let (stream, continuation) = AsyncStream<TransferEvent>.makeStream()
+        engineEvents = continuation
+        let lazy = LazyTransferEngine(options: options, logger: logger) { continuation.yield($0) }
+        lazyEngine = lazy
+        engine = lazy
+        engineTask = Task {
+            for await event in stream { self.engineEvent(event) }
+        }
+    }
+
+    /// Shutdown: running transfers stop with their progress committed, and the engine's last
+    /// reports reach the store before it closes.
+    package func stop() async {
+        for wake in retryWakes.values { wake.cancel() }
+        retryWakes = [:]
+        timeoutWake.cancel()
+        if let running = lazyEngine?.engine { await running.shutdown() }
+        engineEvents?.finish()
+        await engineTask?.value
     }
 
     // MARK: paths and jobs
@@ -162,7 +179,7 @@ package final class TransferService {
     }
 
     func owner(ofApp id: String) -> (uid: UInt32, gid: UInt32)? {
-        host.app(id)?.user.flatMap(files.account)
+        registry[id]?.user.flatMap(files.account)
     }
 
     package func job(_ t: Transfer) -> DownloadJob {
@@ -213,7 +230,7 @@ package final class TransferService {
             finalFiles[t.id] = .init(path: final, size: size, sha256: digest)
         }
         for t in all { lastSaved[t.id] = (t.state, t.retries) }
-        drive { $0.restored(all, finalFiles: finalFiles, apps: Self.events(apps), now: host.now()) }
+        drive { $0.restored(all, finalFiles: finalFiles, apps: Self.events(apps), now: now()) }
     }
 
     /// `systemctl reload drowsed`: the apps' events handlers as the app files now say.
@@ -227,7 +244,7 @@ package final class TransferService {
 
     /// A new transfer, checked and stored by the API's side: it starts or waits.
     package func submitted(_ t: Transfer) {
-        drive { $0.submitted(t, now: host.now()) }
+        drive { $0.submitted(t, now: now()) }
     }
 
     /// What the engine reports.
@@ -246,39 +263,39 @@ package final class TransferService {
         case let .completed(id, bytes, path):
             countBytes(id, upTo: bytes, mayRestart: false)
             countedUpTo[id] = nil
-            drive { $0.attemptEnded(id: id, .completed(bytes: bytes, path: path), now: host.now()) }
+            drive { $0.attemptEnded(id: id, .completed(bytes: bytes, path: path), now: now()) }
         case let .failed(id, error):
             countedUpTo[id] = nil
             // An HTTP date is the server's wall time: on the timeline it is `skew` earlier.
             var retryAfter = error.retryAfter
-            if case .date(let d)? = retryAfter { retryAfter = .date(d - host.skew()) }
-            drive { $0.attemptEnded(id: id, .failed(reason: error.reason, transient: error.transient, noSpace: error.noSpace, retryAfter: retryAfter), now: host.now()) }
+            if case .date(let d)? = retryAfter { retryAfter = .date(d - clock.timeline.skew) }
+            drive { $0.attemptEnded(id: id, .failed(reason: error.reason, transient: error.transient, noSpace: error.noSpace, retryAfter: retryAfter), now: now()) }
         }
     }
 
     /// After a change of power or network: pause what may not go on (keeping its progress),
     /// start what was waiting and now may.
     package func conditionsChanged() {
-        drive { $0.conditionsChanged(host.conditions(), now: host.now()) }
+        drive { $0.conditionsChanged(conditions.current, now: now()) }
     }
 
     package func retryFired(_ id: String) {
-        drive { $0.retryTimerFired(id: id, now: host.now()) }
+        drive { $0.retryTimerFired(id: id, now: now()) }
     }
 
     package func timeoutFired() {
-        drive { $0.timeoutTimerFired(now: host.now()) }
+        drive { $0.timeoutTimerFired(now: now()) }
     }
 
     package func cancel(_ id: String) {
-        drive { $0.cancelRequested(id: id, now: host.now()) }
+        drive { $0.cancelRequested(id: id, now: now()) }
     }
 
     /// `drowse quit ID`: the app's unfinished transfers are cancelled; how many.
     package func quit(app: String) -> Int {
         var n = 0
         drive { m in
-            let (cancelled, actions) = m.appQuit(app, now: host.now())
+            let (cancelled, actions) = m.appQuit(app, now: now())
             n = cancelled
             return actions
         }
@@ -313,7 +330,7 @@ package final class TransferService {
     /// Feeds one event to the lifecycle (with the conditions as last read) and carries out what
     /// it decides, in order.
     func drive(_ event: (inout TransferLifecycle) -> [TransferLifecycle.Action]) {
-        lifecycle.conditions = host.conditions()
+        lifecycle.conditions = conditions.current
         for action in event(&lifecycle) { perform(action) }
     }
 
@@ -342,13 +359,18 @@ package final class TransferService {
         case .cancelUpload(let t):
             engine?.cancel(uploadJob(t))
         case let .setRetryTimer(id, at):
-            host.setRetryTimer(id, at)
+            let wake = retryWakes[id] ?? ServiceWake(clock: clock)
+            retryWakes[id] = wake
+            wake.set(at) { [weak self] in
+                self?.retryWakes[id] = nil
+                self?.retryFired(id)
+            }
         case .cancelRetryTimer(let id):
-            host.setRetryTimer(id, nil)
+            retryWakes.removeValue(forKey: id)?.cancel()
         case .setTimeoutTimer(let at):
-            host.setTimeoutTimer(at)
+            timeoutWake.set(at) { [weak self] in self?.timeoutFired() }
         case .cancelTimeoutTimer:
-            host.setTimeoutTimer(nil)
+            timeoutWake.cancel()
         case .removePartFile(let t):
             if let e = files.remove(partPath(t), as: identity(t)) { logger.warning("part file left: \(e)", metadata: ["transfer.id": "\(t.id)"]) }
         case .removeFile(let path):
@@ -356,11 +378,11 @@ package final class TransferService {
         case let .deliverSession(appID, session, batch):
             let doc = JSON.object([
                 ("event", "transfers"), ("app", .string(appID)), ("session", .string(session)),
-                ("transfers", .array(batch.map { [skew = host.skew()] in $0.json(wall: skew) })),
+                ("transfers", .array(batch.map { [skew = clock.timeline.skew] in $0.json(wall: skew) })),
             ])
-            host.deliverSession(appID, appID + "\u{0}" + session, Array(doc.serialized.utf8), batch)
+            runs?.enqueue(.transfers(app: appID, key: appID + "\u{0}" + session, stdin: Array(doc.serialized.utf8), batch: batch))
         case .radioBusy:
-            host.radioUsed()
+            events.post(.radioUsed)
         case let .log(level, message, metadata):
             logger.log(level: level == .warning ? .warning : .info, "\(message)", metadata: metadata.mapValues { .string($0) })
         }

@@ -113,7 +113,7 @@ struct Drowsed: AsyncParsableCommand {
         }
 
         let agent: Agent
-        do { agent = try Agent(config: mainConfig, logger: logger, schedulerTrace: schedulerTrace) } catch {
+        do { agent = try await Agent(config: mainConfig, logger: logger, schedulerTrace: schedulerTrace) } catch {
             Self.fail("\(path): cannot use state_dir \(mainConfig.stateDir): \(error)")
         }
         let api = APIServer(path: mainConfig.socket, router: APIRouter(agent: agent), logger: logger,
@@ -129,7 +129,7 @@ struct Drowsed: AsyncParsableCommand {
         }
         let group = ServiceGroup(
             configuration: .init(
-                services: [.init(service: service), .init(service: api)],
+                services: (await agent.services(api: api) + [service]).map { .init(service: $0) },
                 gracefulShutdownSignals: [.sigterm, .sigint],
                 logger: logger))
         logger.info("drowsed \(Agent.version) starting", metadata: ["config": "\(path)", "device_id": "\(mainConfig.deviceID)"])

@@ -35,7 +35,7 @@ struct AgentClockTests {
     func windowsAcrossClockSteps() async throws {
         let clock = ManualClock()
         let launcher = F.FakeLauncher(now: { clock.timeline.now() })
-        let f = try F.Fixture(apps: ["a": "1h"], launcher: launcher, clock: clock)
+        let f = try await F.Fixture(apps: ["a": "1h"], launcher: launcher, clock: clock)
         await f.agent.loadApps()
         await f.agent.startScheduler()
         let t0 = clock.timeline.now()
@@ -114,7 +114,7 @@ struct AgentClockTests {
         let clock = ManualClock()
         let launcher = F.FakeLauncher(now: { clock.timeline.now() })
         let intervals: [String: Double] = ["a": 900, "b": 1200, "c": 1800, "d": 3600]
-        let f = try F.Fixture(apps: intervals.mapValues { "\(Int($0))s" }, launcher: launcher, clock: clock)
+        let f = try await F.Fixture(apps: intervals.mapValues { "\(Int($0))s" }, launcher: launcher, clock: clock)
         await f.agent.loadApps()
         await f.agent.startScheduler()
         try await run(f.agent, clock, for: 86400)

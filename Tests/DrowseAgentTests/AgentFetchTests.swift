@@ -60,7 +60,7 @@ struct AgentFetchTests {
         let store: Store
         var trace: String { dir + "/scheduler.trace" }
 
-        init(apps: [String: String], launcher: FakeLauncher, clock: AgentClock = SystemClock()) throws {
+        init(apps: [String: String], launcher: FakeLauncher, clock: AgentClock = SystemClock()) async throws {
             var template = Array("/tmp/drowse-agent-test-XXXXXX".utf8CString)
             guard let made = mkdtemp(&template) else { throw SystemError("mkdtemp", errno: errno) }
             dir = String(cString: made)
@@ -79,7 +79,7 @@ struct AgentFetchTests {
                 apps_dir = "\(dir)/apps.d"
                 socket = "\(dir)/drowse.sock"
                 """, file: dir + "/drowse.toml", machineID: nil)
-            agent = try Agent(config: config, logger: Logger(label: "test"), launcher: launcher, schedulerTrace: dir + "/scheduler.trace",
+            agent = try await Agent(config: config, logger: Logger(label: "test"), launcher: launcher, schedulerTrace: dir + "/scheduler.trace",
                               clock: clock)
             store = try Store(path: dir + "/state/state.db")
         }
@@ -88,7 +88,7 @@ struct AgentFetchTests {
     @Test("a fetch's result and streaks reach the store in the run's transaction, and the trace replays")
     func fetchRecords() async throws {
         let launcher = FakeLauncher(statuses: ["good": 0, "bad": 1])
-        let f = try Fixture(apps: ["good": "1h", "bad": "1h"], launcher: launcher)
+        let f = try await Fixture(apps: ["good": "1h", "bad": "1h"], launcher: launcher)
         await f.agent.loadApps()
         await f.agent.startScheduler()
         let good = try await f.agent.fetchNow("good", caller: .daemon)
@@ -109,7 +109,7 @@ struct AgentFetchTests {
     @Test("a second fetch of an app whose fetch runs is refused; an app that is gone is not found")
     func busy() async throws {
         let launcher = FakeLauncher(hold: true)
-        let f = try Fixture(apps: ["slow": "1h"], launcher: launcher)
+        let f = try await Fixture(apps: ["slow": "1h"], launcher: launcher)
         await f.agent.loadApps()
         await f.agent.startScheduler()
         let agent = f.agent

@@ -5,7 +5,7 @@ import Testing
 
 /// The conditions service over a reader double: no sysfs, no netlink.
 @Suite("Conditions service")
-struct ConditionsServiceTests {
+@DaemonActor struct ConditionsServiceTests {
     final class Reader: ConditionsReader {
         var next = Conditions()
         var reads = 0
@@ -30,12 +30,14 @@ struct ConditionsServiceTests {
         let reader = Reader()
         reader.next = Self.conditions(.ethernet)
         var seen: [Conditions.Network] = []
-        let s = ConditionsService(reader: reader, policy: ConditionsPolicy(batteryLowPercent: 20), radioModel: "auto", now: 1, logger: Logger(label: "t"))
-        s.onReading = { seen.append($0.network) }
+        let events = DaemonEvents()
+        let s = ConditionsService(reader: reader, policy: ConditionsPolicy(batteryLowPercent: 20), radioModel: "auto", now: 1, logger: Logger(label: "t"),
+                                  events: events)
+        events.listen { if case .conditionsRead(let c) = $0 { seen.append(c.network) } }
         #expect(!s.read(now: 2))
         reader.next = Self.conditions(.none)
         #expect(s.read(now: 3))
-        #expect(seen == [.ethernet, .none], "every reading is passed on")
+        #expect(seen == [.ethernet, .none], "every reading is posted")
         #expect(!s.forScheduler.online)
     }
 

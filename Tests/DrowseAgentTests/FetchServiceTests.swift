@@ -13,7 +13,7 @@ import Glibc
 /// only remembers what was queued, a manual clock and a wake timer the test fires. No process,
 /// socket, database or timer thread is involved.
 @Suite("Fetch service")
-struct FetchServiceTests {
+@DaemonActor struct FetchServiceTests {
     final class MemoryStore: FetchStore {
         var apps: [String: FetchScheduler.App] = [:]
         var uses: [(String, Double)] = []
@@ -26,30 +26,41 @@ struct FetchServiceTests {
     }
 
     /// The service and everything it touched.
-    final class Rig {
-        var now = 1_000_000.0
-        var queued: [(app: String, trigger: String, done: HandlerRun)] = []
+    @DaemonActor final class Rig {
+        let clock = ManualClock(wall: 1_000_000, boot: 1_000_000)
+        var now: Double {
+            get { clock.now }
+            set { clock.now = newValue }
+        }
+        let runs = RecordingRunQueue()
+        var queued: [(app: String, trigger: String, done: HandlerRun)] {
+            get { runs.runs.compactMap { if case let .fetch(app, trigger, done) = $0 { (app, trigger, done) } else { nil } } }
+            set { runs.runs = newValue.map { .fetch(app: $0.app, trigger: $0.trigger, done: $0.done) } }
+        }
         var windows = 0
-        var wakeAt: Double?
-        var conditions = FetchScheduler.Conditions(online: true, radioTail: 10)
+        var wakeAt: Double? { service.wake.at }
+        let source = FixedConditions()
+        var conditions: FetchScheduler.Conditions {
+            get { source.scheduler }
+            set { source.scheduler = newValue }
+        }
         let store = MemoryStore()
+        let events = DaemonEvents()
         var service: FetchService!
 
         init(apps: [(String, Double?)], trace: SchedulerTrace? = nil) {
-            let host = FetchHost(
-                now: { [unowned self] in self.now },
-                enqueueFetch: { [unowned self] app, trigger, done in self.queued.append((app, trigger, done)) },
-                windowOpened: { [unowned self] in self.windows += 1 },
-                readConditions: { [unowned self] in self.conditions },
-                setWakeTimer: { [unowned self] at in self.wakeAt = at })
-            service = FetchService(scheduler: FetchScheduler(), store: store, host: host, trace: trace, logger: Logger(label: "test"))
+            events.listen { [unowned self] e in if case .windowOpened = e { self.windows += 1 } }
+            service = FetchService(scheduler: FetchScheduler(), store: store, clock: clock, events: events, conditions: source, trace: trace,
+                                   logger: Logger(label: "test"))
+            service.runs = runs
             service.start(apps: apps.map { (id: $0.0, interval: $0.1) }, conditions: conditions)
         }
 
-        /// Advances the clock to the wake timer and fires it.
+        /// Advances the clock to the wake and fires it.
         func fire() throws {
-            now = try #require(wakeAt)
-            wakeAt = nil
+            let at = try #require(wakeAt)
+            service.wake.cancel()
+            now = at
             service.windowTimerFired()
         }
 
@@ -120,9 +131,8 @@ struct FetchServiceTests {
         #expect(rig.service.scheduler.apps["a"]?.uses == [rig.now])
         let broken = MemoryStore()
         broken.failing = true
-        let host = FetchHost(now: { 0 }, enqueueFetch: { _, _, _ in }, windowOpened: {}, readConditions: { .init(online: true, radioTail: 0) },
-                             setWakeTimer: { _ in })
-        let s = FetchService(scheduler: FetchScheduler(), store: broken, host: host, trace: nil, logger: Logger(label: "test"))
+        let s = FetchService(scheduler: FetchScheduler(), store: broken, clock: ManualClock(), events: DaemonEvents(), conditions: FixedConditions(),
+                             trace: nil, logger: Logger(label: "test"))
         s.start(apps: [("a", 60)], conditions: .init(online: true, radioTail: 0))
         #expect(s.scheduler.apps.isEmpty)
     }

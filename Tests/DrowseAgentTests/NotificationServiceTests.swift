@@ -9,7 +9,7 @@ import Testing
 /// only records, a manual clock and a deferral timer the test fires. No broker, socket, database
 /// or process is involved.
 @Suite("Notification service")
-struct NotificationServiceTests {
+@DaemonActor struct NotificationServiceTests {
     final class MemoryStore: NotificationStore {
         var rows: [NotificationRecord] = []
         var keys: Set<String> = []
@@ -36,10 +36,17 @@ struct NotificationServiceTests {
         func pruneNotifications(before: Double) throws(StoreError) -> Double? { nil }
     }
 
-    final class Rig {
-        var now = 3_000_000.0
-        var ran: [(app: String, seq: Int64)] = []
-        var timer: Double?
+    @DaemonActor final class Rig {
+        let clock = ManualClock(wall: 3_000_000, boot: 3_000_000)
+        var now: Double {
+            get { clock.now }
+            set { clock.now = newValue }
+        }
+        let runs = RecordingRunQueue()
+        var ran: [(app: String, seq: Int64)] {
+            runs.runs.compactMap { if case let .notification(app, seq, _) = $0 { (app, seq) } else { nil } }
+        }
+        var timer: Double? { service.wake.at }
         let store: MemoryStore
         var service: NotificationService!
         let topic = Topics.notify(prefix: "drowse", device: "dev", app: "news")
@@ -51,13 +58,10 @@ struct NotificationServiceTests {
                 [notification]
                 command = ["/bin/true"]
                 """, file: "/etc/drowse/apps.d/news.toml")
-            let host = NotificationHost(
-                now: { [unowned self] in self.now }, app: { $0 == "news" ? news : nil }, stopping: { false },
-                runHandler: { [unowned self] app, seq, _ in self.ran.append((app, seq)) },
-                pushDownload: { _ throws(APIError) in throw APIError.badRequest("no transfers here") },
-                nextFetchWindow: { nil }, setDeferredTimer: { [unowned self] at in self.timer = at })
             service = NotificationService(admission: NotificationAdmission(budget: NotificationBudget(maxPerHour: maxPerHour), deviceID: "dev"),
-                                          store: store, host: host, topicPrefix: "drowse", deviceID: "dev", logger: Logger(label: "test"))
+                                          store: store, clock: clock, registry: AppRegistry(apps: [news]), topicPrefix: "drowse",
+                                          deviceID: "dev", logger: Logger(label: "test"))
+            service.runs = runs
         }
 
         func push(_ json: String, topic: String? = nil) -> Bool {

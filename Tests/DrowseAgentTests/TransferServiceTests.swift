@@ -10,7 +10,7 @@ import Testing
 /// records, a file system of names and sizes, a manual clock and timers the test fires. No
 /// libcurl thread, socket, database or file is involved.
 @Suite("Transfer service")
-struct TransferServiceTests {
+@DaemonActor struct TransferServiceTests {
     final class MemoryStore: TransferStore {
         var rows: [String: Transfer] = [:]
         var full = false
@@ -53,38 +53,51 @@ struct TransferServiceTests {
         func account(_ user: String) -> (uid: UInt32, gid: UInt32)? { accounts[user] }
     }
 
-    final class Rig {
-        var now = 2_000_000.0
-        var conditions = Conditions()
-        var apps: [String: AppDefinition] = [:]
-        var retryAt: [String: Double] = [:]
-        var timeoutAt: Double?
-        var delivered: [(app: String, key: String, stdin: [UInt8])] = []
+    @DaemonActor final class Rig {
+        let clock = ManualClock(wall: 2_000_000, boot: 2_000_000)
+        var now: Double {
+            get { clock.now }
+            set { clock.now = newValue }
+        }
+        let source = FixedConditions()
+        var conditions: Conditions {
+            get { source.current }
+            set { source.current = newValue }
+        }
+        var retryAt: [String: Double] { service.retryWakes.compactMapValues(\.at) }
+        var timeoutAt: Double? { service.timeoutWake.at }
+        let runs = RecordingRunQueue()
+        var delivered: [(app: String, key: String, stdin: [UInt8])] {
+            runs.runs.compactMap { if case let .transfers(app, key, stdin, _) = $0 { (app, key, stdin) } else { nil } }
+        }
         var radio = 0
+        var registry: AppRegistry!
+        var apps: [String: AppDefinition] {
+            get { registry.apps }
+            set { registry.set(Array(newValue.values)) }
+        }
         let store = MemoryStore()
         let engine = FakeEngine()
         let files = MemoryFiles()
+        let events = DaemonEvents()
         var service: TransferService!
 
         init() throws {
             conditions.network = .ethernet
             conditions.powerSource = .ac
-            apps["dl"] = try AppDefinition.parse("""
+            let dl = try AppDefinition.parse("""
                 id = "dl"
                 [transfers]
                 events_command = ["/bin/true"]
                 """, file: "/etc/drowse/apps.d/dl.toml")
-            let host = TransferHost(
-                now: { [unowned self] in self.now }, conditions: { [unowned self] in self.conditions },
-                app: { [unowned self] in self.apps[$0] },
-                setRetryTimer: { [unowned self] id, at in self.retryAt[id] = at },
-                setTimeoutTimer: { [unowned self] at in self.timeoutAt = at },
-                deliverSession: { [unowned self] app, key, stdin, _ in self.delivered.append((app, key, stdin)) },
-                radioUsed: { [unowned self] in self.radio += 1 })
+            registry = AppRegistry(apps: [dl])
+            events.listen { [unowned self] e in if case .radioUsed = e { self.radio += 1 } }
             let lifecycle = TransferLifecycle(policy: ConditionsPolicy(batteryLowPercent: 20), conditions: conditions, maxPerApp: 4, seed: 7)
-            service = TransferService(lifecycle: lifecycle, store: store, files: files, host: host, stateDir: "/state", logger: Logger(label: "test"))
+            service = TransferService(lifecycle: lifecycle, store: store, files: files, clock: clock, conditions: source, registry: registry,
+                                      events: events, stateDir: "/state", logger: Logger(label: "test"))
             service.engine = engine
-            service.restore(apps: apps)
+            service.runs = runs
+            service.restore(apps: registry.apps)
         }
 
         func submit(_ id: String, requirements: TransferRequirements = TransferRequirements()) -> Transfer {

@@ -1,0 +1,251 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import DrowseCore
+import DrowseSystem
+import Logging
+
+/// The apps' processes as a part of the daemon: resident processes (started, restarted,
+/// stopped), how every app process is frozen, thawed and killed (its cgroup, or signals), the
+/// apps' `[limits]`, memory pressure, and the app lifecycles (`LifecycleService`) that decide
+/// all of it. Handler runs register here so that suspension reaches them too.
+@DaemonActor package final class AppProcesses: DaemonPart {
+    let config: MainConfig
+    let logger: Logger
+    let launcher: HandlerLaunching
+    let registry: AppRegistry
+    /// How apps are frozen and killed: their cgroups, or signals where there are none.
+    let suspension: AppSuspension
+    /// App lifecycles: states, suspension, resident processes' events, background tasks.
+    package let lifecycle: LifecycleService
+    /// The handler runner: whether launching has stopped, and where an overrun task is recorded.
+    weak var runner: HandlerRunner?
+
+    /// Resident processes drowsed started, by app, with their cgroup leaves.
+    var residents: [String: (run: HandlerRun, leaf: String?)] = [:]
+    /// Running handler processes by app (their process groups, for signal suspension).
+    var handlerRuns: [String: [ObjectIdentifier: HandlerRun]] = [:]
+    /// Which of each app's `[limits]` its cgroup held at its last start (the rest were rlimits).
+    var limitHolders: [String: (processes: Bool, memory: Bool)] = [:]
+    var residentsStopped: [CheckedContinuation<Void, Never>] = []
+    var seq = 0
+    var pressureMonitor: MemoryPressureMonitor?
+    /// "psi", or why memory pressure is not watched.
+    var memoryPressureStatus = "unavailable: not started"
+
+    package nonisolated var partName: String { "app processes" }
+
+    init(config: MainConfig, logger: Logger, launcher: HandlerLaunching, clock: AgentClock, registry: AppRegistry,
+         suspension: AppSuspension) {
+        self.config = config
+        self.logger = logger
+        self.launcher = launcher
+        self.registry = registry
+        self.suspension = suspension
+        var settings = AppLifecycle.Settings()
+        settings.suspendAfter = config.lifecycle.suspendAfter.seconds
+        settings.taskAllowance = config.lifecycle.backgroundTaskTime.seconds
+        settings.taskExpiryWarning = config.lifecycle.taskExpiryWarning.seconds
+        settings.eventDeadline = config.scheduler.handlerDeadline.seconds
+        lifecycle = LifecycleService(settings: settings, clock: clock, logger: logger)
+        lifecycle.processes = self
+    }
+
+    var stopping: Bool { runner?.stopping ?? false }
+
+    /// Start-up: adopt what a killed drowsed left, start the resident apps that are not running,
+    /// and watch memory pressure.
+    func start() {
+        let apps = registry.apps
+        let adopted = suspension.adopt(apps: registry.ids)
+        for id in adopted.sorted() where apps[id]?.isResident == true {
+            logger.info("adopted the resident process a previous drowsed left running", metadata: ["app.id": "\(id)"])
+            suspension.watchAdopted(app: id) { Task { @DaemonActor in self.adoptedResidentExited(id) } }
+        }
+        lifecycle.configure(apps.values.sorted { $0.id < $1.id }, adopted: adopted.filter { apps[$0]?.isResident == true })
+        startMemoryPressureMonitor()
+    }
+
+    /// A reload: resident processes of removed apps, or of apps no longer resident, stop; the
+    /// lifecycles take the apps as they are now.
+    func appsReloaded() {
+        for id in residents.keys.sorted() where registry[id]?.isResident != true {
+            suspension.thaw(app: id, processGroups: processGroups(of: id))
+            residents[id]?.run.terminate()
+        }
+        lifecycle.configure(registry.apps.values.sorted { $0.id < $1.id }, adopted: [])
+    }
+
+    /// Shutdown: the lifecycle stops deciding; resident processes are thawed and asked to stop
+    /// (SIGTERM, SIGKILL after the grace); memory pressure is no longer watched.
+    package func stop() async {
+        pressureMonitor?.stop()
+        pressureMonitor = nil
+        lifecycle.stop()
+        guard !residents.isEmpty else { return }
+        for (id, r) in residents {
+            suspension.thaw(app: id, processGroups: processGroups(of: id))
+            r.run.terminate()
+        }
+        await withCheckedContinuation { residentsStopped.append($0) }
+    }
+
+    // MARK: what the lifecycle asks for
+
+    /// Starts an app's resident process: the app's user, its cgroup, no deadline.
+    func startResident(_ id: String) {
+        guard !stopping, let app = registry[id], let argv = app.processCommand else { return }
+        if residents[id] != nil { return }
+        var request = LaunchRequest(
+            app: app.id, event: .resident, argv: argv, user: app.user,
+            workingDirectory: app.workingDirectory ?? ConfigPath.directory(of: app.file),
+            environment: environment(app, event: .resident), stdin: [], deadline: .infinity)
+        // A fresh leaf per process (see CgroupSuspension.killAll), named for this drowsed.
+        let leaf = prepare(app, &request, name: "resident")
+        let log = logger
+        let run = launcher.start(request) { line, isErr in
+            log.info("\(line)", metadata: ["app.id": "\(id)", "handler.stream": isErr ? "stderr" : "stdout"])
+        }
+        if run.pid != nil {
+            residents[id] = (run, leaf)
+            logger.info("started the resident process", metadata: ["app.id": "\(id)"])
+            lifecycle.processStarted(id)
+        } else if let leaf {
+            // It could not start: the outcome is already there.
+            suspension.leafEnded(leaf)
+        }
+        Task {
+            let outcome = await run.outcome()
+            self.residentEnded(id, run: run, outcome: outcome)
+        }
+    }
+
+    func residentEnded(_ id: String, run: HandlerRun, outcome: HandlerOutcome) {
+        if residents[id]?.run === run, let leaf = residents.removeValue(forKey: id)?.leaf { suspension.leafEnded(leaf) }
+        let level: Logger.Level = stopping ? .info : .warning
+        logger.log(level: level, "resident process ended: \(outcome.summary)", metadata: ["app.id": "\(id)"])
+        if stopping {
+            if residents.isEmpty {
+                for c in residentsStopped { c.resume() }
+                residentsStopped.removeAll()
+            }
+            return
+        }
+        lifecycle.processExited(id, description: outcome.summary)
+    }
+
+    func adoptedResidentExited(_ app: String) {
+        suspension.adoptedEnded(app: app)
+        guard residents[app] == nil else { return }
+        lifecycle.processExited(app, description: "exited (adopted from a previous drowsed: status unknown)")
+    }
+
+    func killResident(_ app: String) {
+        let groups = residents[app]?.run.pid.map { [$0] } ?? []
+        suspension.killLeaf(residents[app]?.leaf ?? suspension.adoptedLeaf(app: app), processGroups: groups)
+    }
+
+    func killApp(_ app: String) { suspension.killAll(app: app, processGroups: processGroups(of: app)) }
+    func freeze(_ app: String) { suspension.freeze(app: app, processGroups: processGroups(of: app)) }
+    func thaw(_ app: String) { suspension.thaw(app: app, processGroups: processGroups(of: app)) }
+
+    /// An app overran its background-task allowance: it counts like a fetch killed at its deadline.
+    func taskOverran(_ app: String) { runner?.recordOverrun(app) }
+
+    /// Process groups drowsed started for the app and that still run (for signal suspension).
+    func processGroups(of app: String) -> [pid_t] {
+        ([residents[app]?.run.pid] + (handlerRuns[app] ?? [:]).values.map(\.pid)).compactMap { $0 }
+    }
+
+    // MARK: what the handler runner asks for
+
+    /// The environment every process of the app starts with.
+    func environment(_ app: AppDefinition, event: HandlerEvent) -> [String: String] {
+        var env: [String: String] = [
+            "DROWSE_APP": app.id, "DROWSE_EVENT": event.rawValue, "DROWSE_SOCKET": config.socket,
+            "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8",
+        ]
+        if app.user == nil, let home = getenv("HOME") { env["HOME"] = String(cString: home) }
+        return env
+    }
+
+    /// A process of the app is about to start: its own cgroup leaf (returned) and the app's
+    /// limits, on the cgroup where the tree can hold them, else as rlimits in the request.
+    func prepare(_ app: AppDefinition, _ request: inout LaunchRequest, name: String) -> String? {
+        seq += 1
+        let leaf = suspension.leaf(app: app.id, name: "\(name)-\(getpid())-\(seq)")
+        request.cgroup = leaf
+        let l = limits(of: app)
+        let held = suspension.limit(app: app.id, l)
+        limitHolders[app.id] = held
+        request.processLimit = held.processes ? nil : l.processes
+        request.dataLimit = held.memory ? nil : l.memory
+        return leaf
+    }
+
+    /// A handler process started: thawed first (should a task have left the app frozen), and
+    /// known for suspension while it runs.
+    func handlerStarting(_ app: String) { lifecycle.handlerStarting(app) }
+
+    func handlerStarted(_ app: String, _ run: HandlerRun) { handlerRuns[app, default: [:]][ObjectIdentifier(run)] = run }
+
+    /// A handler process ended (or never started): its leaf goes, the lifecycle hears it.
+    func handlerEnded(_ app: String, _ run: HandlerRun, leaf: String?) {
+        handlerRuns[app]?[ObjectIdentifier(run)] = nil
+        if handlerRuns[app]?.isEmpty == true { handlerRuns[app] = nil }
+        if let leaf { suspension.leafEnded(leaf) }
+        lifecycle.handlerEnded(app)
+    }
+
+    // MARK: limits
+
+    func limits(of app: AppDefinition) -> AppLimits { app.limits.resolved(defaults: config.limits) }
+
+    /// `limits` of `drowse apps show --json`: the values, and what holds each ("cgroup", or
+    /// "rlimit" — RLIMIT_NPROC counts every process of the app's user, RLIMIT_DATA each process
+    /// on its own): as at the app's last start, before it by the controllers the tree has.
+    func limitsJSON(_ app: AppDefinition) -> JSON {
+        let l = limits(of: app)
+        let held = limitHolders[app.id]
+        let controllers = suspension.limitControllers
+        func by(_ h: Bool) -> String { h ? "cgroup" : "rlimit" }
+        return .object([
+            ("processes", JSON(l.processes)), ("memory", JSON(l.memory)),
+            ("memory_text", .string(AppLimits.formatMemory(l.memory))),
+            ("processes_enforced_by", .string(by(held?.processes ?? controllers.contains("pids")))),
+            ("memory_enforced_by", .string(by(held?.memory ?? controllers.contains("memory")))),
+        ])
+    }
+
+    // MARK: memory pressure
+
+    /// Memory pressure from a PSI trigger on /proc/pressure/memory (no timer: a thread sleeps in poll).
+    func startMemoryPressureMonitor() {
+        let trigger = config.lifecycle.memoryPressure
+        guard trigger != "off" else {
+            memoryPressureStatus = "unavailable: memory_pressure = \"off\""
+            return
+        }
+        switch MemoryPressureMonitor.start(trigger: trigger, onPressure: { Task { @DaemonActor in self.memoryPressure() } }) {
+        case .success(let m):
+            pressureMonitor = m
+            memoryPressureStatus = "psi"
+        case .failure(let e):
+            memoryPressureStatus = "unavailable: \(e)"
+            logger.warning("memory pressure is not watched: \(e)")
+        }
+    }
+
+    func memoryPressure() {
+        logger.warning("memory pressure (PSI \(config.lifecycle.memoryPressure))")
+        lifecycle.memoryPressure()
+    }
+
+    /// `lifecycle` of `drowse status --json`.
+    func statusJSON() -> JSON {
+        .object([
+            ("suspension", .string(suspension.mechanism)), ("cgroup", JSON(suspension.cgroupBase)),
+            ("memory_pressure", .string(memoryPressureStatus)),
+        ])
+    }
+}

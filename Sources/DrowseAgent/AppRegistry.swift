@@ -1,0 +1,67 @@
+import DrowseCore
+import DrowseSystem
+import Logging
+
+/// The apps as the app files define them now: the valid ones by id, and the files that could
+/// not be used, with why. Read at start and at each reload; every other part asks here.
+@DaemonActor package final class AppRegistry {
+    /// Valid apps by id.
+    package private(set) var apps: [String: AppDefinition] = [:]
+    /// App files that could not be used, with why.
+    package private(set) var invalid: [(file: String, id: String, error: String)] = []
+    let directory: String
+    let logger: Logger
+
+    package init(directory: String, logger: Logger) {
+        self.directory = directory
+        self.logger = logger
+    }
+
+    /// A registry holding these apps (a test's).
+    package convenience init(apps: [AppDefinition], logger: Logger = Logger(label: "drowse")) {
+        self.init(directory: "/nonexistent", logger: logger)
+        set(apps)
+    }
+
+    /// Holds these apps instead of what the files say (a test's).
+    package func set(_ apps: [AppDefinition]) {
+        self.apps = Dictionary(uniqueKeysWithValues: apps.map { ($0.id, $0) })
+        invalid = []
+    }
+
+    package subscript(_ id: String) -> AppDefinition? { apps[id] }
+
+    /// The valid apps' ids, sorted.
+    package var ids: [String] { apps.keys.sorted() }
+
+    /// Reads the app files (reading and checking live in AppCatalog, shared with
+    /// `drowsed --check-config`).
+    package func load() {
+        if !FileSystem.isDirectory(directory) {
+            logger.warning("apps_dir \(directory) does not exist: no apps")
+        }
+        let catalog = AppCatalog.load(directory: directory)
+        apps = catalog.apps
+        invalid = catalog.invalid.map { ($0.file, $0.id, $0.error.description) }
+        for bad in catalog.invalid { logger.error("app file skipped: \(bad.error.description)") }
+        logger.info("loaded \(apps.count) app(s), \(invalid.count) invalid", metadata: ["apps": "\(ids)"])
+    }
+
+    /// The app `id` if `caller` may see it. Another user's app answers exactly as a missing one
+    /// does (404, same message), so the API tells no local user which apps exist.
+    package func app(_ id: String, for caller: Caller) throws(APIError) -> AppDefinition {
+        guard let app = apps[id], visible(app, to: caller) else {
+            if caller.isAdmin, invalid.contains(where: { $0.id == id }) {
+                throw APIError(409, "invalid_app", "app '\(id)' has an invalid definition")
+            }
+            throw Self.noApp(id)
+        }
+        return app
+    }
+
+    static func noApp(_ id: String) -> APIError { .notFound("no app '\(id)'") }
+
+    package func visible(_ app: AppDefinition, to caller: Caller) -> Bool {
+        caller.isAdmin || (app.user != nil && app.user == caller.userName)
+    }
+}

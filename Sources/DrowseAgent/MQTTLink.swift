@@ -1,0 +1,179 @@
+import DrowseCore
+import DrowseMQTT
+import DrowseStore
+import DrowseSystem
+import Logging
+
+/// What the retained status (`<prefix>/<device_id>/status`) is made of beyond the app list.
+struct FleetStatusState {
+    /// When the last wake window since the daemon started opened (on the timeline; shown in wall time).
+    var lastWindow: Double?
+    /// Whether each app's last handler run (any event) failed.
+    var lastRunFailed: [String: Bool] = [:]
+    /// What was published last (or set for the next connect): a change is republished, the
+    /// same content is not.
+    var published: FleetStatus?
+    /// Each app's report (`drowse report`), as stored: read with the app files, kept here after.
+    var reports: [String: [String: String]] = [:]
+}
+
+/// The MQTT side of the daemon: the persistent session (libmosquitto on its own thread), the
+/// messages it delivers (handed to the notification service, PUBACK after the record), and the
+/// retained fleet status, republished when something in it changes (a wake window, a run's
+/// result, a report, a reload), never on a timer of its own. Without `[mqtt]` there is no
+/// session, and the status is kept only for `drowse apps show`.
+@DaemonActor package final class MQTTLink: DaemonPart {
+    let config: MainConfig
+    let logger: Logger
+    let store: Store
+    let timeline: Timeline
+    let registry: AppRegistry
+    let notifications: NotificationService
+    let metrics: AgentMetrics
+    package private(set) var session: MQTTSession?
+    var sessionEvents: AsyncStream<MQTTSessionEvent>.Continuation?
+    var eventsTask: Task<Void, Never>?
+    var fleet = FleetStatusState()
+
+    package nonisolated var partName: String { "mqtt" }
+
+    init(config: MainConfig, logger: Logger, store: Store, timeline: Timeline, registry: AppRegistry, notifications: NotificationService,
+         metrics: AgentMetrics, events: DaemonEvents) {
+        self.config = config
+        self.logger = logger
+        self.store = store
+        self.timeline = timeline
+        self.registry = registry
+        self.notifications = notifications
+        self.metrics = metrics
+        events.listen { [unowned self] event in
+            switch event {
+            case .windowOpened:
+                fleet.lastWindow = timeline.now()
+                republishStatusIfChanged()
+                // The keepalive rides the window.
+                session?.rideWindow()
+            case .runEnded(let app, let failed):
+                fleet.lastRunFailed[app] = failed
+                republishStatusIfChanged()
+            case .conditionsRead(let c):
+                // Every reading tells the session whether there is a default route.
+                session?.setNetwork(online: c.network != .none)
+            case .clockStepped:
+                republishStatusIfChanged()
+            case .appsReloaded:
+                appsReloaded()
+            case .radioUsed, .conditionsChanged:
+                break
+            }
+        }
+    }
+
+    /// What each app last reported of itself: shown by `drowse apps show` and in the fleet status.
+    func loadReports() {
+        fleet.reports = Dictionary(uniqueKeysWithValues: registry.ids.map { ($0, (try? store.report(app: $0)) ?? [:]) })
+    }
+
+    /// Connects (in the background: the session retries on its own thread) with the apps'
+    /// subscriptions and the status to publish on connect.
+    func start(online: Bool) {
+        loadReports()
+        guard let m = config.mqtt else { return }
+        var password: String?
+        if let file = m.passwordFile {
+            do { password = String(try FileSystem.readText(file, limit: 4096).trimmingSpaces()) } catch {
+                logger.error("mqtt: cannot read password_file: \(error)")
+            }
+        }
+        let statusTopic = Topics.status(prefix: m.topicPrefix, device: config.deviceID)
+        let options = MQTTSessionOptions(
+            host: m.host, port: m.port, clientID: m.clientID, keepalive: Int(m.keepalive.seconds), tls: m.tls,
+            username: m.username, password: password, caFile: m.caFile, certFile: m.certFile, keyFile: m.keyFile,
+            will: (statusTopic, Array(FleetStatus.offlineJSON(apps: registry.ids, version: Agent.version, groups: m.groups).serialized.utf8)),
+            moreBrokers: m.brokers.dropFirst().map { ($0.host, $0.port) })
+        let (stream, continuation) = AsyncStream<MQTTSessionEvent>.makeStream()
+        sessionEvents = continuation
+        let session = MQTTSession(options: options, logger: logger) { continuation.yield($0) }
+        self.session = session
+        session.setSubscriptions(subscriptions(m))
+        loadFailedApps()
+        let status = fleetStatus()
+        fleet.published = status
+        session.setPublishOnConnect([(statusTopic, Array(status.json.serialized.utf8))])
+        session.setNetwork(online: online)
+        session.start()
+        eventsTask = Task {
+            for await event in stream { self.sessionEvent(event) }
+        }
+    }
+
+    /// Shutdown: no new notifications (those that still arrive stay with the broker, or recorded,
+    /// for after the restart); the offline status goes out.
+    package func stop() async {
+        if let session { await session.stop() }
+        sessionEvents?.finish()
+        await eventsTask?.value
+    }
+
+    func subscriptions(_ m: MainConfig.MQTTConfig) -> [String] {
+        registry.ids.flatMap { Topics.notifyTopics(prefix: m.topicPrefix, device: config.deviceID, groups: m.groups, app: $0) }
+    }
+
+    func sessionEvent(_ event: MQTTSessionEvent) {
+        switch event {
+        case .connected:
+            metrics.mqttConnected()
+        case .disconnected(let reason):
+            metrics.mqttDisconnected()
+            logger.warning("mqtt session down: \(reason)")
+        case .pingSent:
+            metrics.mqttPinged()
+        case .message(let topic, let payload, let receipt):
+            // The PUBACK leaves only now: after the record (or a refusal, which is final).
+            if notifications.receive(topic: topic, payload: payload) { receipt.acknowledge() } else { receipt.reject() }
+        }
+    }
+
+    /// A reload: subscriptions follow the apps; removed apps leave the status.
+    func appsReloaded() {
+        for id in fleet.lastRunFailed.keys where registry[id] == nil { fleet.lastRunFailed[id] = nil }
+        guard let m = config.mqtt, let session else { return }
+        session.setSubscriptions(subscriptions(m))
+        loadFailedApps()
+        republishStatusIfChanged()
+    }
+
+    // MARK: the fleet status
+
+    func fleetStatus() -> FleetStatus {
+        let ids = registry.ids
+        let failed = ids.filter { fleet.lastRunFailed[$0] == true } + registry.invalid.map(\.id).sorted()
+        return FleetStatus(
+            online: true, apps: ids, version: Agent.version, lastWindow: timeline.wall(fleet.lastWindow), appCount: ids.count,
+            failedApps: failed, groups: config.mqtt?.groups ?? [], time: timeline.wall(timeline.now()),
+            reports: fleet.reports.filter { registry[$0.key] != nil && !$0.value.isEmpty })
+    }
+
+    /// The last results the store remembers (fetches), before any run of this daemon's.
+    func loadFailedApps() {
+        for id in registry.ids where fleet.lastRunFailed[id] == nil {
+            fleet.lastRunFailed[id] = (try? store.app(id, now: timeline.now()))?.lastResult == .failed
+        }
+    }
+
+    /// `POST /v1/apps/ID/report`: kept across restarts and sent in the fleet status.
+    func reported(app: String, fields: [String: String]) {
+        fleet.reports[app] = fields
+        republishStatusIfChanged()
+    }
+
+    func report(of app: String) -> [String: String] { fleet.reports[app] ?? [:] }
+
+    func republishStatusIfChanged() {
+        guard let session, let m = config.mqtt else { return }
+        let status = fleetStatus()
+        guard status.differs(from: fleet.published) else { return }
+        fleet.published = status
+        session.updateRetained(topic: Topics.status(prefix: m.topicPrefix, device: config.deviceID), payload: Array(status.json.serialized.utf8))
+    }
+}

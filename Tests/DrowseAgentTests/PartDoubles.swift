@@ -1,0 +1,25 @@
+@testable import DrowseAgent
+import DrowseCore
+
+/// A handler queue that only records what the parts queued.
+@DaemonActor final class RecordingRunQueue: RunQueue {
+    var runs: [QueuedRun] = []
+    var stopping = false
+    func enqueue(_ run: QueuedRun) { runs.append(run) }
+}
+
+/// Conditions a test sets.
+@DaemonActor final class FixedConditions: ConditionsReading, SchedulerConditionsSource {
+    var current = Conditions()
+    var scheduler = FetchScheduler.Conditions(online: true, radioTail: 10)
+    func readForScheduler() -> FetchScheduler.Conditions { scheduler }
+}
+
+extension ManualClock {
+    /// The clock's time; set it to move the clock without firing anything (a rig fires its
+    /// service's wakes by hand).
+    var now: Double {
+        get { timeline.now() }
+        set { jump(by: newValue - timeline.now()) }
+    }
+}
