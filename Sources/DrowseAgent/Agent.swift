@@ -239,6 +239,12 @@ package struct AgentParts {
 
     // MARK: resident apps and tasks
 
+    /// The apps' lifecycles as the registry has them, without the rest of `AppProcesses.start`
+    /// (adopting cgroups, watching memory): for tests.
+    func configureLifecycles() {
+        lifecycle.configure(parts.registry.apps.values.sorted { $0.id < $1.id }, adopted: [])
+    }
+
     var lifecycle: LifecycleService { parts.processes.lifecycle }
 
     package func openEventStream(_ id: String, caller: Caller, sink: EventSink) throws(APIError) {

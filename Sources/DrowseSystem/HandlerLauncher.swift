@@ -111,6 +111,9 @@ package final class HandlerRun: Sendable {
     }
 
     /// Waits for the end of the run. One waiter at a time.
+    /// The outcome if the run has ended, without waiting.
+    package var peek: HandlerOutcome? { state.withLock { $0.outcome } }
+
     package func outcome() async -> HandlerOutcome {
         await withCheckedContinuation { (c: CheckedContinuation<HandlerOutcome, Never>) in
             let ready = state.withLock { s -> HandlerOutcome? in

@@ -1,0 +1,115 @@
+@testable import DrowseAgent
+import DrowseCore
+import DrowseSystem
+import Logging
+import Synchronization
+import Testing
+
+/// The lifecycle service over an event sink that records lines and a manual clock: no process,
+/// socket or cgroup is involved (without `AppProcesses`, process actions go nowhere). What is
+/// checked is what a resident app's stream receives and how each waiting run ends.
+@Suite("Lifecycle service")
+@DaemonActor struct LifecycleServiceTests {
+    final class Sink: EventSink {
+        let lines = Mutex<[String]>([])
+        let closedFlag = Mutex(false)
+        var closed: Bool { closedFlag.withLock { $0 } }
+        func send(_ line: String) { lines.withLock { $0.append(line) } }
+        func close() { closedFlag.withLock { $0 = true } }
+        var events: [JSON] { lines.withLock { $0 }.compactMap { try? JSON.parse(bytes: Array($0.utf8)) } }
+    }
+
+    @DaemonActor final class Rig {
+        let clock = ManualClock(wall: 1_800_000_000, boot: 5000)
+        let service: LifecycleService
+
+        init(deadline: Double = 30, allowance: Double = 30) throws {
+            var settings = AppLifecycle.Settings()
+            settings.eventDeadline = deadline
+            settings.taskAllowance = allowance
+            service = LifecycleService(settings: settings, clock: clock, logger: Logger(label: "test"))
+            let app = try AppDefinition.parse("""
+                id = "res"
+                [process]
+                command = ["/bin/true"]
+                """, file: "/etc/drowse/apps.d/res.toml")
+            service.configure([app], adopted: [])
+            service.processStarted("res")
+        }
+
+        /// Advances the clock and lets the wakes that fired run.
+        func advance(by seconds: Double) async {
+            clock.advance(by: seconds)
+            for _ in 0..<20 { await Task.yield() }
+        }
+    }
+
+    @Test("an event waits for the app's stream, is sent with its deadline in wall time, and the app's completion ends its run")
+    func deliverAndComplete() async throws {
+        let rig = try Rig()
+        // The wall clock was set an hour forward (a time sync): times are shown in the new wall time.
+        rig.clock.step(by: 3600)
+        _ = rig.clock.timeline.resync()
+        let run = HandlerRun()
+        rig.service.deliver("res", kind: .fetch, members: [("reason", "scheduled")], run: run)
+        let sink = Sink()
+        rig.service.openStream("res", sink: sink)
+        let events = sink.events
+        #expect(events.first?["event"]?.stringValue == "hello")
+        let fetch = try #require(events.last)
+        #expect(fetch["event"]?.stringValue == "fetch" && fetch["reason"]?.stringValue == "scheduled")
+        let deadline = try #require(fetch["deadline"]?.doubleValue)
+        #expect(abs(deadline - (rig.clock.now + 3600 + 30)) < 0.01, "the deadline as the wall clock names it")
+        let id = try #require(fetch["id"]?.stringValue)
+        rig.clock.now += 2
+        try rig.service.complete("res", event: id, result: .newData)
+        let outcome = await run.outcome()
+        #expect(outcome.result == .newData && abs(outcome.endedAt - outcome.startedAt - 2) < 0.001)
+        #expect(throws: APIError.self) { try rig.service.complete("res", event: id, result: .newData) }
+    }
+
+    @Test("an event the app does not complete fails at its deadline, on the clock's wake")
+    func deadline() async throws {
+        let rig = try Rig(deadline: 10)
+        let sink = Sink()
+        rig.service.openStream("res", sink: sink)
+        let run = HandlerRun()
+        rig.service.deliver("res", kind: .notification, members: [("payload", .object([]))], run: run)
+        await rig.advance(by: 9)
+        #expect(run.peek == nil, "not before its deadline")
+        await rig.advance(by: 2)
+        let outcome = try #require(run.peek)
+        #expect(outcome.ending == .timedOut && outcome.result == .failed)
+    }
+
+    @Test("a background task: begun with its allowance, shown, ended; an unknown one is not found")
+    func tasks() throws {
+        let rig = try Rig(allowance: 60)
+        rig.clock.step(by: -600)
+        _ = rig.clock.timeline.resync()
+        let task = try rig.service.beginTask("res", name: "upload")
+        #expect(task.status == .open && task.expiresAt == rig.clock.now + 60)
+        let json = task.json(now: rig.clock.now, wall: rig.clock.timeline.skew)
+        #expect(json["expires_at"]?.doubleValue == task.expiresAt - 600 && json["time_remaining"]?.doubleValue == 60)
+        rig.clock.now += 15
+        #expect(try rig.service.task("res", id: task.id).timeRemaining(now: rig.clock.now) == 45)
+        #expect(try rig.service.endTask("res", id: task.id).status == .ended)
+        #expect(throws: APIError.self) { try rig.service.task("res", id: "nosuch") }
+        #expect(throws: APIError.self) { try rig.service.beginTask("ghost", name: nil) }
+    }
+
+    @Test("at stop the streams close and runs still waiting for a completion end as failed")
+    func stop() async throws {
+        let rig = try Rig()
+        let sink = Sink()
+        rig.service.openStream("res", sink: sink)
+        let run = HandlerRun()
+        rig.service.deliver("res", kind: .fetch, members: [], run: run)
+        rig.service.stop()
+        #expect(sink.closed)
+        let outcome = await run.outcome()
+        #expect(outcome.result == .failed)
+        if case .launchFailed(let why) = outcome.ending { #expect(why.contains("stopping")) } else { Issue.record("ended \(outcome.ending)") }
+        #expect(rig.clock.pendingWakes.count == 0, "no wake left behind")
+    }
+}
