@@ -55,6 +55,8 @@ package enum DaemonEvent: Sendable {
     private var timer: WakeTimer?
     private var generation = 0
     private var fire: () -> Void = {}
+    /// Closed at its part's stop: nothing set afterwards (a handler ending during the drain) fires.
+    private var closed = false
     /// When it fires (on the timeline), if set.
     package private(set) var at: Double?
 
@@ -70,7 +72,10 @@ package enum DaemonEvent: Sendable {
         timer = nil
         generation += 1
         self.at = at
-        guard let at else { return }
+        guard let at, !closed else {
+            self.at = nil
+            return
+        }
         self.fire = fire
         let mine = generation
         timer = clock.wake(after: max(0, at - clock.timeline.now()) + slack) {
@@ -79,6 +84,12 @@ package enum DaemonEvent: Sendable {
     }
 
     package func cancel() { set(nil) {} }
+
+    /// Cancels the wake for good: its part has stopped.
+    package func close() {
+        cancel()
+        closed = true
+    }
 
     private func fired(_ g: Int) {
         guard g == generation, at != nil else { return }

@@ -56,7 +56,7 @@ extension Store: FetchStore {}
     func now() -> Double { clock.timeline.now() }
 
     /// Shutdown: no window opens any more.
-    package func stop() async { wake.cancel() }
+    package func stop() async { wake.close() }
 
     /// Starts the scheduler with these apps (id and interval in seconds, nil: never) as the
     /// store remembers them.

@@ -303,7 +303,7 @@ package enum QueuedRun: Sendable {
     /// run after the restart; a waiting `drowse fetch` is told.
     func stopLaunching() {
         stopping = true
-        retryWake.cancel()
+        retryWake.close()
         for item in queue.removeAllWaiting() {
             guard case .fetch(let appID, _, let done) = item else { continue }
             fetch.abandoned(appID)

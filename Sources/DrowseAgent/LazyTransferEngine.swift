@@ -8,7 +8,7 @@ import Logging
 /// drowsed without transfers has no use for. Once started it stays: a board that downloads
 /// once tends to download again, and unloading libcurl's dependencies is not safe.
 ///
-/// Only the agent's actor calls it, as it calls the engine.
+/// Only the transfers part calls it (on the daemon's executor), as it calls the engine.
 package final class LazyTransferEngine: TransferEngineControl {
     private let options: TransferEngine.Options
     private let logger: Logger

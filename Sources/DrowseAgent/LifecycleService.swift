@@ -139,7 +139,7 @@ package protocol EventSink: AnyObject, Sendable {
 
     /// Shutdown: streams end; runs still waiting for a completion end as failed.
     package func stop() {
-        wake.cancel()
+        wake.close()
         for sink in sinks.values { sink.close() }
         sinks = [:]
         let now = self.now()

@@ -73,7 +73,7 @@ extension Store: NotificationStore {}
     func now() -> Double { clock.timeline.now() }
 
     /// Shutdown: deferred notifications stay recorded for after the restart.
-    package func stop() async { wake.cancel() }
+    package func stop() async { wake.close() }
 
     /// A notification arrived. It is recorded before anything acts on it, and deduplicated.
     /// Returns false only when it could not be recorded (the store failed, e.g. a full disk):

@@ -89,6 +89,8 @@ package final class SystemTransferFiles: TransferFiles {
     var lazyEngine: LazyTransferEngine?
     var engineEvents: AsyncStream<TransferEvent>.Continuation?
     var engineTask: Task<Void, Never>?
+    /// Stopped: no retry wake is set any more.
+    var stopped = false
     let stateDir: String
     let logger: Logger
     /// Set once the engine runs (its thread starts after the service exists).
@@ -135,9 +137,10 @@ package final class SystemTransferFiles: TransferFiles {
     /// Shutdown: running transfers stop with their progress committed, and the engine's last
     /// reports reach the store before it closes.
     package func stop() async {
-        for wake in retryWakes.values { wake.cancel() }
+        stopped = true
+        for wake in retryWakes.values { wake.close() }
         retryWakes = [:]
-        timeoutWake.cancel()
+        timeoutWake.close()
         if let running = lazyEngine?.engine { await running.shutdown() }
         engineEvents?.finish()
         await engineTask?.value
@@ -359,6 +362,7 @@ package final class SystemTransferFiles: TransferFiles {
         case .cancelUpload(let t):
             engine?.cancel(uploadJob(t))
         case let .setRetryTimer(id, at):
+            guard !stopped else { return }
             let wake = retryWakes[id] ?? ServiceWake(clock: clock)
             retryWakes[id] = wake
             wake.set(at) { [weak self] in
