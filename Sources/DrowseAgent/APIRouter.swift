@@ -9,15 +9,79 @@ package struct APIRequest: Sendable {
     package var body: [UInt8]
 }
 
-/// Maps `/v1/...` routes to the agent (docs/contract.md, "Local API").
+/// Every route of the local API: its method and path template, as docs/openapi.json lists them
+/// (a test checks that the two agree, both ways).
+package enum APIRoute: String, CaseIterable, Sendable {
+    case status, conditions, refreshConditions, apps, app, fetch, used, report, quit, activate, deactivate
+    case events, completeEvent, beginTask, task, endTask, endTaskByDelete
+    case transfers, createTransfer, transfer, cancelTransfer, cancelTransferByDelete, metrics
+
+    package var method: String {
+        switch self {
+        case .status, .conditions, .apps, .app, .events, .task, .transfers, .transfer, .metrics: "GET"
+        case .endTaskByDelete, .cancelTransferByDelete: "DELETE"
+        default: "POST"
+        }
+    }
+
+    /// The path, with `{app}`, `{event}`, `{task}` and `{transfer}` for its parameters.
+    package var template: String {
+        switch self {
+        case .status: "/v1/status"
+        case .conditions: "/v1/conditions"
+        case .refreshConditions: "/v1/conditions/refresh"
+        case .apps: "/v1/apps"
+        case .app: "/v1/apps/{app}"
+        case .fetch: "/v1/apps/{app}/fetch"
+        case .used: "/v1/apps/{app}/used"
+        case .report: "/v1/apps/{app}/report"
+        case .quit: "/v1/apps/{app}/quit"
+        case .activate: "/v1/apps/{app}/activate"
+        case .deactivate: "/v1/apps/{app}/deactivate"
+        case .events: "/v1/apps/{app}/events"
+        case .completeEvent: "/v1/apps/{app}/events/{event}/complete"
+        case .beginTask: "/v1/apps/{app}/tasks"
+        case .task, .endTaskByDelete: "/v1/apps/{app}/tasks/{task}"
+        case .endTask: "/v1/apps/{app}/tasks/{task}/end"
+        case .transfers, .createTransfer: "/v1/transfers"
+        case .transfer, .cancelTransferByDelete: "/v1/transfers/{transfer}"
+        case .cancelTransfer: "/v1/transfers/{transfer}/cancel"
+        case .metrics: "/v1/metrics"
+        }
+    }
+
+    /// The route a request asks for, with its path parameters in order; nil: no route.
+    package static func match(method: String, path: String) -> (route: APIRoute, parameters: [String])? {
+        let segments = path.split(separator: "/", omittingEmptySubsequences: false).dropFirst().map(String.init)
+        guard path.hasPrefix("/") else { return nil }
+        for route in allCases where route.method == method {
+            let pattern = route.template.split(separator: "/", omittingEmptySubsequences: false).dropFirst()
+            guard pattern.count == segments.count else { continue }
+            var parameters: [String] = []
+            var matches = true
+            for (want, got) in zip(pattern, segments) {
+                if want.hasPrefix("{") {
+                    guard !got.isEmpty else { matches = false; break }
+                    parameters.append(got)
+                } else if want != got {
+                    matches = false
+                    break
+                }
+            }
+            if matches { return (route, parameters) }
+        }
+        return nil
+    }
+}
+
+/// Maps `/v1/...` routes to the agent (docs/api.md; docs/openapi.json).
 package struct APIRouter: Sendable {
     let agent: Agent
 
     /// `GET /v1/apps/ID/events`: the app id when the request asks for an app's event stream.
     static func eventStreamApp(method: String, path: String) -> String? {
-        let p = path.split(separator: "/").map(String.init)
-        guard method == "GET", p.count == 4, p[0] == "v1", p[1] == "apps", p[3] == "events" else { return nil }
-        return p[2]
+        guard let m = APIRoute.match(method: method, path: path), m.route == .events else { return nil }
+        return m.parameters[0]
     }
 
     /// Opens the app's event stream on `sink`, or says why not.
@@ -39,7 +103,7 @@ package struct APIRouter: Sendable {
     package static let maxPage = 500
 
     /// `GET /v1/metrics` answers text, not JSON (the one route that does).
-    static func isMetrics(method: String, path: String) -> Bool { method == "GET" && path == "/v1/metrics" }
+    static func isMetrics(method: String, path: String) -> Bool { APIRoute.match(method: method, path: path)?.route == .metrics }
 
     /// The metrics in the Prometheus text format, or the error as JSON text; with the answer's Content-Type.
     package func metrics(caller: Caller) async -> (status: Int, body: String, contentType: String) {
@@ -97,56 +161,56 @@ package struct APIRouter: Sendable {
     }
 
     private func route(_ req: APIRequest, caller: Caller) async throws(APIError) -> JSON {
-        let parts = req.path.split(separator: "/").map(String.init)
-        guard parts.first == "v1" else { throw .notFound("no route \(req.path)") }
-        let p = Array(parts.dropFirst())
-        switch (req.method, p.count) {
-        case ("GET", 1) where p[0] == "status":
+        guard let (route, p) = APIRoute.match(method: req.method, path: req.path) else {
+            throw .notFound("no route \(req.method) \(req.path)")
+        }
+        switch route {
+        case .status:
             return await agent.status(caller: caller)
-        case ("GET", 1) where p[0] == "conditions":
+        case .conditions:
             return await agent.conditions(refresh: req.query["refresh"] == "1" || req.query["refresh"] == "true")
-        case ("POST", 2) where p == ["conditions", "refresh"]:
+        case .refreshConditions:
             return await agent.conditions(refresh: true)
-        case ("GET", 1) where p[0] == "apps":
+        case .apps:
             return await agent.appsList(caller: caller)
-        case ("GET", 2) where p[0] == "apps":
-            return try await agent.appDetail(p[1], caller: caller)
-        case ("POST", 3) where p[0] == "apps" && p[2] == "fetch":
-            let outcome = try await agent.fetchNow(p[1], caller: caller)
+        case .app:
+            return try await agent.appDetail(p[0], caller: caller)
+        case .fetch:
+            let outcome = try await agent.fetchNow(p[0], caller: caller)
             return .object([
-                ("id", .string(p[1])), ("result", .string(outcome.result.rawValue)), ("ending", .string(outcome.summary)),
+                ("id", .string(p[0])), ("result", .string(outcome.result.rawValue)), ("ending", .string(outcome.summary)),
                 ("started_at", .number(agent.timeline.wall(outcome.startedAt))), ("ended_at", .number(agent.timeline.wall(outcome.endedAt))),
             ])
-        case ("POST", 3) where p[0] == "apps" && p[2] == "used":
-            try await agent.used(p[1], caller: caller)
-            return .object([("id", .string(p[1])), ("recorded", true)])
-        case ("POST", 3) where p[0] == "apps" && p[2] == "report":
+        case .used:
+            try await agent.used(p[0], caller: caller)
+            return .object([("id", .string(p[0])), ("recorded", true)])
+        case .report:
             let b = try body(req)
             let fields: [String: String]
             do throws(ReportError) { fields = try AppReport.fields(b) } catch { throw .badRequest(error.description) }
-            return try await agent.report(p[1], fields: fields, caller: caller)
-        case ("POST", 3) where p[0] == "apps" && p[2] == "quit":
-            let n = try await agent.quit(p[1], caller: caller)
-            return .object([("id", .string(p[1])), ("cancelled_transfers", JSON(n))])
-        case ("POST", 5) where p[0] == "apps" && p[2] == "events" && p[4] == "complete":
+            return try await agent.report(p[0], fields: fields, caller: caller)
+        case .quit:
+            let n = try await agent.quit(p[0], caller: caller)
+            return .object([("id", .string(p[0])), ("cancelled_transfers", JSON(n))])
+        case .completeEvent:
             let b = try body(req)
             guard let text = try string(b, "result"), let result = FetchResult(rawValue: text) else {
                 throw .badRequest("'result' is one of new-data, no-data, failed")
             }
-            try await agent.completeEvent(p[1], event: p[3], result: result, caller: caller)
-            return .object([("id", .string(p[3])), ("recorded", true)])
-        case ("POST", 3) where p[0] == "apps" && p[2] == "tasks":
+            try await agent.completeEvent(p[0], event: p[1], result: result, caller: caller)
+            return .object([("id", .string(p[1])), ("recorded", true)])
+        case .beginTask:
             let b = try body(req)
             let name = try string(b, "name")
             if let name, name.utf8.count > 256 { throw .badRequest("'name' is at most 256 bytes") }
-            return try await agent.beginTask(p[1], name: name, caller: caller)
-        case ("GET", 4) where p[0] == "apps" && p[2] == "tasks":
-            return try await agent.task(p[1], task: p[3], caller: caller)
-        case ("POST", 5) where p[0] == "apps" && p[2] == "tasks" && p[4] == "end", ("DELETE", 4) where p[0] == "apps" && p[2] == "tasks":
-            return try await agent.endTask(p[1], task: p[3], caller: caller)
-        case ("POST", 3) where p[0] == "apps" && (p[2] == "activate" || p[2] == "deactivate"):
-            return try await agent.activate(p[1], p[2] == "activate", caller: caller)
-        case ("GET", 1) where p[0] == "transfers":
+            return try await agent.beginTask(p[0], name: name, caller: caller)
+        case .task:
+            return try await agent.task(p[0], task: p[1], caller: caller)
+        case .endTask, .endTaskByDelete:
+            return try await agent.endTask(p[0], task: p[1], caller: caller)
+        case .activate, .deactivate:
+            return try await agent.activate(p[0], route == .activate, caller: caller)
+        case .transfers:
             var limit = Self.defaultPage
             if let text = req.query["limit"] {
                 guard let n = Int(text), (1...Self.maxPage).contains(n) else { throw .badRequest("'limit' is a number from 1 to \(Self.maxPage)") }
@@ -155,7 +219,7 @@ package struct APIRouter: Sendable {
             let after = req.query["after"].flatMap { $0.isEmpty ? nil : $0 }
             let skew = agent.timeline.skew
             return .array(try await agent.transfers(app: req.query["app"], after: after, limit: limit, caller: caller).map { $0.json(wall: skew) })
-        case ("POST", 1) where p[0] == "transfers":
+        case .createTransfer:
             let b = try body(req)
             guard let url = try string(b, "url"), let app = try string(b, "app") else {
                 throw .badRequest("'url' and 'app' are required")
@@ -165,8 +229,8 @@ package struct APIRouter: Sendable {
             var r = TransferRequest(
                 kind: kind, url: url, app: app, session: try string(b, "session") ?? "default",
                 destination: try string(b, "to"), sha256: try string(b, "sha256"), source: try string(b, "file"))
-            if let p = try string(b, "protocol") {
-                guard let proto = UploadProtocol(rawValue: p) else { throw .badRequest("'protocol' is one of auto, ietf, ietf-3, tus, put") }
+            if let text = try string(b, "protocol") {
+                guard let proto = UploadProtocol(rawValue: text) else { throw .badRequest("'protocol' is one of auto, ietf, ietf-3, tus, put") }
                 r.uploadProtocol = proto
             }
             if let ct = try string(b, "content_type") {
@@ -181,11 +245,12 @@ package struct APIRouter: Sendable {
                 requiresPower: try flag(b, "requires_power"))
             if let seconds = try duration(b, "timeout_resource") { r.timeoutResource = seconds }
             return try await agent.createTransfer(r, caller: caller).json(wall: agent.timeline.skew)
-        case ("GET", 2) where p[0] == "transfers":
-            return try await agent.transfer(p[1], caller: caller).json(wall: agent.timeline.skew)
-        case ("POST", 3) where p[0] == "transfers" && p[2] == "cancel", ("DELETE", 2) where p[0] == "transfers":
-            return try await agent.cancel(p[1], caller: caller).json(wall: agent.timeline.skew)
-        default:
+        case .transfer:
+            return try await agent.transfer(p[0], caller: caller).json(wall: agent.timeline.skew)
+        case .cancelTransfer, .cancelTransferByDelete:
+            return try await agent.cancel(p[0], caller: caller).json(wall: agent.timeline.skew)
+        case .events, .metrics:
+            // Answered by the server before it reaches here (a stream; Prometheus text).
             throw .notFound("no route \(req.method) \(req.path)")
         }
     }

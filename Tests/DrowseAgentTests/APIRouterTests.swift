@@ -115,4 +115,54 @@ struct APIRouterTests {
         let (n, _) = await call(r, "GET", "/v1/apps/news/tasks/nosuch")
         #expect(n == 404)
     }
+
+    // MARK: - The router and docs/openapi.json
+
+    static func openAPI(from file: String = #filePath) throws -> JSON {
+        // .../Tests/DrowseAgentTests/X.swift → the checkout's root.
+        let root = file.split(separator: "/", omittingEmptySubsequences: false).dropLast(3).joined(separator: "/")
+        return try JSON.parse(bytes: Array(try FileSystem.readText(root + "/docs/openapi.json", limit: 1 << 20).utf8))
+    }
+
+    @Test("every route the router serves is in docs/openapi.json, and every documented operation is a route")
+    func documentMatchesRouter() throws {
+        let doc = try Self.openAPI()
+        var documented: Set<String> = []
+        guard case .object(let paths)? = doc["paths"] else { Issue.record("no paths"); return }
+        for (path, item) in paths {
+            guard case .object(let operations) = item else { Issue.record("\(path): not an object"); continue }
+            for (method, operation) in operations {
+                documented.insert("\(method.uppercased()) \(path)")
+                // The operation's id names the route.
+                let id = try #require(operation["operationId"]?.stringValue)
+                let route = try #require(APIRoute(rawValue: id), "operationId \(id) is no route")
+                #expect(route.method == method.uppercased() && route.template == path, "\(id)")
+            }
+        }
+        let served = Set(APIRoute.allCases.map { "\($0.method) \($0.template)" })
+        #expect(documented == served, "documented only: \(documented.subtracting(served)); served only: \(served.subtracting(documented))")
+    }
+
+    @Test("each route matches its own path and no other route's; near misses match nothing")
+    func matching() {
+        for route in APIRoute.allCases {
+            let path = route.template.replacingParameters()
+            let m = APIRoute.match(method: route.method, path: path)
+            #expect(m?.route == route, "\(route.method) \(path) matched \(String(describing: m?.route))")
+        }
+        for (method, path) in [("GET", "/v1/status/"), ("GET", "//v1/status"), ("GET", "/v1/apps//fetch"), ("PUT", "/v1/status"),
+                               ("GET", "v1/status"), ("POST", "/v1/apps/x"), ("GET", "/v1/apps/x/tasks/y/end"), ("get", "/v1/status")] {
+            #expect(APIRoute.match(method: method, path: path) == nil, "\(method) \(path)")
+        }
+        #expect(APIRoute.match(method: "POST", path: "/v1/apps/a.b-c_d/events/e7/complete").map { $0.parameters } == ["a.b-c_d", "e7"])
+    }
+}
+
+extension String {
+    /// A route's template with each `{name}` replaced by `name1`.
+    fileprivate func replacingParameters() -> String {
+        split(separator: "/", omittingEmptySubsequences: false).map { s in
+            s.hasPrefix("{") ? String(s.dropFirst().dropLast()) + "1" : String(s)
+        }.joined(separator: "/")
+    }
 }
