@@ -37,6 +37,20 @@ as_root() {
 
 # need_packages PKG...: installs the Debian packages that are not installed yet (apt-get update
 # first). Does nothing, and needs no root, when all are there.
+# schemathesis (API testing from docs/openapi.json), from PyPI, pinned, into a venv of its own so
+# neither Debian's Python nor its packages change. Exports DROWSE_SCHEMATHESIS, its path.
+DROWSE_SCHEMATHESIS_VERSION=4.32.5
+need_schemathesis() {
+    local venv="${DROWSE_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/drowse/venv}"
+    if [ ! -x "$venv/bin/schemathesis" ]; then
+        python3 -c "import ensurepip" 2>/dev/null || need_packages python3-venv
+        say "pip install schemathesis==$DROWSE_SCHEMATHESIS_VERSION into $venv"
+        python3 -m venv "$venv"
+        "$venv/bin/pip" install --quiet "schemathesis==$DROWSE_SCHEMATHESIS_VERSION"
+    fi
+    export DROWSE_SCHEMATHESIS="$venv/bin/schemathesis"
+}
+
 need_packages() {
     local missing=() p
     if ! command -v dpkg-query >/dev/null 2>&1; then

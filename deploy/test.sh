@@ -35,6 +35,8 @@ if ! python3 -m pytest --version >/dev/null 2>&1; then
         python3 -m pip install --quiet pytest
     fi
 fi
+# schemathesis checks drowsed against docs/openapi.json (Tests/EndToEnd/test_openapi.py).
+need_schemathesis
 need_swift
 
 say "swift build"
