@@ -54,7 +54,7 @@ struct Drowse: ParsableCommand {
         subcommands: [
             Status.self, Apps.self, Fetch.self, Used.self, ConditionsCommand.self, Push.self, TransferCommand.self,
             Transfers.self, Quit.self, Activate.self, Deactivate.self, TaskCommand.self, Keygen.self, Simulate.self, MetricsCommand.self,
-            FleetCommand.self, Report.self,
+            FleetCommand.self, Report.self, Payload.self,
         ])
 }
 
@@ -78,6 +78,20 @@ struct GlobalOptions: ParsableArguments {
         }
         return json
     }
+}
+
+/// `--app ID`; inside a handler or a resident app's process, drowsed's `DROWSE_APP` (the app it
+/// started the process for) when `--app` is not given, so a shell handler need not repeat it.
+struct AppOption: ParsableArguments {
+    @Option(name: .customLong("app"), help: "The app (default: $DROWSE_APP, which drowsed sets for the processes it starts).")
+    var given: String?
+
+    mutating func validate() throws {
+        if given == nil, let env = getenv("DROWSE_APP"), env.pointee != 0 { given = String(cString: env) }
+        guard given != nil else { throw ValidationError("--app is required (or DROWSE_APP, as drowsed sets it for its handlers)") }
+    }
+
+    var id: String { given ?? "" }
 }
 
 /// An error the tool reports (ArgumentParser prints it as `Error: …`). It often quotes others'

@@ -41,7 +41,8 @@ struct TaskCommand: ParsableCommand {
     struct Begin: ParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Begin a task; prints its id.")
         @OptionGroup var global: GlobalOptions
-        @Option(help: "The app the task belongs to.") var app: String
+        @OptionGroup var appOption: AppOption
+        var app: String { appOption.id }
         @Option(help: "A name for the task (shown in logs).") var name: String?
         @Flag(help: "Print the whole task as JSON.") var json = false
 
@@ -54,7 +55,8 @@ struct TaskCommand: ParsableCommand {
     struct End: ParsableCommand {
         static let configuration = CommandConfiguration(abstract: "End a task.")
         @OptionGroup var global: GlobalOptions
-        @Option(help: "The app the task belongs to.") var app: String
+        @OptionGroup var appOption: AppOption
+        var app: String { appOption.id }
         @Argument(help: "The task's id.") var task: String
         @Flag(help: "Print JSON.") var json = false
 
@@ -67,7 +69,8 @@ struct TaskCommand: ParsableCommand {
     struct Show: ParsableCommand {
         static let configuration = CommandConfiguration(abstract: "One task: its state and the time remaining.")
         @OptionGroup var global: GlobalOptions
-        @Option(help: "The app the task belongs to.") var app: String
+        @OptionGroup var appOption: AppOption
+        var app: String { appOption.id }
         @Argument(help: "The task's id.") var task: String
         @Flag(help: "Print JSON.") var json = false
 
@@ -91,7 +94,8 @@ struct TaskCommand: ParsableCommand {
                 drowse exits 124. SIGINT, SIGTERM, SIGHUP and SIGQUIT are passed on to the command.
                 """)
         @OptionGroup var global: GlobalOptions
-        @Option(help: "The app the task belongs to.") var app: String
+        @OptionGroup var appOption: AppOption
+        var app: String { appOption.id }
         @Option(help: "A name for the task (default: the command's name).") var name: String?
         @Argument(parsing: .captureForPassthrough, help: "-- CMD ARGS…") var command: [String] = []
 

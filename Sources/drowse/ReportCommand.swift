@@ -11,7 +11,8 @@ struct Report: ParsableCommand {
             keys are a-z, 0-9, '_', '-' and '.'. With no fields the report is cleared.
             """)
     @OptionGroup var global: GlobalOptions
-    @Option(help: "App id.") var app: String
+    @OptionGroup var appOption: AppOption
+    var app: String { appOption.id }
     @Flag(help: "Print JSON.") var json = false
     @Argument(help: "KEY=VALUE fields.") var fields: [String] = []
 

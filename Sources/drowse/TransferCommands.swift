@@ -14,7 +14,8 @@ struct TransferCommand: ParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Queue a download; prints its id.")
         @OptionGroup var global: GlobalOptions
         @Argument(help: "http or https URL.") var url: String
-        @Option(help: "The app that owns it.") var app: String
+        @OptionGroup var appOption: AppOption
+        var app: String { appOption.id }
         @Option(help: "Session name (events are delivered per session).") var session = "default"
         @Option(help: "Put the verified file here (absolute path).") var to: String?
         @Option(help: "Expected SHA-256 (hex).") var sha256: String?
@@ -39,7 +40,8 @@ struct TransferCommand: ParsableCommand {
         @OptionGroup var global: GlobalOptions
         @Argument(help: "The file to send.") var file: String
         @Argument(help: "http or https URL: the upload endpoint (tus, IETF) or the target of a PUT.") var url: String
-        @Option(help: "The app that owns it.") var app: String
+        @OptionGroup var appOption: AppOption
+        var app: String { appOption.id }
         @Option(help: "Session name (events are delivered per session).") var session = "default"
         @Option(help: "auto | ietf | ietf-3 (iOS 17's draft) | tus | put") var `protocol` = "auto"
         @Option(help: "The file's media type (tus filetype metadata, a PUT's Content-Type); default application/octet-stream.")
