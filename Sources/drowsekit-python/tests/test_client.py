@@ -67,22 +67,28 @@ def test_events_split_mid_line_across_chunks_and_reads(server):
 
 
 def test_a_stream_cut_mid_line_reconnects_and_drops_the_partial_line(server):
-    def cut(p: Peer):
+    def cut_before_lf(p: Peer):
         p.read_request()
         p.stream_head()
-        p.send(chunk(HELLO + fetch("e1")) + chunk(b'{"event":"fetch","id":"partial","dead'), pause=0.05)
-        # The connection ends inside a chunk and inside a line.
+        # A whole JSON object, but its line has no LF yet when the connection ends.
+        p.send(chunk(HELLO + fetch("e1") + fetch("partial-1")[:-1]), pause=0.05)
 
-    def second(p: Peer):
+    def cut_in_chunk(p: Peer):
+        p.read_request()
+        p.stream_head()
+        # The connection ends inside a chunk (10 bytes announced) and inside a line.
+        p.send(chunk(HELLO) + b'a\r\n{"event":"f', pause=0.05)
+
+    def third(p: Peer):
         p.read_request()
         p.stream_head()
         p.send(chunk(HELLO + fetch("e2")))
         p.hold()
 
-    server.serve(cut, second)
+    server.serve(cut_before_lf, cut_in_chunk, third)
     s = DrowseApp(app="py", socket=server.path).events()
     assert [e.id for e in take(s, 2)] == ["e1", "e2"]
-    assert server.connections == 2 and s.connections == 2
+    assert server.connections == 3 and s.connections == 3
 
 
 def test_a_stream_ended_cleanly_or_answered_5xx_is_retried(server):
@@ -180,9 +186,11 @@ def test_connection_close_and_a_dropped_idle_connection_mean_a_new_connection(se
         # The server closes the idle connection (no Connection: close said): the next call
         # meets EOF before any byte and goes again on a fresh one.
 
+    # After "Connection: close" the server keeps the connection but answers nothing more: a
+    # client that sent on it would wait out its timeout.
     server.serve(keep_alive((200, {"id": "e1", "recorded": True}, {"headers": {"Connection": "close"}})),
                  then_drop, keep_alive((200, {"id": "e3", "recorded": True}, {})))
-    app = DrowseApp(app="py", socket=server.path)
+    app = DrowseApp(app="py", socket=server.path, timeout=2)
     app.complete("e1", "new-data")
     app.complete("e2", "new-data")
     time.sleep(0.2)
