@@ -28,11 +28,19 @@ APP = "py"
 
 
 def add_example(d, always_active: bool = False) -> Path:
+    """The example as an app of d, run by its run.sh with out/py as its output folder."""
     out = d.out_dir(APP)
-    text = f'id = "{APP}"\n\n[process]\ncommand = [{json.dumps(str(RUN_SH))}, {json.dumps(str(out))}]\n'
-    if always_active:
-        text += "always_active = true\n"
-    (d.apps_dir / f"{APP}.toml").write_text(text)
+    process = {"command": [str(RUN_SH), str(out)], "always_active": always_active}
+    d.add_app(APP, raw=f'id = "{APP}"\n\n[process]\n' + "".join(f"{k} = {json.dumps(v)}\n" for k, v in process.items()))
+    return out
+
+
+def start_suspended(d, **lifecycle: str) -> Path:
+    """Starts drowsed with the example (suspended after 1 s idle) and waits until it is suspended."""
+    d.set_lifecycle(suspend_after="1s", **lifecycle)
+    out = add_example(d)
+    d.start()
+    wait_state(d, "suspended")
     return out
 
 
@@ -72,10 +80,7 @@ def cgroup_frozen(d) -> int:
 
 def test_events_are_completed_with_the_apps_own_result(broker, make_drowse):
     d = make_drowse(broker=broker)
-    d.set_lifecycle(suspend_after="1s")
-    out = add_example(d)
-    d.start()
-    wait_state(d, "suspended")
+    out = start_suspended(d)
     (out / "fetch-result").write_text("no-data\n")
     assert d.json("fetch", APP, timeout=30)["result"] == "no-data"
     (out / "fetch-result").unlink()
@@ -97,10 +102,7 @@ def test_events_are_completed_with_the_apps_own_result(broker, make_drowse):
 
 def test_a_background_task_expires_and_its_callback_stops_the_work(broker, make_drowse):
     d = make_drowse(broker=broker)
-    d.set_lifecycle(suspend_after="1s", background_task_time="4s", task_expiry_warning="2s")
-    out = add_example(d)
-    d.start()
-    wait_state(d, "suspended")
+    out = start_suspended(d, background_task_time="4s", task_expiry_warning="2s")
     broker.wait_subscribed(notify_topic(APP))
     d.push(APP, "--id", "long", "-d", "task=10")  # 10 s of work in a 4 s allowance
     expired = wait_until(lambda: [l for l in lines(out / "tasks.log") if " expired " in l], 20,
@@ -119,12 +121,9 @@ def test_a_background_task_expires_and_its_callback_stops_the_work(broker, make_
 
 
 def test_a_download_finishes_and_its_transfers_event_arrives(broker, nginx, make_drowse):
-    d = make_drowse(broker=broker)
-    d.set_lifecycle(suspend_after="1s")
-    out = add_example(d)
     url, digest, _ = nginx.add_file("py.bin", 300_000)
-    d.start()
-    wait_state(d, "suspended")
+    d = make_drowse(broker=broker)
+    out = start_suspended(d)
     broker.wait_subscribed(notify_topic(APP))
     d.push(APP, "--id", "dl", "-d", f"url={url}", "-d", f"sha256={digest}")
     queued = wait_until(lambda: [l for l in lines(out / "transfers.log") if l.startswith("queued ")], 20,
@@ -165,11 +164,8 @@ def test_the_stream_reconnects_after_drowsed_is_killed_and_restarted(make_drowse
 @pytest.mark.skipif(MOUNT is None, reason="no cgroup2 file system")
 def test_suspension_freezes_the_python_process_and_a_delivery_thaws_it(make_drowse):
     d = make_drowse()
-    d.set_lifecycle(suspend_after="1s")
-    out = add_example(d)
-    d.start()
+    out = start_suspended(d)
     pid = pid_of(out)
-    wait_state(d, "suspended")
     wait_until(lambda: cgroup_frozen(d), 5, what="the app's cgroup to be frozen")
     asked = time.time()
     os.kill(pid, signal.SIGUSR1)

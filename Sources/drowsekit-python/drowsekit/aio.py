@@ -10,7 +10,7 @@ from typing import Any, AsyncIterator, Callable, Optional, Union
 
 from . import protocol as P
 from .errors import DrowseConnectionError, DrowseError, DrowseProtocolError
-from .models import TASK_EXPIRING, AppStatus, BackgroundTask, Event, Hello, Result, Transfer
+from .models import AppStatus, BackgroundTask, Event, Result, Transfer
 
 ResultLike = Union[Result, str]
 #: An expiration callback: a plain function, or a coroutine function (run as a task).
@@ -89,11 +89,8 @@ class AsyncDrowseApp:
                 raise DrowseConnectionError(f"{method} {target}: no answer in {self.timeout}s") from None
             except (OSError, DrowseProtocolError) as e:
                 c.close()
-                if reused and not parser.received_any:
-                    continue  # drowsed closed the idle connection first: a fresh one
-                if isinstance(e, DrowseError):
-                    raise
-                raise DrowseConnectionError(f"{method} {target}: {e}") from None
+                P.retry_or_raise(e, reused, parser, f"{method} {target}")
+                continue
             except BaseException:
                 c.close()  # cancelled mid-call: the connection's state is unknown
                 raise
@@ -154,13 +151,12 @@ class AsyncDrowseApp:
         await self._end(tid)
 
     async def _end(self, tid: str) -> None:
+        error = None
         try:
             await self.call(*self._routes.end_task(tid))
         except DrowseError as e:
-            if e.status != 404:
-                self._tasks.end_failed(tid)
-                raise
-        self._tasks.ended(tid)
+            error = e
+        self._tasks.end_answered(tid, error)
         timer = self._timers.pop(tid, None)
         if timer is not None:
             timer.cancel()
@@ -180,15 +176,12 @@ class AsyncDrowseApp:
     async def background_time_remaining(self) -> float:
         for tid in self._tasks.open_ids():
             try:
-                t = await self.task(tid)
+                answer: "BackgroundTask | DrowseError" = await self.task(tid)
             except DrowseError as e:
-                if e.status != 404:
-                    raise
-                self._tasks.ended(tid)
-                continue
-            if t.open:
-                return max(0.0, t.time_remaining or 0.0)
-            self._tasks.ended(tid)
+                answer = e
+            left = self._tasks.time_left(tid, answer)
+            if left is not None:
+                return left
         return 0.0
 
     def _expiring(self, tid: str) -> None:
@@ -236,20 +229,18 @@ class AsyncDrowseApp:
             page = await self.transfers(page_size, after)
             for t in page:
                 yield t
-            if len(page) < page_size or page[-1].id == after:
+            after = P.next_page(page, page_size, after)
+            if after is None:
                 return
-            after = page[-1].id
 
     async def wait_transfer(self, transfer_id: str, timeout: Optional[float] = None, interval: float = 0.2) -> Transfer:
-        deadline = None if timeout is None else time.monotonic() + timeout
+        wait = P.TransferWait(timeout, interval)
         while True:
             t = await self.transfer(transfer_id)
-            if t.finished:
+            delay = wait.delay(t)
+            if delay is None:
                 return t
-            if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"transfer {transfer_id} is still {t.state} after {timeout}s")
-            await asyncio.sleep(interval if deadline is None else max(0.0, min(interval, deadline - time.monotonic())))
-            interval = min(interval * 1.5, 2.0)
+            await asyncio.sleep(delay)
 
 
 class AsyncEventStream:
@@ -261,10 +252,8 @@ class AsyncEventStream:
         self._closed: Optional[asyncio.Event] = None
         self._conn: Optional[_Connection] = None
         self._gen: Optional[AsyncIterator[Event]] = None
-        #: The state the last ``hello`` line gave (``background``, ``active``, ...).
-        self.state: Optional[str] = None
-        #: How many times the stream was opened (1 + reconnections).
-        self.connections = 0
+        #: What the stream said: ``status.state`` (from its hello line), ``status.connections``.
+        self.status = P.StreamStatus()
 
     def __aiter__(self) -> AsyncIterator[Event]:
         if self._gen is None:
@@ -316,7 +305,7 @@ class AsyncEventStream:
             c.close()
             return
         self._conn = c
-        decoder = P.EventStreamDecoder()
+        decoder = P.EventStreamDecoder(self.status, self._app._expiring)
         try:
             c.writer.write(P.request_bytes("GET", self._target, accept="application/x-ndjson"))
             await c.writer.drain()
@@ -324,14 +313,8 @@ class AsyncEventStream:
                 data = await c.reader.read(65536)
                 if not data:
                     break
-                for item in decoder.feed(data):
-                    if isinstance(item, Hello):
-                        self.state = item.state
-                        self.connections += 1
-                        continue
-                    if item.kind == TASK_EXPIRING and item.task:
-                        self._app._expiring(item.task)
-                    yield item
+                for event in decoder.feed(data):
+                    yield event
         except (OSError, DrowseProtocolError):
             pass
         finally:

@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterator, Optional, Union
 
 from . import protocol as P
 from .errors import DrowseConnectionError, DrowseError, DrowseProtocolError
-from .models import TASK_EXPIRING, AppStatus, BackgroundTask, Event, Hello, Result, Transfer
+from .models import AppStatus, BackgroundTask, Event, Result, Transfer
 
 ResultLike = Union[Result, str]
 
@@ -91,11 +91,8 @@ class DrowseApp:
                     data += parser.feed(chunk)
             except (OSError, DrowseProtocolError) as e:
                 c.close()
-                if reused and not parser.received_any and not isinstance(e, _socket.timeout):
-                    continue  # drowsed closed the idle connection first: a fresh one
-                if isinstance(e, DrowseError):
-                    raise
-                raise DrowseConnectionError(f"{method} {target}: {e}") from None
+                P.retry_or_raise(e, reused, parser, f"{method} {target}")
+                continue
             if parser.keep_alive:
                 self._checkin(c)
             else:
@@ -163,13 +160,12 @@ class DrowseApp:
         self._end(tid)
 
     def _end(self, tid: str) -> None:
+        error = None
         try:
             self.call(*self._routes.end_task(tid))
         except DrowseError as e:
-            if e.status != 404:
-                self._tasks.end_failed(tid)
-                raise
-        self._tasks.ended(tid)
+            error = e
+        self._tasks.end_answered(tid, error)
         with self._lock:
             timer = self._timers.pop(tid, None)
         if timer is not None:
@@ -192,15 +188,12 @@ class DrowseApp:
         """Seconds of background time left to the app's open tasks; 0 when none is open."""
         for tid in self._tasks.open_ids():
             try:
-                t = self.task(tid)
+                answer: "BackgroundTask | DrowseError" = self.task(tid)
             except DrowseError as e:
-                if e.status != 404:
-                    raise
-                self._tasks.ended(tid)
-                continue
-            if t.open:
-                return max(0.0, t.time_remaining or 0.0)
-            self._tasks.ended(tid)
+                answer = e
+            left = self._tasks.time_left(tid, answer)
+            if left is not None:
+                return left
         return 0.0
 
     def _expiring(self, tid: str) -> None:
@@ -251,21 +244,19 @@ class DrowseApp:
         while True:
             page = self.transfers(page_size, after)
             yield from page
-            if len(page) < page_size or page[-1].id == after:
+            after = P.next_page(page, page_size, after)
+            if after is None:
                 return
-            after = page[-1].id
 
     def wait_transfer(self, transfer_id: str, timeout: Optional[float] = None, interval: float = 0.2) -> Transfer:
         """Polls until the transfer is completed, failed or cancelled; TimeoutError after ``timeout``."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+        wait = P.TransferWait(timeout, interval)
         while True:
             t = self.transfer(transfer_id)
-            if t.finished:
+            delay = wait.delay(t)
+            if delay is None:
                 return t
-            if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"transfer {transfer_id} is still {t.state} after {timeout}s")
-            time.sleep(interval if deadline is None else max(0.0, min(interval, deadline - time.monotonic())))
-            interval = min(interval * 1.5, 2.0)
+            time.sleep(delay)
 
 
 class EventStream:
@@ -277,10 +268,8 @@ class EventStream:
         self._closed = threading.Event()
         self._lock = threading.Lock()
         self._sock: Optional[_socket.socket] = None
-        #: The state the last ``hello`` line gave (``background``, ``active``, ...).
-        self.state: Optional[str] = None
-        #: How many times the stream was opened (1 + reconnections).
-        self.connections = 0
+        #: What the stream said: ``status.state`` (from its hello line), ``status.connections``.
+        self.status = P.StreamStatus()
 
     def __iter__(self) -> Iterator[Event]:
         backoff = P.Backoff()
@@ -304,21 +293,15 @@ class EventStream:
                 c.close()
                 return
             self._sock = c.sock
-        decoder = P.EventStreamDecoder()
+        decoder = P.EventStreamDecoder(self.status, self._app._expiring)
         try:
             c.sock.sendall(P.request_bytes("GET", self._target, accept="application/x-ndjson"))
             while not decoder.http.complete:
                 data = c.sock.recv(65536)
                 if not data:
                     break
-                for item in decoder.feed(data):
-                    if isinstance(item, Hello):
-                        self.state = item.state
-                        self.connections += 1
-                        continue
-                    if item.kind == TASK_EXPIRING and item.task:
-                        self._app._expiring(item.task)
-                    yield item
+                for event in decoder.feed(data):
+                    yield event
         except (OSError, DrowseProtocolError):
             pass
         finally:

@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 import os
 import random
+import socket
 import threading
+import time
 from typing import Any, Callable, Optional
 from urllib.parse import quote
 
-from .errors import DrowseError, DrowseProtocolError
-from .models import Event, Hello, parse_event_line
+from .errors import DrowseConnectionError, DrowseError, DrowseProtocolError
+from .models import TASK_EXPIRING, BackgroundTask, Event, Hello, Transfer, parse_event_line
 
 DEFAULT_SOCKET = "/run/drowse/drowse.sock"
 #: The largest answer read into memory (a transfer list page is well under this).
@@ -190,6 +192,17 @@ class ResponseParser:
         return True
 
 
+def retry_or_raise(error: Exception, reused: bool, parser: ResponseParser, what: str) -> None:
+    """A call's connection failed. Returns (go again on a fresh connection) only when a
+    kept-alive connection ended before any byte of the answer: drowsed had closed it as idle, so
+    the request was not read. Otherwise raises the error as a DrowseError."""
+    if reused and not parser.received_any and not isinstance(error, (TimeoutError, socket.timeout)):
+        return
+    if isinstance(error, DrowseError):
+        raise error
+    raise DrowseConnectionError(f"{what}: {error}") from None
+
+
 def answer_json(status: int, body: bytes) -> Any:
     """The answer's JSON for a 2xx; otherwise the API's error, raised."""
     if not 200 <= status < 300:
@@ -234,15 +247,29 @@ class LineSplitter:
         return lines
 
 
-class EventStreamDecoder:
-    """The bytes of one ``GET /v1/apps/ID/events`` connection in, hello lines and events out."""
+class StreamStatus:
+    """What an app's stream has said across its connections."""
 
     def __init__(self) -> None:
+        #: The state the last ``hello`` line gave (``background``, ``active``, ...).
+        self.state: Optional[str] = None
+        #: How many times the stream was opened (1 + reconnections).
+        self.connections = 0
+
+
+class EventStreamDecoder:
+    """The bytes of one ``GET /v1/apps/ID/events`` connection in, events out. ``hello`` lines
+    update ``status``; a ``task-expiring`` event calls ``on_expiring`` with its task before it
+    is handed on."""
+
+    def __init__(self, status: Optional[StreamStatus] = None, on_expiring: Optional[Callable[[str], None]] = None) -> None:
         self.http = ResponseParser("GET", max_body=None)
+        self.status = status or StreamStatus()
+        self._on_expiring = on_expiring
         self._lines = LineSplitter()
         self._error_body = bytearray()
 
-    def feed(self, data: bytes) -> list["Event | Hello"]:
+    def feed(self, data: bytes) -> list[Event]:
         body = self.http.feed(data)
         if self.http.status is None:
             return []
@@ -252,7 +279,12 @@ class EventStreamDecoder:
         out = []
         for line in self._lines.feed(body):
             item = parse_event_line(line)
-            if item is not None:
+            if isinstance(item, Hello):
+                self.status.state = item.state
+                self.status.connections += 1
+            elif item is not None:
+                if item.kind == TASK_EXPIRING and item.task and self._on_expiring is not None:
+                    self._on_expiring(item.task)
                 out.append(item)
         return out
 
@@ -396,6 +428,25 @@ class TaskBook:
             self._fired.discard(task_id)
             self._ending.discard(task_id)
 
+    def end_answered(self, task_id: str, error: Optional[DrowseError]) -> None:
+        """drowsed answered ``POST …/end``: the task is ended (also when drowsed no longer knows it,
+        404); otherwise it stays open, ``error`` is raised and the app may end it again."""
+        if error is not None and error.status != 404:
+            self.end_failed(task_id)
+            raise error
+        self.ended(task_id)
+
+    def time_left(self, task_id: str, answer: "BackgroundTask | DrowseError") -> Optional[float]:
+        """The time remaining ``GET …/tasks/ID`` says for an open task; None (and the task
+        forgotten) when it is no longer open; an error other than 404 is raised."""
+        if isinstance(answer, DrowseError):
+            if answer.status != 404:
+                raise answer
+        elif answer.open:
+            return max(0.0, answer.time_remaining or 0.0)
+        self.ended(task_id)
+        return None
+
     def known(self, task_id: str) -> bool:
         with self._lock:
             return task_id in self._handlers
@@ -403,6 +454,37 @@ class TaskBook:
     def open_ids(self) -> list[str]:
         with self._lock:
             return sorted(t for t in self._handlers if t not in self._ending)
+
+
+def next_page(page: list[Transfer], page_size: int, after: Optional[str]) -> Optional[str]:
+    """The ``after`` of the page following ``page``; None when it was the last."""
+    if len(page) < page_size or not page or page[-1].id == after:
+        return None
+    return page[-1].id
+
+
+class TransferWait:
+    """Waiting for a transfer to finish by asking for it: the delays between asks (``interval``
+    growing to 2 s) and the deadline."""
+
+    def __init__(self, timeout: Optional[float], interval: float) -> None:
+        self.timeout = timeout
+        self.deadline = None if timeout is None else time.monotonic() + timeout
+        self.interval = interval
+
+    def delay(self, t: Transfer) -> Optional[float]:
+        """None when ``t`` has finished, else how long to wait before asking again;
+        TimeoutError past the deadline."""
+        if t.finished:
+            return None
+        d = self.interval
+        self.interval = min(self.interval * 1.5, 2.0)
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"transfer {t.id} is still {t.state} after {self.timeout}s")
+            d = min(d, left)
+        return d
 
 
 def local_expiry_delay(time_remaining: Optional[float], margin: float) -> Optional[float]:

@@ -42,7 +42,7 @@ def test_a_stream_cut_mid_line_reconnects_and_drops_the_partial_line(server):
             if len(got) == 2:
                 break
         await stream.aclose()
-        return got, stream.connections
+        return got, stream.status.connections
 
     assert run(main()) == (["e1", "e2"], 2)
 

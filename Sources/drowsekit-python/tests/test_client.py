@@ -19,6 +19,19 @@ def fetch(eid: str) -> bytes:
     return line({"event": "fetch", "id": eid, "deadline": 1764110430.0, "reason": "manual"})
 
 
+def stream_of(*pieces: bytes, hold: bool = True):
+    """A script: an event stream whose chunked body is `pieces` sent apart; then it is held open,
+    or (hold=False) the connection is closed wherever the pieces ended."""
+    def script(p: Peer):
+        p.read_request()
+        p.stream_head()
+        for piece in pieces:
+            p.send(piece, pause=0.05)
+        if hold:
+            p.hold()
+    return script
+
+
 def take(stream, n: int, timeout: float = 10.0) -> list:
     """The first n events of the stream, read on a thread (a stuck stream fails, not hangs)."""
     got: list = []
@@ -61,53 +74,31 @@ def test_events_split_mid_line_across_chunks_and_reads(server):
     events = take(s, 3)
     assert [(e.kind, e.id) for e in events] == [("fetch", "e1"), ("fetch", "e2"), ("notification", "e3")]
     assert events[2].payload["n"] == 42 and events[0].deadline == 1764110430.0
-    assert s.state == "background"
+    assert s.status.state == "background"
     assert server.requests[0].target == "/v1/apps/py/events"
     assert server.requests[0].headers["accept"] == "application/x-ndjson"
 
 
 def test_a_stream_cut_mid_line_reconnects_and_drops_the_partial_line(server):
-    def cut_before_lf(p: Peer):
-        p.read_request()
-        p.stream_head()
+    server.serve(
         # A whole JSON object, but its line has no LF yet when the connection ends.
-        p.send(chunk(HELLO + fetch("e1") + fetch("partial-1")[:-1]), pause=0.05)
-
-    def cut_in_chunk(p: Peer):
-        p.read_request()
-        p.stream_head()
+        stream_of(chunk(HELLO + fetch("e1") + fetch("partial-1")[:-1]), hold=False),
         # The connection ends inside a chunk (10 bytes announced) and inside a line.
-        p.send(chunk(HELLO) + b'a\r\n{"event":"f', pause=0.05)
-
-    def third(p: Peer):
-        p.read_request()
-        p.stream_head()
-        p.send(chunk(HELLO + fetch("e2")))
-        p.hold()
-
-    server.serve(cut_before_lf, cut_in_chunk, third)
+        stream_of(chunk(HELLO) + b'a\r\n{"event":"f', hold=False),
+        stream_of(chunk(HELLO + fetch("e2"))))
     s = DrowseApp(app="py", socket=server.path).events()
     assert [e.id for e in take(s, 2)] == ["e1", "e2"]
-    assert server.connections == 3 and s.connections == 3
+    assert server.connections == 3 and s.status.connections == 3
 
 
 def test_a_stream_ended_cleanly_or_answered_5xx_is_retried(server):
-    def ended(p: Peer):
-        p.read_request()
-        p.stream_head()
-        p.send(chunk(HELLO + fetch("e1")) + b"0\r\n\r\n")  # a newer stream replaced this one
-
     def unavailable(p: Peer):
         p.read_request()
         p.answer(503, {"error": {"code": "busy", "message": "too many"}}, headers={"Connection": "close"})
 
-    def third(p: Peer):
-        p.read_request()
-        p.stream_head()
-        p.send(chunk(HELLO + fetch("e2")))
-        p.hold()
-
-    server.serve(ended, unavailable, third)
+    # The first stream ends cleanly (a newer stream replaced it), the second is refused with a 503.
+    server.serve(stream_of(chunk(HELLO + fetch("e1")) + b"0\r\n\r\n", hold=False), unavailable,
+                 stream_of(chunk(HELLO + fetch("e2"))))
     t0 = time.monotonic()
     s = DrowseApp(app="py", socket=server.path).events()
     assert [e.id for e in take(s, 2)] == ["e1", "e2"]
@@ -139,13 +130,7 @@ def test_the_stream_waits_for_drowsed_to_come_back(server, tmp_path):
     time.sleep(0.5)
     assert not got
 
-    def stream(p: Peer):
-        p.read_request()
-        p.stream_head()
-        p.send(chunk(HELLO + fetch("late")))
-        p.hold()
-
-    server.serve(stream)
+    server.serve(stream_of(chunk(HELLO + fetch("late"))))
     (tmp_path / "later.sock").symlink_to(server.path)
     t.join(10)
     s.close()

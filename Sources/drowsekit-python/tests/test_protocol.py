@@ -8,7 +8,6 @@ import json
 import pytest
 
 from drowsekit import DrowseError, DrowseProtocolError
-from drowsekit.models import Hello
 from drowsekit.protocol import EventStreamDecoder, LineSplitter, ResponseParser, Routes, request_bytes
 from scripted_server import chunk, line
 
@@ -22,18 +21,19 @@ STREAM = (b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nTransfer-En
 
 
 def decode(pieces: list[bytes]) -> list:
-    d = EventStreamDecoder()
+    expiring: list[str] = []
+    d = EventStreamDecoder(on_expiring=expiring.append)
     out = []
     for p in pieces:
         out += d.feed(p)
     assert d.http.complete
+    assert (d.status.state, d.status.connections, expiring) == ("background", 1, ["t1"])
     return out
 
 
 def test_every_split_of_a_chunked_stream_gives_the_same_events():
     whole = decode([STREAM])
-    assert isinstance(whole[0], Hello) and whole[0].state == "background"
-    events = whole[1:]
+    events = whole
     assert [(e.kind, e.id) for e in events] == [("fetch", "e1"), ("notification", "e2"), ("task-expiring", "e3")]
     assert events[0].deadline == 1764110430.0 and events[0].reason == "scheduled"
     assert events[1].payload == {"task": 3}
@@ -46,8 +46,7 @@ def test_every_split_of_a_chunked_stream_gives_the_same_events():
 def test_a_cut_stream_never_gives_its_partial_line():
     cut = STREAM.index(b'"deadline":1.5')
     d = EventStreamDecoder()
-    got = d.feed(STREAM[:cut])
-    assert [e.id for e in got if not isinstance(e, Hello)] == ["e1"]
+    assert [e.id for e in d.feed(STREAM[:cut])] == ["e1"]
     with pytest.raises(DrowseProtocolError):
         d.http.eof()
 

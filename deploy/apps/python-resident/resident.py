@@ -65,7 +65,7 @@ class Example:
             f.write(line + "\n")
 
     def dump_status(self) -> None:
-        status = {"pid": os.getpid(), "handled": self.handled, "connections": self.stream.connections if self.stream else 0,
+        status = {"pid": os.getpid(), "handled": self.handled, "connections": self.stream.status.connections if self.stream else 0,
                   "written_at": time.time()}
         tmp = self.folder / "status.json.tmp"
         tmp.write_text(json.dumps(status) + "\n")
