@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs a whole Drowse agent from the checkout, without root and without touching the system's
 # services: a loopback mosquitto on 127.0.0.1:18830 and drowsed in the foreground with
-# deploy/local.toml and the example apps in deploy/apps.d. Everything it writes is under
+# deploy/local.toml and the example apps in deploy/apps.d (among them two resident apps: the Swift
+# one built here and the Python one, run with DrowseKit for Python from Sources/drowsekit-python
+# by deploy/apps/python-resident/run.sh). Everything it writes is under
 # deploy/local/ (git-ignored). Ctrl-C stops both.
 #
 #   deploy/run-local.sh            keep state from the last run (transfers resume)
@@ -20,7 +22,9 @@ case "${1:-}" in
     *) die "usage: $0 [--reset]" ;;
 esac
 
-need_packages "${DROWSE_BUILD_PACKAGES[@]}" "${DROWSE_RUN_PACKAGES[@]}"
+# python3: the Python resident example (deploy/apps.d/python-resident.toml) runs on the system's
+# python3 (drowsed's environment is clean) with the library from the checkout, no pip install.
+need_packages "${DROWSE_BUILD_PACKAGES[@]}" "${DROWSE_RUN_PACKAGES[@]}" python3
 need_swift
 say "swift build ${DROWSE_RELEASE_FLAGS[*]}"
 swift build "${DROWSE_RELEASE_FLAGS[@]}"
@@ -57,6 +61,8 @@ From another terminal, in $DROWSE_ROOT:
   $BIN/drowse --socket $LOCAL/drowse.sock transfers
   $BIN/drowse --socket $LOCAL/drowse.sock fetch resident       # the resident Swift app (DrowseKit)
   $BIN/drowse --socket $LOCAL/drowse.sock task run --app resident -- sleep 3
+  $BIN/drowse --socket $LOCAL/drowse.sock fetch python-resident    # the resident Python app (drowsekit)
+  $BIN/drowse --socket $LOCAL/drowse.sock push --broker mqtt://127.0.0.1:$PORT --device pi-demo --app python-resident --silent -d task=8
   curl --unix-socket $LOCAL/drowse.sock http://drowse/v1/status
 
 (or: export DROWSE_SOCKET=$LOCAL/drowse.sock and leave out --socket)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds Drowse and runs every test: the Swift unit tests, then the end-to-end tests
+# Builds Drowse and runs every test: the Swift unit tests, DrowseKit for Python's unit tests,
+# then the end-to-end tests
 # (Tests/EndToEnd, pytest), which start their own mosquitto and nginx on loopback.
 # Installs the Debian packages it needs when they are missing. The last line printed is
 # pytest's summary.
@@ -56,6 +57,9 @@ swift build "${DROWSE_RELEASE_FLAGS[@]}"
 link_drowsed "$(swift build "${DROWSE_RELEASE_FLAGS[@]}" --show-bin-path)"
 DROWSE_BIN_DIR=$(swift build "${DROWSE_RELEASE_FLAGS[@]}" --show-bin-path) MAX_WAKEUPS_PER_S=0.1 SETTLE=11 \
     deploy/measure-idle.sh 15
+
+say "DrowseKit for Python: unit tests (a scripted server, no drowsed)"
+python3 -m pytest -q Sources/drowsekit-python/tests
 
 DROWSE_BIN_DIR=$(swift build --show-bin-path)
 export DROWSE_BIN_DIR
