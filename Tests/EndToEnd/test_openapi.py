@@ -67,7 +67,8 @@ def run_schemathesis(binary: str, port: int, report: Path) -> dict:
          # The event stream stays open by design: nothing to check in one request.
          "--exclude-path", "/v1/apps/{app}/events",
          "--suppress-health-check", "all", "--no-color", "--report", "junit", "--report-junit-path", str(report)],
-        capture_output=True, text=True, timeout=900, env={**os.environ, "SCHEMATHESIS_HOOKS": ""})
+        capture_output=True, text=True, timeout=900, env={**os.environ, "SCHEMATHESIS_HOOKS": ""},
+        cwd=report.parent)  # its example database (.schemathesis/) goes to the test's folder, not the checkout
     import xml.etree.ElementTree as ET
     suites = ET.parse(report).getroot()
     cases = list(suites.iter("testcase"))
