@@ -107,6 +107,19 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
+def ctx_switches(pid: int) -> dict[str, int]:
+    """Context switches per thread (voluntary + involuntary), by thread id: a thread that wakes
+    adds one each time, so a 100 Hz timer adds about 100 a second and a sleeping one none."""
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            out[task.name] = sum(int(line.split()[1]) for line in (task / "status").read_text().splitlines()
+                                 if "ctxt_switches" in line)
+        except FileNotFoundError:
+            pass
+    return out
+
+
 def kill_strays(marker: str) -> None:
     """SIGKILLs every process (and its process group) whose command line or environment mentions
     `marker` (our temp dir), so that handlers orphaned by a killed daemon never outlive a test."""
