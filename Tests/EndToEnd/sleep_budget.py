@@ -11,8 +11,8 @@ the outcome is there. How the sum is made (read from the source, nothing is run)
   interval, the scripted servers' pacing) belong to polling or to serving.
 - `time.sleep(<number>)` counts its number; `time.sleep(name)` counts the number `name` was last
   assigned in the same function (e.g. `window = 12.0`); `time.sleep(max(0.0, <expr>))` counts
-  `<expr>`'s number part when the expression is "a time + N - now" (a wait until N s after
-  something), else it is listed as unresolved (and counted as 0).
+  N when the expression is "a time + N - now" (a wait until N s after something: at most N),
+  else it is listed as unresolved (and counted as 0).
 - Inside `for ... in range(<number>)` a sleep counts once per iteration, unless the loop can
   `break` (a retry loop: it ends at the first success). Inside any other loop (a `while` bounded
   by a deadline or a condition, a `for` over data) it is a poll or pacing interval and counts
