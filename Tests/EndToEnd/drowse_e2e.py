@@ -107,29 +107,44 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
-def kill_strays(marker: str) -> None:
-    """SIGKILLs every process (and its process group) whose command line or environment mentions
-    `marker` (our temp dir), so that handlers orphaned by a killed daemon never outlive a test."""
+def ctx_switches(pid: int) -> dict[str, int]:
+    """Context switches per thread (voluntary + involuntary), by thread id: a thread that wakes
+    adds one each time, so a 100 Hz timer adds about 100 a second and a sleeping one none."""
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            out[task.name] = sum(int(line.split()[1]) for line in (task / "status").read_text().splitlines()
+                                 if "ctxt_switches" in line)
+        except FileNotFoundError:
+            pass
+    return out
+
+
+def stray_pids(marker: str, zombies: bool = False) -> list[int]:
+    """The processes (not this one; zombies too if asked) whose command line or environment
+    mentions `marker` (a test's temp dir): drowsed, its handlers, and their children (which
+    inherit DROWSE_SOCKET in their environment)."""
     me = os.getpid()
-    my_pgid = os.getpgid(0)
+    out = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        pid = int(entry.name)
-        if pid == me:
+        if not entry.name.isdigit() or int(entry.name) == me:
             continue
         try:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if marker not in cmdline and marker not in (entry / "environ").read_bytes().decode(errors="replace"):
+                continue
         except OSError:
             continue
-        if marker not in cmdline:
-            # A handler's children inherit DROWSE_SOCKET (inside our temp dir) in their environment.
-            try:
-                environ = (entry / "environ").read_bytes().decode(errors="replace")
-            except OSError:
-                continue
-            if marker not in environ:
-                continue
+        if zombies or pid_alive(int(entry.name)):
+            out.append(int(entry.name))
+    return out
+
+
+def kill_strays(marker: str) -> None:
+    """SIGKILLs every process (and its process group) whose command line or environment mentions
+    `marker` (our temp dir), so that handlers orphaned by a killed daemon never outlive a test."""
+    my_pgid = os.getpgid(0)
+    for pid in stray_pids(marker, zombies=True):
         try:
             pgid = os.getpgid(pid)
             if pgid not in (my_pgid, 0, 1):
@@ -669,6 +684,13 @@ class Drowse:
 
     def status(self) -> dict:
         return self.json("status")
+
+    def wait_idle(self, timeout: float = 10.0) -> dict:
+        """Waits until no handler runs or waits in the queue. After the runs a test waited for,
+        this is the outcome that ends a negative check: whatever the daemon started meanwhile
+        (a second run, a redelivered notification already received) has run by then."""
+        return wait_until(lambda: (lambda st: st if st["running_handlers"] == 0 and st["queued_handlers"] == 0 else None)(self.status()),
+                          timeout, what="no handler running or queued")
 
     def apps(self) -> list[dict]:
         return self.json("apps")

@@ -120,10 +120,10 @@ def test_no_busy_accept_loop_when_descriptors_run_out(make_drowse):
     wait_until(lambda: open_fds(pid) >= 46, 5, what="drowsed to run out of descriptors")
     time.sleep(0.5)
     cpu0, t0 = cpu_seconds(pid), time.monotonic()
-    time.sleep(5)
+    time.sleep(1.5)  # a busy accept loop takes a core: well over a second of CPU, even on a shared machine a good part of one
     used = cpu_seconds(pid) - cpu0
     print(f"\n[emfile] drowsed used {used:.2f} s of CPU in {time.monotonic() - t0:.1f} s with descriptors exhausted")
-    assert used < 0.5, f"drowsed spent {used:.2f} s of CPU in 5 s while out of descriptors (a busy accept loop)"
+    assert used < 0.15, f"drowsed spent {used:.2f} s of CPU in 1.5 s while out of descriptors (a busy accept loop)"
     assert d.proc.poll() is None and pid_alive(pid)
     for s in clients:
         s.close()

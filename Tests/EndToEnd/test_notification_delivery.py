@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from drowse_e2e import notify_topic, wait_until
+from drowse_e2e import notify_topic, stray_pids, wait_until
 
 # note-log.sh LOG [PAUSE]: one line when it starts, one when it is done (PAUSE seconds later).
 NOTE_LOG_SH = r"""#!/bin/sh
@@ -162,7 +162,7 @@ def test_notifications_published_while_the_daemon_is_stopped_run_once_after_rest
     d.start()
 
     wait_ids(log, set(sent), 30)
-    time.sleep(1.5)  # a redelivery or a second run would show up by now
+    d.wait_idle()  # a second run, of what was received, would have run by now
     done, started = ids(log, "done"), ids(log, "started")
     assert done == Counter({nid: 1 for nid in sent + ["before"]}), f"runs per id: {dict(done)}"
     assert started == done, f"started: {dict(started)}"
@@ -174,10 +174,14 @@ def test_sigterm_while_a_handler_runs_does_not_run_it_twice(broker, make_drowse)
     wait_ids(log, {"running"}, 10, kind="started")
     assert d.stop(signal.SIGTERM) == 0, d.exit_note()
     d.push("news", "--id", "while-down")
-    time.sleep(2.5)  # long enough for a handler left running to finish on its own
+    # A handler left running finishes on its own (2 s): wait until no process of this daemon is left.
+    wait_until(lambda: not stray_pids(str(d.base)), 10, what="the handler left running to end")
     d.start()
     wait_ids(log, {"running", "while-down"}, 20)
-    time.sleep(3)  # a rerun of "running" (2 s) would have finished by now
+    # A rerun of "running" would be started by the restarted daemon: it is done once no handler
+    # runs or waits.
+    wait_until(lambda: (lambda st: st["running_handlers"] == 0 and st["queued_handlers"] == 0)(d.status()), 10,
+               what="no handler running or queued")
     done = ids(log, "done")
     # Either outcome is fine: the daemon waits for the handler (one run) or stops it and runs the
     # notification again after the restart (one completed run). Two completed runs are not.
@@ -199,7 +203,7 @@ def test_broker_restart_mid_stream_loses_and_repeats_nothing(broker, make_drowse
         d.push("news", "--id", nid)
 
     wait_ids(log, set(first + second), 30)
-    time.sleep(1.5)
+    d.wait_idle()
     done = ids(log, "done")
     assert done == Counter({nid: 1 for nid in first + second}), f"runs per id: {dict(done)}"
     assert ids(log, "started") == done
@@ -224,7 +228,7 @@ def test_kill_9_during_a_handler_reruns_that_notification_but_not_a_finished_one
     # may still finish on its own, so count the starts.
     wait_until(lambda: ids(log, "started")["cut-2"] >= 2, 20, what="cut-2 to be started again after the restart")
     wait_until(lambda: ids(log, "done")["cut-2"] >= 1, 10, what="cut-2's rerun to finish")
-    time.sleep(1.0)
+    d.wait_idle()
     started = ids(log, "started")
     assert started["cut-2"] == 2, f"cut-2 should run exactly once more after the restart: {dict(started)}"
     assert started["finished-1"] == 1, f"a notification handled before the kill ran again: {dict(started)}"
@@ -285,7 +289,7 @@ def test_kill_9_at_random_moments_loses_nothing_and_repeats_only_interrupted_run
         return out
 
     wait_until(lambda: set(wanted) <= set(runs("done")), 60, what="every notification to be handled")
-    time.sleep(2.0)
+    d.wait_idle()
     starts = runs("started")
     assert set(starts) == set(wanted), f"unexpected ids: {set(starts) ^ set(wanted)}"
     # A handler stamps its start after sh and date have run: one that the killed drowsed started
@@ -319,7 +323,12 @@ def fault_pwrite(d, inject: str) -> subprocess.Popen:
     tracer = subprocess.Popen([STRACE, "-f", "-qq", "-p", str(d.proc.pid), "-e", "trace=pwrite64",
                                "-e", f"inject=pwrite64:{inject}", "-o", "/dev/null"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    time.sleep(1.0)  # strace attaches to every thread
+    # strace attaches to every thread: each shows it as its tracer.
+    def attached():
+        tracers = [line.split()[1] for task in Path(f"/proc/{d.proc.pid}/task").glob("*")
+                   for line in (task / "status").read_text().splitlines() if line.startswith("TracerPid:")]
+        return tracer.poll() is not None or (tracers and all(t == str(tracer.pid) for t in tracers))
+    wait_until(attached, 10, what="strace to attach to every thread")
     if tracer.poll() is not None:
         pytest.skip(f"strace cannot attach here: {tracer.stderr.read().decode(errors='replace')}")
     return tracer
@@ -336,7 +345,7 @@ def test_a_crash_between_receipt_and_record_does_not_lose_the_notification(broke
         d.push("news", "--id", "in-the-gap")
         # The PUBLISH reached drowsed (the broker logs sending it); its PUBACK must wait for the record.
         wait_until(lambda: sends() > sends0, 5, what="the broker to send the notification")
-        time.sleep(2.0)
+        time.sleep(1.0)  # a PUBACK sent on receipt would have reached the broker in milliseconds
         assert acks() == acks0, "the broker got a PUBACK although the record was still held"
         assert ids(log, "started")["in-the-gap"] == 0, "the handler ran although the record was held"
         d.stop(signal.SIGKILL)
@@ -371,7 +380,7 @@ def test_a_notification_that_cannot_be_recorded_is_left_to_the_broker_and_handle
     wait_until(lambda: acks() > acks0, 10, what="the PUBACK after the record")
     d.push("news", "--id", "after")
     wait_ids(log, {"after"}, 10)
-    time.sleep(1.0)
+    d.wait_idle()
     started = ids(log, "started")
     assert started["while-full"] == 1 and started["warm-up"] == 1, dict(started)
 
@@ -388,7 +397,7 @@ def test_duplicates_by_id_and_by_identical_payload_run_once(broker, make_drowse)
 
     wait_ids(log, {"same-id", "marker"}, 15)
     wait_until(lambda: sum(ids(log).values()) >= 3, 10, what="the payload without id to run")
-    time.sleep(1.5)
+    d.wait_idle()  # each duplicate was received before the marker: one not dropped would have run
     runs = [doc for kind, doc in entries(log) if kind == "done"]
     assert sorted(doc.get("content-id", 0) for doc in runs) == [0, 1, 2], f"handler runs: {runs}"
 
@@ -420,7 +429,7 @@ def test_deferred_notifications_with_one_collapse_id_keep_only_the_newest(broker
     age_budget(d, 3600)
 
     wait_ids(log, {"c3"}, 15)
-    time.sleep(1.5)
+    d.wait_idle()  # the window released what it released at once
     done = ids(log)
     assert done == Counter({"first": 1, "c3": 1}), f"runs per id: {dict(done)}"
     # It ran because a window opened.
@@ -456,7 +465,7 @@ def test_expired_notifications_never_run_on_receipt_or_after_deferral(broker, ma
     # The window's fetch runs alongside the flushed notification: its record may land a moment later.
     ran_at = wait_until(lambda: [t for t in fetch_starts(d, "exp") if t > window1], 5, what="the next fetch window")
     assert min(ran_at) > expires, f"the next window ({ran_at}) did not come after the expiry ({expires})"
-    time.sleep(1.0)
+    d.wait_idle()  # the window flushed the deferred ones at once
     started = ids(log, "started")
     assert started == Counter({"first": 1, "keeper": 1}), f"runs per id: {dict(started)}"
     assert d.status()["mqtt"]["refused_notifications"] >= refused0 + 1
@@ -473,7 +482,9 @@ def test_priority_10_runs_at_once_when_the_budget_is_spent(broker, make_drowse):
     d.push("news", "--id", "urgent", "--priority", "10")
     wait_ids(log, {"urgent"}, 5, kind="started")
     assert time.monotonic() - t0 < 3, "priority 10 did not run at once"
-    time.sleep(1.5)
+    # The other stays deferred (no fetch interval: no window releases it).
+    wait_until(lambda: notification_states(d)["deferred"] == 1, 5, what="the normal one to be deferred")
+    d.wait_idle()
     assert ids(log, "started") == Counter({"first": 1, "urgent": 1}), dict(ids(log, "started"))
 
 
@@ -536,7 +547,10 @@ def test_signed_notification_with_download_runs_the_events_handler_with_the_file
     # The others ran their notification handler like any notification, and downloaded nothing.
     wait_ids(nokey_log, {"nk-1", "nk-2"}, 15)
     wait_ids(noallow_log, {"na-1"}, 15)
-    time.sleep(1.0)
+    d.wait_idle()
+    # A download is a transfer from the notification's receipt on: none was made for them.
+    for name in ("nokey", "noallow"):
+        assert d.json("transfers", "--app", name) == [], f"{name} got a transfer: {d.json('transfers', '--app', name)}"
     requested = {e["uri"] for e in nginx.access_entries()}
     for name in ("unsigned", "unverified", "noallow"):
         assert f"/files/{name}.bin" not in requested, f"{name}.bin was downloaded: {nginx.access_entries()}"

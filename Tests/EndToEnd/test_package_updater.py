@@ -109,10 +109,13 @@ def test_signed_notification_installs_the_package_and_the_fleet_sees_its_version
                what="2.0 in the fleet status")
     # The same notification again (a redelivery) installs nothing twice: deduplicated by id.
     runs_before = len([t for t in d.json("transfers", "--app", "package-updater")])
+    duplicates = lambda: sum(int(float(line.split()[-1])) for line in d.cli_ok("metrics").stdout.splitlines()  # noqa: E731
+                             if line.startswith('drowse_notifications_total{outcome="duplicate"'))
+    dup0 = duplicates()
     push("2.0")
     push("1.0", note_id="v1.0")  # the old one again: deduplicated, no downgrade
-    import time
-    time.sleep(2)
+    wait_until(lambda: duplicates() >= dup0 + 2, 20, what="both to be received as duplicates")
+    d.wait_idle()
     assert len(d.json("transfers", "--app", "package-updater")) == runs_before
     assert installed_version() == "2.0"
     # The report survives a restart and is published again.

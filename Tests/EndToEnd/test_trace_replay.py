@@ -10,14 +10,34 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 
-from drowse_e2e import DROWSE, notify_topic
+from drowse_e2e import DROWSE, notify_topic, wait_until
 
 
 def replay(path):
     r = subprocess.run([str(DROWSE), "simulate", "--replay", str(path), "--json"], capture_output=True, text=True, timeout=60)
     return r.returncode, (json.loads(r.stdout) if r.stdout.strip() else None), r.stderr
+
+
+def traced(path):
+    """What a trace holds so far: its event types, its scheduled windows and their fetches, and
+    the apps whose handler was killed at its deadline."""
+    kinds, windows, fetches, timed_out = set(), 0, 0, set()
+    lines = path.read_text().splitlines()[1:] if path.exists() else []
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except ValueError:  # a line being written
+            continue
+        event = entry["event"]
+        kinds.add(event["type"])
+        if event["type"] == "handler_ended" and (event.get("fetch") or {}).get("timed_out"):
+            timed_out.add(event["app"])
+        for a in entry["actions"]:
+            if a["type"] == "start_fetch" and a["trigger"] == "scheduled":
+                windows += 1
+                fetches += len(a["apps"])
+    return {"kinds": kinds, "windows": windows, "window_fetches": fetches, "timed_out": timed_out}
 
 
 def test_a_traced_drowsed_run_replays_to_the_same_actions(broker, make_drowse):
@@ -31,11 +51,16 @@ def test_a_traced_drowsed_run_replays_to_the_same_actions(broker, make_drowse):
     d.daemon_args = ["--scheduler-trace", str(trace)]
     d.start()
     broker.wait_subscribed(notify_topic("news"))
-    time.sleep(4)
+    # Windows have opened (the first takes every new app) before the API and MQTT events come.
+    wait_until(lambda: traced(trace)["windows"] >= 2, 15, what="two scheduled windows in the trace")
     d.push("news", "-d", "content-id=1")
     d.cli_ok("used", "fresh")
     d.cli("fetch", "quiet", timeout=10)
-    time.sleep(6)
+    # Until the trace holds every kind of event, the slow handler's deadline kill and more windows.
+    kinds = {"started", "handler_ended", "radio_used", "used", "fetch_requested", "timer_fired"}
+    wait_until(lambda: (lambda t: kinds <= t["kinds"] and "slow" in t["timed_out"] and t["windows"] >= 4
+                        and t["window_fetches"] > t["windows"])(traced(trace)) and d.runs("news-note"), 20,
+               what="a trace of every kind of event, a deadline kill and four windows")
     d.stop()
 
     code, report, err = replay(trace)
@@ -57,7 +82,8 @@ def test_a_traced_drowsed_run_replays_to_the_same_actions(broker, make_drowse):
     assert news["tolerance_seconds"] == 2.5, news
     if news["eligible_at"] is not None:
         assert abs(news["due_by"] - news["eligible_at"] - 2.5) < 1e-6, news
-    time.sleep(4)
+    wait_until(lambda: traced(trace2)["windows"] >= 1 and "handler_ended" in traced(trace2)["kinds"], 15,
+               what="a window after the restart")
     d.stop()
     code, report2, err = replay(trace2)
     assert code == 0 and report2["identical"] and report2["windows"] >= 1, (code, err, report2)
