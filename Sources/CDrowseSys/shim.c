@@ -1,5 +1,6 @@
 #define _GNU_SOURCE
 #include "CDrowseSys.h"
+#include "spawn_internal.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -43,27 +44,6 @@
 #define PR_SET_CHILD_SUBREAPER 36
 #endif
 
-/* What the child of drowse_spawn needs; it lives on the parent's (suspended) stack. */
-struct spawn_args {
-    const char *path;
-    char *const *argv;
-    char *const *envp;
-    const char *cwd;
-    int set_ids;
-    uid_t uid;
-    gid_t gid;
-    const gid_t *groups;
-    int ngroups;
-    int stdin_fd, stdout_fd, stderr_fd;
-    int cgroup_fd; /* an open cgroup.procs to join, or -1 (clone3 puts the child in its cgroup itself) */
-    int err_pipe; /* the write end of a CLOEXEC pipe for err and step (a child without CLONE_VM), or -1 */
-    int close_to; /* -1: close_range(2) closes everything above 2; else close 3...close_to one by one */
-    int err; /* written by the child when a step fails; read by the parent after clone returns */
-    int step; /* the DROWSE_SPAWN_STEP_* the child was at (set before each step that names itself) */
-    long long nproc_limit; /* RLIMIT_NPROC for the handler (counted per user, not per app), or -1 */
-    long long data_limit; /* RLIMIT_DATA in bytes (heap and private writable mappings), or -1 */
-};
-
 /* A child that shares the parent's memory writes err and step there; one that has its own copy
    (clone3 into a cgroup) sends them through err_pipe, which its execve would have closed. */
 #define SPAWN_FAIL(a) do { \
@@ -76,7 +56,7 @@ struct spawn_args {
    may take a lock, allocate, or touch glibc's thread bookkeeping. In particular the user switch
    uses raw system calls: glibc's setuid/setgid/setgroups would "broadcast" the change to every
    thread of what it believes is its process — the parent's threads. */
-static int spawn_child(void *p) {
+int drowse_internal_spawn_child(void *p) {
     struct spawn_args *a = p;
     /* Default signal handling (the parent's handlers must never run here), own process group. */
     struct sigaction dfl;
@@ -148,7 +128,7 @@ static int spawn_child(void *p) {
 }
 
 /* Kernels before 5.9 have no close_range(2). Probed once: closing a range where nothing is open. */
-static int close_range_works(void) {
+int drowse_internal_close_range_works(void) {
     static int state; /* 0 unknown, 1 yes, 2 no */
     int s = __atomic_load_n(&state, __ATOMIC_RELAXED);
     if (s == 0) {
@@ -160,7 +140,7 @@ static int close_range_works(void) {
 
 /* Without close_range the child closes descriptors one by one: up to the highest one open now
    (plus room for any another thread opens meanwhile), not to an arbitrary 65536. */
-static int highest_fd_bound(void) {
+int drowse_internal_highest_fd_bound(void) {
     int hi = -1;
     DIR *d = opendir("/proc/self/fd");
     if (d) {
@@ -193,7 +173,8 @@ static int spawn_locked(const char *path, char *const argv[], char *const envp[]
                         long long data_limit, int *out_step, pid_t *out_pid);
 
 struct child_entry { pid_t pid; unsigned long long start; };
-static pthread_mutex_t children_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t drowse_internal_children_lock = PTHREAD_MUTEX_INITIALIZER;
+#define children_lock drowse_internal_children_lock
 static struct child_entry *children;
 static size_t children_count, children_cap;
 
@@ -238,7 +219,7 @@ static int proc_stat_ids(pid_t pid, char *state, pid_t *ppid, pid_t *pgrp, pid_t
     return 0;
 }
 
-static void register_locked(pid_t pid) {
+void drowse_internal_register_locked(pid_t pid) {
     unsigned long long start = 0;
     proc_stat(pid, NULL, NULL, &start);
     if (children_count == children_cap) {
@@ -251,11 +232,15 @@ static void register_locked(pid_t pid) {
     children[children_count++] = (struct child_entry){ pid, start };
 }
 
-void drowse_forget_child(pid_t pid) {
-    pthread_mutex_lock(&children_lock);
+void drowse_internal_forget_locked(pid_t pid) {
     for (size_t i = 0; i < children_count; i++) {
         if (children[i].pid == pid) { children[i] = children[--children_count]; break; }
     }
+}
+
+void drowse_forget_child(pid_t pid) {
+    pthread_mutex_lock(&children_lock);
+    drowse_internal_forget_locked(pid);
     pthread_mutex_unlock(&children_lock);
 }
 
@@ -380,16 +365,11 @@ int drowse_spawn_limited(const char *path, char *const argv[], char *const envp[
     pthread_mutex_lock(&children_lock);
     int rc = spawn_locked(path, argv, envp, cwd, set_ids, uid, gid, groups, ngroups, stdin_fd, stdout_fd, stderr_fd,
                           cgroup_fd, nproc_limit, data_limit, out_failed_step, out_pid);
-    if (rc == 0) register_locked(*out_pid);
+    if (rc == 0) drowse_internal_register_locked(*out_pid);
     pthread_mutex_unlock(&children_lock);
     return rc;
 }
 
-/* struct clone_args of clone3(2), as of Linux 5.7 (CLONE_INTO_CGROUP). */
-struct drowse_clone_args {
-    unsigned long long flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid, set_tid_size,
-        cgroup;
-};
 
 /* Starts the child inside the cgroup whose directory is `cgroup_dir` with clone3(CLONE_INTO_CGROUP).
    Moving a process into a cgroup afterwards (writing cgroup.procs) takes the kernel's threadgroup
@@ -398,19 +378,20 @@ struct drowse_clone_args {
    has a copy of the parent's memory, as after fork, so it can return from the system call and run
    spawn_child on its copy of this stack; CLONE_VFORK still holds this thread until its execve.
    Returns the pid, or -1 with errno (ENOSYS, E2BIG, EINVAL: a kernel before 5.7). */
-static pid_t clone3_into_cgroup(struct spawn_args *a, int cgroup_dir) {
+pid_t drowse_internal_clone3_into_cgroup(struct spawn_args *a, int cgroup_dir, unsigned long long extra_flags) {
     int errp[2];
     if (pipe2(errp, O_CLOEXEC) != 0) return -1;
     a->err_pipe = errp[1];
     struct drowse_clone_args ca;
     memset(&ca, 0, sizeof ca);
-    ca.flags = CLONE_VFORK | CLONE_INTO_CGROUP;
-    ca.exit_signal = SIGCHLD;
+    ca.flags = CLONE_VFORK | CLONE_INTO_CGROUP | extra_flags;
+    /* With CLONE_PARENT the kernel takes the caller's own exit signal (and refuses another). */
+    ca.exit_signal = (extra_flags & CLONE_PARENT) ? 0 : SIGCHLD;
     ca.cgroup = (unsigned long long)cgroup_dir;
     long pid = syscall(SYS_clone3, &ca, sizeof ca);
     if (pid == 0) {
         close(errp[0]);
-        spawn_child(a);
+        drowse_internal_spawn_child(a);
         _exit(127);
     }
     int clone_err = errno;
@@ -446,7 +427,7 @@ static int spawn_locked(const char *path, char *const argv[], char *const envp[]
         .path = path, .argv = argv, .envp = envp, .cwd = cwd, .set_ids = set_ids, .uid = uid, .gid = gid,
         .groups = groups, .ngroups = ngroups, .stdin_fd = stdin_fd, .stdout_fd = stdout_fd, .stderr_fd = stderr_fd,
         .cgroup_fd = -1, .err_pipe = -1, .step = DROWSE_SPAWN_STEP_OTHER,
-        .close_to = close_range_works() ? -1 : highest_fd_bound(), .err = 0,
+        .close_to = drowse_internal_close_range_works() ? -1 : drowse_internal_highest_fd_bound(), .err = 0,
         .nproc_limit = nproc_limit, .data_limit = data_limit,
     };
     /* No signal handler may run in the child before it has reset them all. */
@@ -460,7 +441,16 @@ static int spawn_locked(const char *path, char *const argv[], char *const envp[]
         static int clone3_state; /* 0 unknown, 1 works, 2 missing */
         if (__atomic_load_n(&clone3_state, __ATOMIC_RELAXED) != 2) {
             tried_clone3 = 1;
-            pid = clone3_into_cgroup(&a, cgroup_fd);
+            /* From the spawn helper when it runs (a small process: no copy of drowsed's page
+               tables), else from here. */
+            int via = drowse_internal_spawner_clone3(&a, cgroup_fd, &pid);
+            /* No helper, or its clone3 refused what this one may still do (a refusal here is
+               what says a kernel has no clone3). */
+            if (via != 0 || (pid < 0 && (errno == ENOSYS || errno == E2BIG || errno == EINVAL))) {
+                a.err = 0;
+                a.step = DROWSE_SPAWN_STEP_OTHER;
+                pid = drowse_internal_clone3_into_cgroup(&a, cgroup_fd, 0);
+            }
             clone_err = errno;
             if (pid < 0 && (clone_err == ENOSYS || clone_err == E2BIG || clone_err == EINVAL)) {
                 __atomic_store_n(&clone3_state, 2, __ATOMIC_RELAXED);
@@ -482,7 +472,7 @@ static int spawn_locked(const char *path, char *const argv[], char *const envp[]
         }
     }
     if (!tried_clone3) {
-        pid = clone(spawn_child, (char *)stack + STACK_SIZE, CLONE_VM | CLONE_VFORK | SIGCHLD, &a);
+        pid = clone(drowse_internal_spawn_child, (char *)stack + STACK_SIZE, CLONE_VM | CLONE_VFORK | SIGCHLD, &a);
         clone_err = errno;
     }
     pthread_sigmask(SIG_SETMASK, &old, NULL);

@@ -64,6 +64,11 @@ import Logging
         }
         lifecycle.configure(apps.values.sorted { $0.id < $1.id }, adopted: adopted.filter { apps[$0]?.isResident == true })
         startMemoryPressureMonitor()
+        // Handlers start into their cgroups from the small spawn helper (no copy of drowsed's page
+        // tables at each start); without cgroups drowsed's own start shares its memory anyway.
+        if suspension.cgroupBase != nil, launcher is ProcessLauncher {
+            if let error = SpawnHelper.start() { logger.warning("handlers start in-process: \(error)") }
+        }
     }
 
     /// A reload: resident processes of removed apps, or of apps no longer resident, stop; the
@@ -246,6 +251,8 @@ import Logging
         .object([
             ("suspension", .string(suspension.mechanism)), ("cgroup", JSON(suspension.cgroupBase)),
             ("memory_pressure", .string(memoryPressureStatus)),
+            // The spawn helper's pid while it runs (null: handlers start in-process).
+            ("spawner_pid", JSON(SpawnHelper.pid.map(Int.init))),
         ])
     }
 }

@@ -32,6 +32,18 @@ enum {
     DROWSE_SPAWN_STEP_LIMITS = 2,
 };
 
+/// Starts the spawn helper (spawner.c): `exe` executed as "drowse-spawner", a small process that
+/// starts handlers into their cgroups for this one, without a copy of its page tables. Until it
+/// runs, and whenever it cannot be reached (it is started again, up to three times in a row),
+/// drowse_spawn starts them itself. Returns 0 or errno.
+int drowse_spawner_start(const char *exe);
+
+/// Ends the spawn helper; handlers are started in-process from then on.
+void drowse_spawner_stop(void);
+
+/// The spawn helper's pid, or -1 when none runs.
+pid_t drowse_spawner_pid(void);
+
 /// Makes this process the subreaper of its descendants (PR_SET_CHILD_SUBREAPER): a handler's
 /// orphans (e.g. a child that called setsid and outlived the handler) become its children, so it
 /// can kill and reap them. Returns 0 or errno.

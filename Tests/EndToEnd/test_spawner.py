@@ -1,0 +1,68 @@
+"""The spawn helper (Sources/CDrowseSys/spawner.c): handlers start into their cgroups from a
+small process, as children of drowsed all the same; when the helper is killed or stops
+answering, handlers still start (drowsed starts them itself) and a new helper takes over."""
+import os
+import signal
+import time
+from pathlib import Path
+
+from drowse_e2e import wait_until
+
+
+def helper_pid(d) -> int | None:
+    return d.json("status")["lifecycle"].get("spawner_pid")
+
+
+def parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def fetch_ppid(d, app: str, out: Path) -> int:
+    """Runs the app's fetch now; returns the parent pid its handler saw."""
+    (out / "ppid").unlink(missing_ok=True)
+    r = d.cli("fetch", app, "--json", timeout=20)
+    assert r.returncode == 0, r.stderr
+    return int((out / "ppid").read_text())
+
+
+def test_handlers_start_from_the_helper_and_without_it(make_drowse):
+    d = make_drowse(handler_deadline="10s")
+    out = d.out_dir("sp")
+    script = d.write_script("ppid.sh", f"""
+        #!/bin/sh
+        grep -q '/sp/' /proc/self/cgroup || exit 1     # in the app's cgroup leaf
+        echo $PPID > {out}/ppid.tmp && mv {out}/ppid.tmp {out}/ppid
+        """)
+    d.add_app("sp", fetch=[str(script)], minimum_interval="1h")
+    d.start()
+    if d.json("status")["lifecycle"]["suspension"] != "cgroup-v2":
+        import pytest
+        pytest.skip("no writable cgroup v2 here: handlers start in-process, no helper")
+    first = helper_pid(d)
+    assert first and Path(f"/proc/{first}/comm").read_text().strip() == "drowse-spawner"
+    assert parent_of(first) == d.proc.pid
+    # The handler is drowsed's child (CLONE_PARENT), in its cgroup, and it ran.
+    assert fetch_ppid(d, "sp", out) == d.proc.pid
+
+    # Killed: the next handler still starts (drowsed starts it itself), and a new helper runs.
+    os.kill(first, signal.SIGKILL)
+    wait_until(lambda: not Path(f"/proc/{first}/comm").exists() or "Z" in Path(f"/proc/{first}/stat").read_text().split(")")[1][:3],
+               5, what="the helper to die")
+    assert fetch_ppid(d, "sp", out) == d.proc.pid
+    second = wait_until(lambda: (lambda p: p if p and p != first else None)(helper_pid(d)), 10, what="a new helper")
+    assert parent_of(second) == d.proc.pid
+    assert fetch_ppid(d, "sp", out) == d.proc.pid
+
+    # Stopped (it cannot answer): drowsed gives up on it after 2 s, starts the handler itself, and
+    # replaces it.
+    os.kill(second, signal.SIGSTOP)
+    t0 = time.monotonic()
+    assert fetch_ppid(d, "sp", out) == d.proc.pid
+    assert time.monotonic() - t0 < 8
+    third = wait_until(lambda: (lambda p: p if p and p not in (first, second) else None)(helper_pid(d)), 10, what="a third helper")
+    assert fetch_ppid(d, "sp", out) == d.proc.pid
+    assert not Path(f"/proc/{second}").exists() or "Z" in Path(f"/proc/{second}/stat").read_text().split(")")[1][:3]
+
+    # drowsed's end: the helper goes with it.
+    d.stop()
+    wait_until(lambda: not Path(f"/proc/{third}").exists(), 5, what="the helper to end with drowsed")
