@@ -39,7 +39,7 @@
 #define SPAWNER_MAGIC 0x44535031u /* "DSP1" */
 /* A request's strings: far more than a handler's command and environment need. Larger
    requests are started by drowsed itself. */
-#define SPAWNER_MAX (256 * 1024)
+#define SPAWNER_MAX (64 * 1024) /* well under a socket buffer (net.core.wmem_default, ~208 KiB) */
 #define SPAWNER_MAX_STRINGS 8192
 #define SPAWNER_MAX_GROUPS 1024
 
