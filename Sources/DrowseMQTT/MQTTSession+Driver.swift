@@ -108,8 +108,8 @@ extension MQTTSession {
             }
             // Give messages already handed over a moment to be recorded, so their PUBACKs can go;
             // past that, or after a rejection, close without writing (the broker redelivers).
-            let settleBy = now() + 2
-            while session.receipts.withLock({ $0.unsettled > 0 && !$0.rejected }), now() < settleBy {
+            let settle = MQTTStopSettle(stoppingAt: now())
+            while session.receipts.withLock({ settle.keepWaiting(unsettled: $0.unsettled, rejected: $0.rejected, now: now()) }) {
                 var fd = [pollfd(fd: session.wake.fd, events: Int16(POLLIN), revents: 0)]
                 // A poll that fails cannot wait for the records: close now (the broker redelivers).
                 guard (try? Sys.poll(&fd, timeoutMs: 100)) != nil else { break }

@@ -18,10 +18,11 @@ final class Download {
     var machine: DownloadMachine
     /// Bytes reported durable (fdatasync'ed and sent as `.committed`).
     var committed: Int64
-    var lastCommitAt: Double
+    /// When bytes are made durable: by count after each write, by time from the engine's loop.
+    var cadence: CommitCadence
     /// The current response's headers (reset at each new status line: redirects, 100-continue).
     var response = DownloadMachine.Response()
-    var lastProgressAt: Double = 0
+    var progress = ProgressThrottle()
     var headers: UnsafeMutablePointer<curl_slist>?
     /// SHA-256 of bytes 0..<hashedUpTo, kept up as bytes arrive so finishing needs no re-read.
     var hasher: SHA256Hasher?
@@ -42,7 +43,7 @@ final class Download {
             committed: job.resumeFrom, total: job.expectedTotal, etag: job.etag, lastModified: job.lastModified,
             maxUnknownSize: engine.opts.maxUnknownSize)
         committed = machine.offset
-        lastCommitAt = WallClock.monotonic()
+        cadence = CommitCadence(interval: engine.opts.commitInterval, bytes: engine.opts.commitBytes, startedAt: WallClock.monotonic())
         do throws(TransferError) {
             let partLength = try openPart()
             var request: (range: Int64?, ifRange: String?)?
@@ -226,10 +227,8 @@ final class Download {
             hashedUpTo += Int64(buf.count)
         }
         machine.appended(buf.count)
-        if written - committed >= engine.opts.commitBytes { commit(force: false) }
-        let now = WallClock.monotonic()
-        if now - lastProgressAt >= 0.5 {
-            lastProgressAt = now
+        if cadence.dueForBytes(uncommitted: uncommittedBytes) { commit(force: false) }
+        if progress.shouldReport(at: WallClock.monotonic()) {
             engine.emit(.progress(id: job.id, bytesDone: written, bytesTotal: machine.total))
         }
         return buf.count
@@ -243,7 +242,7 @@ final class Download {
         let event = TransferEvent.committed(
             id: job.id, bytesDone: written, bytesTotal: machine.total, etag: machine.etag, lastModified: machine.lastModified)
         committed = written
-        lastCommitAt = WallClock.monotonic()
+        cadence.committed(at: WallClock.monotonic())
         if force {
             engine.syncer.drain()
             guard fdatasync(fd) == 0 else { return }

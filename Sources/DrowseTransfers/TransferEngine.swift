@@ -221,15 +221,13 @@ package final class TransferEngine: Sendable {
             let now = WallClock.monotonic()
             var nextCommit = Double.infinity
             for d in active.values {
-                if d.uncommittedBytes > 0 {
-                    if now - d.lastCommitAt >= options.commitInterval { d.commit(force: false) }
-                    if d.uncommittedBytes > 0 { nextCommit = min(nextCommit, d.lastCommitAt + options.commitInterval) }
-                }
+                if d.cadence.dueForTime(uncommitted: d.uncommittedBytes, now: now) { d.commit(force: false) }
+                if let due = d.cadence.nextDue(uncommitted: d.uncommittedBytes) { nextCommit = min(nextCommit, due) }
             }
             var timeout: Int = -1
             if !CurlCheck.multi(ccurl_multi_timeout(multi, &timeout), "curl_multi_timeout", logger) { timeout = 1000 }
             if timeout < 0 { timeout = active.isEmpty && uploads.isEmpty && cancelling.isEmpty ? Int(Int32.max) : 1000 }
-            if nextCommit.isFinite { timeout = min(timeout, max(0, Int((nextCommit - now) * 1000) + 1)) }
+            if nextCommit.isFinite { timeout = min(timeout, CommitCadence.waitMilliseconds(until: nextCommit, now: now)) }
             var numfds: Int32 = 0
             let wait = Int32(min(timeout, Int(Int32.max)))
             if !CurlCheck.multi(ccurl_multi_poll(multi, nil, 0, wait, &numfds), "curl_multi_poll", logger) {
