@@ -74,17 +74,21 @@ let package = Package(
         .target(name: "DrowseKit", dependencies: ["DrowseCore", "DrowsePOSIX"]),
         .executableTarget(name: "drowse-resident-example", dependencies: ["DrowseKit"]),
 
+        // Helpers shared by the test targets (temporary folders, free ports, waiting, a mosquitto
+        // broker, a capturing log handler): every .swift file in Tests/DrowseTestSupport is in it.
+        .target(name: "DrowseTestSupport", dependencies: [.product(name: "Logging", package: "swift-log")],
+                path: "Tests/DrowseTestSupport"),
         .testTarget(name: "DrowseCoreTests", dependencies: ["DrowseCore"], exclude: ["toml-test"]),
         .testTarget(name: "DrowseSimulationTests", dependencies: ["DrowseSimulation", "DrowseCore", "DrowseSystem"]),
         .testTarget(name: "DrowseStoreTests", dependencies: ["DrowseStore", "DrowseCore"]),
-        .testTarget(name: "DrowseSystemTests", dependencies: ["DrowseSystem", "DrowseCore", .product(name: "Logging", package: "swift-log")]),
+        .testTarget(name: "DrowseSystemTests", dependencies: ["DrowseSystem", "DrowseCore", "DrowseTestSupport", .product(name: "Logging", package: "swift-log")]),
         .testTarget(name: "DrowseTransfersTests", dependencies: ["DrowseTransfers", "DrowseCore", "CCurl", .product(name: "Logging", package: "swift-log")]),
         .testTarget(name: "DrowseAgentTests", dependencies: [
             "DrowseAgent", "DrowseCore", "DrowseSimulation", "DrowseStore", "DrowseSystem",
             .product(name: "Logging", package: "swift-log"),
         ]),
-        .testTarget(name: "DrowseKitTests", dependencies: ["DrowseKit", "DrowseCore", "DrowsePOSIX"]),
-        .testTarget(name: "DrowseMQTTTests", dependencies: ["DrowseMQTT", "CMosquitto", .product(name: "Logging", package: "swift-log")]),
+        .testTarget(name: "DrowseKitTests", dependencies: ["DrowseKit", "DrowseCore", "DrowsePOSIX", "DrowseTestSupport"]),
+        .testTarget(name: "DrowseMQTTTests", dependencies: ["DrowseMQTT", "CMosquitto", "DrowseTestSupport", .product(name: "Logging", package: "swift-log")]),
     ],
     swiftLanguageModes: [.v6]
 )
