@@ -66,8 +66,11 @@ let package = Package(
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
         ]),
+        // The text the CLI prints for drowsed's JSON answers (status, apps, transfers): pure, so
+        // tests can call it.
+        .target(name: "DrowseCLIFormat", dependencies: ["DrowseCore", "DrowsePOSIX"]),
         .executableTarget(name: "drowse", dependencies: [
-            "DrowseDaemon", "DrowseCore", "DrowseSimulation", "DrowseSystem", "DrowseMQTT",
+            "DrowseDaemon", "DrowseCLIFormat", "DrowseCore", "DrowseSimulation", "DrowseSystem", "DrowseMQTT",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         // The client library a resident app imports: the lifecycle API over the Unix socket.
@@ -88,6 +91,7 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ]),
         .testTarget(name: "DrowseKitTests", dependencies: ["DrowseKit", "DrowseCore", "DrowsePOSIX", "DrowseTestSupport"]),
+        .testTarget(name: "DrowseCLIFormatTests", dependencies: ["DrowseCLIFormat", "DrowseCore"]),
         .testTarget(name: "DrowseMQTTTests", dependencies: ["DrowseMQTT", "CMosquitto", "DrowseTestSupport", .product(name: "Logging", package: "swift-log")]),
     ],
     swiftLanguageModes: [.v6]
