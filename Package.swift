@@ -85,7 +85,7 @@ let package = Package(
         .testTarget(name: "DrowseSimulationTests", dependencies: ["DrowseSimulation", "DrowseCore", "DrowseSystem"]),
         .testTarget(name: "DrowseStoreTests", dependencies: ["DrowseStore", "DrowseCore"]),
         .testTarget(name: "DrowseSystemTests", dependencies: ["DrowseSystem", "DrowseCore", "DrowseTestSupport", .product(name: "Logging", package: "swift-log")]),
-        .testTarget(name: "DrowseTransfersTests", dependencies: ["DrowseTransfers", "DrowseCore", "CCurl", .product(name: "Logging", package: "swift-log")]),
+        .testTarget(name: "DrowseTransfersTests", dependencies: ["DrowseTransfers", "DrowseCore", "DrowseSystem", "DrowseTestSupport", "CCurl", .product(name: "Logging", package: "swift-log")]),
         .testTarget(name: "DrowseAgentTests", dependencies: [
             "DrowseAgent", "DrowseCore", "DrowseSimulation", "DrowseStore", "DrowseSystem",
             .product(name: "Logging", package: "swift-log"),
