@@ -87,8 +87,10 @@ let package = Package(
         .testTarget(name: "DrowseSystemTests", dependencies: ["DrowseSystem", "DrowseCore", "DrowseTestSupport", .product(name: "Logging", package: "swift-log")]),
         .testTarget(name: "DrowseTransfersTests", dependencies: ["DrowseTransfers", "DrowseCore", "DrowseSystem", "DrowseTestSupport", "CCurl", .product(name: "Logging", package: "swift-log")]),
         .testTarget(name: "DrowseAgentTests", dependencies: [
-            "DrowseAgent", "DrowseCore", "DrowseSimulation", "DrowseStore", "DrowseSystem",
+            "DrowseAgent", "DrowseCore", "DrowseSimulation", "DrowseStore", "DrowseSystem", "DrowseTestSupport",
             .product(name: "Logging", package: "swift-log"),
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "NIOEmbedded", package: "swift-nio"),
         ]),
         .testTarget(name: "DrowseKitTests", dependencies: ["DrowseKit", "DrowseCore", "DrowsePOSIX", "DrowseTestSupport"]),
         .testTarget(name: "DrowseCLIFormatTests", dependencies: ["DrowseCLIFormat", "DrowseCore"]),
