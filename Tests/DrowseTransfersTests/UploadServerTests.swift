@@ -87,19 +87,17 @@ s.serve_forever()
 /// The server, in a temporary folder of its own; stopped (and the folder removed) by `stop()`.
 private final class LoopbackUploadServer {
     let dir: String
-    let process = Process()
+    let process: ChildProcess
     var port = 0
 
     init() throws {
         dir = try makeTempDir()
         try put(serverScript, at: dir + "/server.py")
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
-        process.arguments = [dir + "/server.py", dir]
-        try process.run()
+        process = try ChildProcess("/usr/bin/python3", [dir + "/server.py", dir])
     }
 
     func waitReady() async throws {
-        try await waitUntil(10, "the upload server to listen") { !process.isRunning || contents(dir + "/port") != nil }
+        try await waitUntil(10, "the upload server to listen") { !process.running || contents(dir + "/port") != nil }
         guard let p = contents(dir + "/port").flatMap({ Int($0) }) else { throw TimedOut(description: "the upload server did not start") }
         port = p
     }
@@ -108,10 +106,8 @@ private final class LoopbackUploadServer {
 
     func received(_ name: String) -> [UInt8]? { FileManager.default.contents(atPath: dir + "/received-" + name).map(Array.init) }
 
-    /// SIGKILL: the test runner's threads block SIGTERM, and the child inherits that mask.
     func stop() {
-        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-        process.waitUntilExit()
+        process.stop()
         try? FileManager.default.removeItem(atPath: dir)
     }
 }
