@@ -66,25 +66,35 @@ let package = Package(
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
         ]),
+        // The text the CLI prints for drowsed's JSON answers (status, apps, transfers): pure, so
+        // tests can call it.
+        .target(name: "DrowseCLIFormat", dependencies: ["DrowseCore", "DrowsePOSIX"]),
         .executableTarget(name: "drowse", dependencies: [
-            "DrowseDaemon", "DrowseCore", "DrowseSimulation", "DrowseSystem", "DrowseMQTT",
+            "DrowseDaemon", "DrowseCLIFormat", "DrowseCore", "DrowseSimulation", "DrowseSystem", "DrowseMQTT",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         // The client library a resident app imports: the lifecycle API over the Unix socket.
         .target(name: "DrowseKit", dependencies: ["DrowseCore", "DrowsePOSIX"]),
         .executableTarget(name: "drowse-resident-example", dependencies: ["DrowseKit"]),
 
+        // Helpers shared by the test targets (temporary folders, free ports, waiting, a mosquitto
+        // broker, a capturing log handler): every .swift file in Tests/DrowseTestSupport is in it.
+        .target(name: "DrowseTestSupport", dependencies: [.product(name: "Logging", package: "swift-log")],
+                path: "Tests/DrowseTestSupport"),
         .testTarget(name: "DrowseCoreTests", dependencies: ["DrowseCore"], exclude: ["toml-test"]),
         .testTarget(name: "DrowseSimulationTests", dependencies: ["DrowseSimulation", "DrowseCore", "DrowseSystem"]),
         .testTarget(name: "DrowseStoreTests", dependencies: ["DrowseStore", "DrowseCore"]),
-        .testTarget(name: "DrowseSystemTests", dependencies: ["DrowseSystem", "DrowseCore", .product(name: "Logging", package: "swift-log")]),
-        .testTarget(name: "DrowseTransfersTests", dependencies: ["DrowseTransfers", "DrowseCore", "CCurl", .product(name: "Logging", package: "swift-log")]),
+        .testTarget(name: "DrowseSystemTests", dependencies: ["DrowseSystem", "DrowseCore", "DrowseTestSupport", .product(name: "Logging", package: "swift-log")]),
+        .testTarget(name: "DrowseTransfersTests", dependencies: ["DrowseTransfers", "DrowseCore", "DrowseSystem", "DrowseTestSupport", "CCurl", .product(name: "Logging", package: "swift-log")]),
         .testTarget(name: "DrowseAgentTests", dependencies: [
-            "DrowseAgent", "DrowseCore", "DrowseSimulation", "DrowseStore", "DrowseSystem",
+            "DrowseAgent", "DrowseCore", "DrowseSimulation", "DrowseStore", "DrowseSystem", "DrowseTestSupport",
             .product(name: "Logging", package: "swift-log"),
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "NIOEmbedded", package: "swift-nio"),
         ]),
-        .testTarget(name: "DrowseKitTests", dependencies: ["DrowseKit", "DrowseCore", "DrowsePOSIX"]),
-        .testTarget(name: "DrowseMQTTTests", dependencies: ["DrowseMQTT", "CMosquitto", .product(name: "Logging", package: "swift-log")]),
+        .testTarget(name: "DrowseKitTests", dependencies: ["DrowseKit", "DrowseCore", "DrowsePOSIX", "DrowseTestSupport"]),
+        .testTarget(name: "DrowseCLIFormatTests", dependencies: ["DrowseCLIFormat", "DrowseCore"]),
+        .testTarget(name: "DrowseMQTTTests", dependencies: ["DrowseMQTT", "CMosquitto", "DrowseTestSupport", .product(name: "Logging", package: "swift-log")]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -21,7 +21,7 @@ final class Upload {
     var responseHeaders: [String: String] = [:]
     var informationalLocation: String?
     var inInformational = false
-    var lastProgressAt = 0.0
+    var progress = ProgressThrottle()
     var finished = false
     /// Fire-and-forget requests (DELETE on cancel) report nothing.
     var silent = false
@@ -150,9 +150,7 @@ final class Upload {
             try c.setopt(CURLOPT_XFERINFODATA, "CURLOPT_XFERINFODATA", me, .warn)
             try CurlCheck.check(ccurl_setopt_xferinfo_cb(easy) { ud, _, _, _, ulnow in
                 let u = Unmanaged<Upload>.fromOpaque(ud!).takeUnretainedValue()
-                let now = WallClock.monotonic()
-                if now - u.lastProgressAt >= 0.5, let body = u.request?.body {
-                    u.lastProgressAt = now
+                if let body = u.request?.body, u.progress.shouldReport(at: WallClock.monotonic()) {
                     u.engine.emit(.sent(id: u.job.id, bytesSent: body.lowerBound + Int64(ulnow)))
                 }
                 return 0

@@ -102,30 +102,4 @@ struct CLIError: Error, CustomStringConvertible {
     init(_ d: String) { description = LogText.clip(d, limit: 4 * LogText.quoteLimit) }
 }
 
-/// Human-readable times relative to now.
-enum Human {
-    static func now() -> Double { WallClock.now() }
-
-    static func when(_ t: Double?) -> String {
-        guard let t else { return "—" }
-        let d = t - now()
-        let text = DurationText.format(.seconds(Int64(abs(d).rounded())))
-        if abs(d) < 1 { return "now" }
-        return d > 0 ? "in \(text)" : "\(text) ago"
-    }
-
-    static func bytes(_ n: Int64?) -> String {
-        guard let n else { return "?" }
-        let units = ["B", "KiB", "MiB", "GiB", "TiB"]
-        var v = Double(n)
-        var u = 0
-        while v >= 1024 && u < units.count - 1 { v /= 1024; u += 1 }
-        return u == 0 ? "\(n) B" : String(Int(v * 10) / 10) + "." + String(Int(v * 10) % 10) + " " + units[u]
-    }
-}
-
 func printJSON(_ j: JSON) { Swift.print(j.pretty) }
-
-extension String {
-    func padded(_ n: Int) -> String { count >= n ? self + " " : self + String(repeating: " ", count: n - count) }
-}

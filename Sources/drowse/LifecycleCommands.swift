@@ -3,6 +3,7 @@ import Glibc
 #endif
 import ArgumentParser
 import CDrowseSys
+import DrowseCLIFormat
 import DrowseCore
 import DrowseSystem
 

@@ -1,3 +1,4 @@
+import DrowseCLIFormat
 import DrowseCore
 
 /// Every line the command-line tool prints for a person goes through here: in this module, no
@@ -11,7 +12,7 @@ import DrowseCore
 /// line separators and bidi overrides are escaped (`LogText.escape`). JSON output does not come
 /// through here: `printJSON` writes it as JSON, whose strings escape control characters.
 func say(_ line: String = "", terminator: String = "\n") {
-    Swift.print(LogText.escape(line), terminator: terminator)
+    Swift.print(StatusText.printable(line), terminator: terminator)
 }
 
 /// Prints each line of a multi-line text of the tool's own making (a table), escaped.

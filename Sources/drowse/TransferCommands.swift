@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import ArgumentParser
+import DrowseCLIFormat
 import DrowseCore
 import DrowseSystem
 
@@ -153,12 +154,7 @@ struct Transfers: ParsableCommand {
     func run() throws {
         let all = try Self.all(global: global, app: app)
         if json { printJSON(.array(all)); return }
-        say("ID".padded(18) + "APP".padded(12) + "STATE".padded(11) + "BYTES".padded(22) + "URL / REASON")
-        for t in all {
-            let bytes = "\(Human.bytes(t["bytes_done"]?.int64Value))/\(Human.bytes(t["bytes_total"]?.int64Value))"
-            say((t["id"]?.stringValue ?? "").padded(18) + (t["app"]?.stringValue ?? "").padded(12) + (t["state"]?.stringValue ?? "").padded(11)
-                  + bytes.padded(22) + (t["reason"]?.stringValue ?? t["url"]?.stringValue ?? ""))
-        }
+        for line in StatusText.transfers(all) { say(line) }
     }
 }
 

@@ -6,6 +6,7 @@ import Glibc
 #endif
 @testable import DrowseKit
 import DrowsePOSIX
+import DrowseTestSupport
 
 /// A scripted drowsed: a Unix-socket HTTP server whose answer to each request is decided by
 /// `script`, and which records every request it gets.
@@ -120,12 +121,6 @@ private final class ScriptedServer: Sendable {
     }
 }
 
-private func tempDir() throws -> String {
-    var template = Array("/tmp/drowsekit-XXXXXX".utf8CString)
-    let p = try #require(template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) })
-    return String(cString: p)
-}
-
 /// Waits (up to 5 s) until `condition` holds.
 private func eventually(_ condition: () -> Bool) async -> Bool {
     for _ in 0..<500 {
@@ -141,7 +136,7 @@ private let hello = #"{"event":"hello","app":"demo","state":"background"}"#
 struct DrowseAppTests {
     @Test("the stream is read, hello is not yielded, and a closed stream is reopened")
     func reconnects() async throws {
-        let dir = try tempDir()
+        let dir = try makeTempDir(in: "/tmp", prefix: "drowsekit")
         let server = try ScriptedServer(path: dir + "/d.sock") { _, n in
             n == 0
                 ? .stream([hello, #"{"event":"fetch","id":"e1","deadline":10,"reason":"window"}"#, "garbage",
@@ -163,7 +158,7 @@ struct DrowseAppTests {
 
     @Test("a daemon that is not there yet is waited for")
     func waitsForDaemon() async throws {
-        let dir = try tempDir()
+        let dir = try makeTempDir(in: "/tmp", prefix: "drowsekit")
         let app = DrowseApp(app: "demo", socket: dir + "/late.sock")
         let starter = Task {
             try await Task.sleep(for: .milliseconds(400))
@@ -182,7 +177,7 @@ struct DrowseAppTests {
 
     @Test("a refused stream (4xx) ends with the API's error")
     func refused() async throws {
-        let dir = try tempDir()
+        let dir = try makeTempDir(in: "/tmp", prefix: "drowsekit")
         let server = try ScriptedServer(path: dir + "/d.sock") { _, _ in
             .json(404, #"{"error":{"code":"not_found","message":"no app 'demo'"}}"#)
         }
@@ -194,7 +189,7 @@ struct DrowseAppTests {
 
     @Test("complete, begin, time remaining and end send the right method, path and body")
     func requestShapes() async throws {
-        let dir = try tempDir()
+        let dir = try makeTempDir(in: "/tmp", prefix: "drowsekit")
         let server = try ScriptedServer(path: dir + "/d.sock") { r, _ in
             switch (r.method, r.path) {
             case ("POST", "/v1/apps/demo/events/e7/complete"): return .json(200, #"{"id":"e7","recorded":true}"#)
@@ -231,7 +226,7 @@ struct DrowseAppTests {
 
     @Test("an exhausted allowance is a DrowseError with the API's code")
     func noBackgroundTime() async throws {
-        let dir = try tempDir()
+        let dir = try makeTempDir(in: "/tmp", prefix: "drowsekit")
         let server = try ScriptedServer(path: dir + "/d.sock") { _, _ in
             .json(409, #"{"error":{"code":"no_background_time","message":"used up"}}"#)
         }
@@ -243,7 +238,7 @@ struct DrowseAppTests {
 
     @Test("task-expiring runs the task's expiration handler, then the library ends the task")
     func expirationHandler() async throws {
-        let dir = try tempDir()
+        let dir = try makeTempDir(in: "/tmp", prefix: "drowsekit")
         let server = try ScriptedServer(path: dir + "/d.sock") { r, _ in
             switch (r.method, r.path) {
             case ("POST", "/v1/apps/demo/tasks"): return .json(200, #"{"id":"t4","state":"open","time_remaining":6}"#)
@@ -271,7 +266,7 @@ struct DrowseAppTests {
 
     @Test("transfers go to /v1/transfers with the app's id")
     func transfers() async throws {
-        let dir = try tempDir()
+        let dir = try makeTempDir(in: "/tmp", prefix: "drowsekit")
         let t = #"{"id":"x1","app":"demo","session":"s","kind":"download","state":"waiting","url":"https://h/f","bytes_done":0,"bytes_total":null,"reason":null,"location":null}"#
         let server = try ScriptedServer(path: dir + "/d.sock") { r, _ in
             switch (r.method, r.path) {

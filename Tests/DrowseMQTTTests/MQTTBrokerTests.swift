@@ -6,6 +6,7 @@ import Testing
 import Glibc
 #endif
 @testable import DrowseMQTT
+import DrowseTestSupport
 
 /// What a session told its owner, in order.
 final class SessionEvents: Sendable {

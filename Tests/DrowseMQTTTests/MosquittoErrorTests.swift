@@ -5,6 +5,7 @@ import Testing
 import Glibc
 #endif
 @testable import DrowseMQTT
+import DrowseTestSupport
 
 @Suite("MosquittoError")
 struct MosquittoErrorTests {

@@ -2,6 +2,7 @@ import DrowseCore
 import DrowseSystem
 import Foundation
 import Testing
+import DrowseTestSupport
 
 /// Builds a fake sysfs (and procfs) tree in a temporary folder.
 private struct FakeSys {

@@ -2,6 +2,7 @@ import DrowseSystem
 import Testing
 #if canImport(Glibc)
 import Glibc
+import DrowseTestSupport
 #endif
 
 /// FileIdentity switches one thread's file-system identity for one call. These run as root

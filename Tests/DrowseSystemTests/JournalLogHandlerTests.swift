@@ -4,6 +4,7 @@ import Glibc
 import DrowseSystem
 import Logging
 import Testing
+import DrowseTestSupport
 
 @Suite struct JournalLogHandlerTests {
     @Test func linesStartWithTheSyslogPriority() {
@@ -16,7 +17,7 @@ import Testing
     }
 
     @Test func theJournalIsRecognisedByDeviceAndInode() throws {
-        try withTempDirSync { dir in
+        try withTempDirSync(in: "/tmp") { dir in
             let fd = open("\(dir)/stream", O_CREAT | O_WRONLY | O_CLOEXEC, 0o600)
             #expect(fd >= 0)
             defer { close(fd) }
@@ -28,15 +29,4 @@ import Testing
             #expect(!JournalLogHandler.isJournal(fd: fd, journalStream: "garbage"))
         }
     }
-}
-
-private func withTempDirSync(_ body: (String) throws -> Void) throws {
-    var template = Array("/tmp/drowse-journal-XXXXXX".utf8CString)
-    guard let p = mkdtemp(&template) else { Issue.record("mkdtemp failed"); return }
-    let dir = String(cString: p)
-    defer {
-        unlink("\(dir)/stream")
-        rmdir(dir)
-    }
-    try body(dir)
 }

@@ -4,6 +4,7 @@ import Glibc
 import DrowseCore
 @testable import DrowseSystem
 import Testing
+import DrowseTestSupport
 
 /// NetworkManager's metered flag, read through nmcli (here a fake nmcli script).
 @Suite("ConditionsProbe and NetworkManager")

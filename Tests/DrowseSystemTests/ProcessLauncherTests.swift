@@ -5,6 +5,7 @@ import Synchronization
 import Testing
 #if canImport(Glibc)
 import Glibc
+import DrowseTestSupport
 #endif
 
 /// Collects what a handler prints, as the launcher delivers it.

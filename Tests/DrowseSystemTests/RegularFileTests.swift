@@ -2,6 +2,7 @@ import DrowseSystem
 import Testing
 #if canImport(Glibc)
 import Glibc
+import DrowseTestSupport
 #endif
 
 /// `readRegularFile` is how config files are read: whole or refused, never blocking.

@@ -2,6 +2,7 @@ import DrowseSystem
 import Testing
 #if canImport(Glibc)
 import Glibc
+import DrowseTestSupport
 #endif
 
 @Suite("Sys, the checked calls")

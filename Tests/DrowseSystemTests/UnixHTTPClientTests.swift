@@ -5,6 +5,7 @@ import Synchronization
 import Testing
 #if canImport(Glibc)
 import Glibc
+import DrowseTestSupport
 #endif
 
 /// A one-connection HTTP server on a Unix socket: reads one request (head and

@@ -1,0 +1,230 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import CMosquitto
+import DrowseCore
+import DrowseSystem
+import Logging
+import Synchronization
+
+extension MQTTSession {
+    /// Runs on the session thread: feeds the machine what happened and carries out its actions.
+    final class Driver {
+        let session: MQTTSession
+        let mosq: OpaquePointer
+        let ctx: Context
+        var machine: MQTTConnectionMachine
+        var logger: Logger { session.logger }
+        var options: MQTTSessionOptions { session.options }
+        /// The machine's one timer (monotonic seconds).
+        var timerAt: Double?
+        /// The message a `.publish` action sends.
+        var outgoing: (topic: String, payload: [UInt8], retain: Bool)?
+
+        init(session: MQTTSession, mosq: OpaquePointer, ctx: Context) {
+            self.session = session
+            self.mosq = mosq
+            self.ctx = ctx
+            machine = MQTTConnectionMachine(
+                keepalive: Double(session.options.keepalive),
+                brokers: session.options.brokers.map { b in ("\(b.host):\(b.port)", MQTTConnectionMachine.isLoopback(host: b.host)) },
+                seed: UInt64.random(in: 0...UInt64.max))
+        }
+
+        func now() -> Double { WallClock.monotonic() }
+
+        /// Whether queued packets may leave: not while a received message is unsettled.
+        func mayWrite() -> Bool {
+            session.receipts.withLock { $0.unsettled == 0 && !$0.rejected }
+        }
+
+        func run() {
+            perform(machine.networkChanged(online: session.online.load(ordering: .relaxed), now: now()))
+            perform(machine.start(now: now()))
+            var stopDone: (@Sendable () -> Void)?
+            while stopDone == nil {
+                if machine.online != session.online.load(ordering: .relaxed) {
+                    perform(machine.networkChanged(online: session.online.load(ordering: .relaxed), now: now()))
+                }
+                if machine.isOpen, session.receipts.withLock({ $0.rejected }) {
+                    perform(machine.messageRejected(now: now()))
+                    continue
+                }
+                if machine.lostToRejection, session.receipts.withLock({ $0.acknowledged }) { machine.messageRecorded() }
+
+                var fds = [pollfd(fd: session.wake.fd, events: Int16(POLLIN), revents: 0)]
+                let sock = machine.isOpen ? mosquitto_socket(mosq) : -1
+                if sock >= 0 {
+                    var ev = Int16(POLLIN)
+                    if mayWrite(), mosquitto_want_write(mosq) { ev |= Int16(POLLOUT) }
+                    fds.append(pollfd(fd: sock, events: ev, revents: 0))
+                }
+                let timeoutMS: Int32 = timerAt.map { Int32(max(0, min(Double(Int32.max / 2), ($0 - now()) * 1000)).rounded(.up)) } ?? -1
+                let n = poll(&fds, nfds_t(fds.count), timeoutMS)
+                if n < 0 && errno != EINTR { logger.error("mqtt: poll failed: \(String(cString: strerror(errno)))"); break }
+
+                if fds[0].revents != 0 {
+                    session.wake.drain()
+                    let pending = session.commands.withLock { q -> [Command] in defer { q.removeAll() }; return q }
+                    for c in pending {
+                        switch c {
+                        case .rideWindow:
+                            perform(machine.windowOpened(now: now()))
+                        case .subscribe:
+                            perform(machine.subscriptionsChanged(now: now()))
+                        case .publish(let topic, let payload, let retain):
+                            outgoing = (topic, payload, retain)
+                            perform(machine.publishRequested(now: now()))
+                            outgoing = nil
+                        case .stop(let done):
+                            stopDone = done
+                        }
+                    }
+                }
+                if fds.count > 1, machine.isOpen {
+                    let re = fds[1].revents
+                    if re & Int16(POLLIN | POLLHUP | POLLERR) != 0 {
+                        let rc = mosquitto_loop_read(mosq, 1)
+                        perform(machine.packetReceived(now: now()))
+                        // A refused CONNACK also fails the read: the refusal says more.
+                        if let connack = ctx.connack {
+                            ctx.connack = nil
+                            perform(machine.connack(rc: Int(connack), reason: String(cString: mosquitto_connack_string(connack)), now: now()))
+                        }
+                        if let e = MosquittoError(rc: rc, call: "mosquitto_loop_read") {
+                            perform(machine.disconnected(reason: ctx.lostReason ?? e.detail, now: now()))
+                            continue
+                        }
+                    }
+                    if machine.isOpen, mayWrite(), mosquitto_want_write(mosq) || re & Int16(POLLOUT) != 0 {
+                        if let e = MosquittoError(rc: mosquitto_loop_write(mosq, 1), call: "mosquitto_loop_write") {
+                            perform(machine.disconnected(reason: ctx.lostReason ?? e.detail, now: now()))
+                            continue
+                        }
+                        perform(machine.packetSent(now: now()))
+                    }
+                }
+                if let t = timerAt, now() >= t { perform(machine.timerFired(now: now())) }
+            }
+            // Give messages already handed over a moment to be recorded, so their PUBACKs can go;
+            // past that, or after a rejection, close without writing (the broker redelivers).
+            let settle = MQTTStopSettle(stoppingAt: now())
+            while session.receipts.withLock({ settle.keepWaiting(unsettled: $0.unsettled, rejected: $0.rejected, now: now()) }) {
+                var fd = [pollfd(fd: session.wake.fd, events: Int16(POLLIN), revents: 0)]
+                // A poll that fails cannot wait for the records: close now (the broker redelivers).
+                guard (try? Sys.poll(&fd, timeoutMs: 100)) != nil else { break }
+                session.wake.drain()
+            }
+            perform(machine.stop(mayWrite: mayWrite()))
+            session.isConnected.store(false, ordering: .relaxed)
+            stopDone?()
+        }
+
+        /// Carries out `actions`; what an action's I/O reports back is fed to the machine and its
+        /// actions run after the rest of the batch (so a later `setTimer` wins).
+        func perform(_ actions: [MQTTConnectionMachine.Action]) {
+            var batch = actions
+            while !batch.isEmpty {
+                var next: [MQTTConnectionMachine.Action] = []
+                for a in batch { next += carryOut(a) }
+                batch = next
+            }
+        }
+
+        func carryOut(_ action: MQTTConnectionMachine.Action) -> [MQTTConnectionMachine.Action] {
+            switch action {
+            case .connect:
+                ctx.connack = nil
+                ctx.lostReason = nil
+                let broker = options.brokers[machine.brokerToConnect]
+                session.brokerInUse.store(machine.brokerToConnect, ordering: .relaxed)
+                let rc = mosquitto_connect(mosq, broker.host, Int32(broker.port), Int32(options.keepalive))
+                if let e = MosquittoError(rc: rc, call: "mosquitto_connect") {
+                    return machine.connectFailed(reason: e.detail, now: now())
+                }
+                return machine.connectIssued(now: now())
+            case .close(let sendDisconnect):
+                close(sendDisconnect: sendDisconnect)
+            case .sendPing:
+                // libmosquitto sends PINGREQ (or gives up on a dead link) and restarts its own clock.
+                let rc = mosquitto_loop_misc(mosq)
+                if let e = MosquittoError(rc: rc, call: "mosquitto_loop_misc") {
+                    return machine.disconnected(reason: ctx.lostReason ?? "keepalive: \(e.detail)", now: now())
+                }
+                if mosquitto_socket(mosq) < 0 {
+                    return machine.disconnected(reason: ctx.lostReason ?? "keepalive: no answer from the broker", now: now())
+                }
+                session.onEvent(.pingSent)
+                if mayWrite(), mosquitto_want_write(mosq) {
+                    if let e = MosquittoError(rc: mosquitto_loop_write(mosq, 1), call: "mosquitto_loop_write") {
+                        return machine.disconnected(reason: ctx.lostReason ?? e.detail, now: now())
+                    }
+                }
+            case .subscribe:
+                // A failed subscribe on a live connection is logged; a dead one is found by the loop.
+                let (topics, dropped) = session.desired.withLock { ($0.topics, $0.dropped) }
+                // Kept for the next connect unless the request went out.
+                let unsubscribed = dropped.filter { mosquitto_unsubscribe(mosq, nil, $0) == MOSQ_ERR_SUCCESS.rawValue }
+                session.desired.withLock { $0.dropped.removeAll { unsubscribed.contains($0) } }
+                for t in topics {
+                    logger.mosquitto(mosquitto_subscribe(mosq, nil, t, 1), "mosquitto_subscribe", level: .warning, t)
+                }
+            case .publishStatus:
+                for (topic, payload) in session.desired.withLock({ $0.onConnect }) {
+                    publish(topic: topic, payload: payload, retain: true)
+                }
+            case .publish:
+                if let m = outgoing { publish(topic: m.topic, payload: m.payload, retain: m.retain) }
+            case .publishOffline:
+                if let will = options.will {
+                    publish(topic: will.topic, payload: will.payload, retain: true)
+                    logger.mosquitto(mosquitto_loop_write(mosq, 1), "mosquitto_loop_write", level: .debug, "offline status at stop")
+                }
+            case .setTimer(let at, _):
+                timerAt = at
+            case .cancelTimer:
+                timerAt = nil
+            case .report(.connected):
+                session.isConnected.store(true, ordering: .relaxed)
+                session.onEvent(.connected)
+            case .report(.disconnected(let reason)):
+                session.isConnected.store(false, ordering: .relaxed)
+                session.onEvent(.disconnected(reason: reason))
+            case .log(let level, let text):
+                logger.log(level: level == .warning ? .warning : .info, "mqtt: \(text)")
+            case .finish:
+                break  // The thread ends once stop's actions are carried out.
+            }
+            return []
+        }
+
+        func publish(topic: String, payload: [UInt8], retain: Bool) {
+            let rc = payload.withUnsafeBytes { mosquitto_publish(mosq, nil, topic, Int32($0.count), $0.baseAddress, 1, retain) }
+            logger.mosquitto(rc, "mosquitto_publish", level: .warning, topic)
+        }
+
+        /// Ends the connection: what is queued goes out if it may (a DISCONNECT, say), then the
+        /// socket is shut down at once rather than at the next attempt. Receipts of this
+        /// connection no longer count.
+        func close(sendDisconnect: Bool) {
+            if sendDisconnect {
+                // Not connected any more is fine here: the socket closes either way.
+                logger.mosquitto(mosquitto_disconnect(mosq), "mosquitto_disconnect", level: .debug)
+            }
+            let fd = mosquitto_socket(mosq)
+            if fd >= 0 {
+                if mayWrite(), mosquitto_want_write(mosq) {
+                    logger.mosquitto(mosquitto_loop_write(mosq, 1), "mosquitto_loop_write", level: .debug, "while closing")
+                }
+                // ENOTCONN when the broker closed first: the socket is closing either way.
+                if let e = Sys.noted("shutdown", { Int(shutdown(fd, Int32(SHUT_RDWR))) }) { logger.debug("mqtt: \(e)") }
+            }
+            session.receipts.withLock { $0 = ReceiptState(connection: $0.connection + 1) }
+            // Writing to a dead socket above may have run the disconnect callback: that reason
+            // belongs to this connection, not to the next one's CONNACK.
+            ctx.lostReason = nil
+            ctx.connack = nil
+            session.isConnected.store(false, ordering: .relaxed)
+        }
+    }
+}
