@@ -66,7 +66,8 @@ import Logging
         startMemoryPressureMonitor()
         // Handlers start into their cgroups from the small spawn helper (no copy of drowsed's page
         // tables at each start); without cgroups drowsed's own start shares its memory anyway.
-        if suspension.cgroupBase != nil, launcher is ProcessLauncher {
+        // DROWSE_SPAWN_HELPER=0 turns it off (deploy/bench-notifications.sh measures both ways).
+        if suspension.cgroupBase != nil, launcher is ProcessLauncher, (getenv("DROWSE_SPAWN_HELPER").map { String(cString: $0) } ?? "1") != "0" {
             if let error = SpawnHelper.start() { logger.warning("handlers start in-process: \(error)") }
         }
     }

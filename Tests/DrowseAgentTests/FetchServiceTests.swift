@@ -14,17 +14,6 @@ import Glibc
 /// socket, database or timer thread is involved.
 @Suite("Fetch service")
 @DaemonActor struct FetchServiceTests {
-    final class MemoryStore: FetchStore {
-        var apps: [String: FetchScheduler.App] = [:]
-        var uses: [(String, Double)] = []
-        var failing = false
-        func schedulerApp(_ id: String, interval: Double?, now: Double) throws(StoreError) -> FetchScheduler.App {
-            if failing { throw StoreError(code: 13, message: "disk full", sql: "") }
-            return apps[id] ?? FetchScheduler.App(id: id, interval: interval, registeredAt: now)
-        }
-        func recordUse(app: String, at: Double) throws(StoreError) { uses.append((app, at)) }
-    }
-
     /// The service and everything it touched.
     @DaemonActor final class Rig {
         let clock = ManualClock(wall: 1_000_000, boot: 1_000_000)
@@ -44,7 +33,7 @@ import Glibc
             get { source.scheduler }
             set { source.scheduler = newValue }
         }
-        let store = MemoryStore()
+        let store = MemoryFetchStore()
         let events = DaemonEvents()
         var service: FetchService!
 
@@ -129,7 +118,7 @@ import Glibc
         try rig.service.used("a")
         #expect(rig.store.uses.count == 1 && rig.store.uses[0].0 == "a")
         #expect(rig.service.scheduler.apps["a"]?.uses == [rig.now])
-        let broken = MemoryStore()
+        let broken = MemoryFetchStore()
         broken.failing = true
         let s = FetchService(scheduler: FetchScheduler(), store: broken, clock: ManualClock(), events: DaemonEvents(), conditions: FixedConditions(),
                              trace: nil, logger: Logger(label: "test"))

@@ -10,32 +10,6 @@ import Testing
 /// or process is involved.
 @Suite("Notification service")
 @DaemonActor struct NotificationServiceTests {
-    final class MemoryStore: NotificationStore {
-        var rows: [NotificationRecord] = []
-        var keys: Set<String> = []
-        var budget: [Int64: Double] = [:]
-        var broken = false
-        func recordNotification(app: String, dedupeKey: String, payload: String, at: Double, signed: Bool, collapseID: String?,
-                                durable: Bool) throws(StoreError) -> Int64? {
-            if broken { throw StoreError(code: 13, message: "database or disk is full", sql: nil) }
-            guard keys.insert(dedupeKey).inserted else { return nil }
-            let seq = Int64(rows.count + 1)
-            rows.append(NotificationRecord(seq: seq, app: app, payload: payload, receivedAt: at, signed: signed))
-            return seq
-        }
-        func syncJournal() throws(StoreError) {}
-        func markNotification(_ seq: Int64, state: String, at: Double) throws(StoreError) {
-            if let i = rows.firstIndex(where: { $0.seq == seq }) { rows[i].state = state }
-        }
-        func pendingNotifications() throws(StoreError) -> [NotificationRecord] { rows.filter { ["pending", "deferred"].contains($0.state) } }
-        func chargeBudget(_ seq: Int64, at: Double) throws(StoreError) { budget[seq] = at }
-        func budgetUses(app: String, since: Double) throws(StoreError) -> [Double] {
-            budget.filter { seq, at in at >= since && rows.contains { $0.seq == seq && $0.app == app } }.map(\.value).sorted()
-        }
-        func notificationPayload(_ seq: Int64) throws(StoreError) -> String? { rows.first { $0.seq == seq }?.payload }
-        func pruneNotifications(before: Double) throws(StoreError) -> Double? { nil }
-    }
-
     @DaemonActor final class Rig {
         let clock = ManualClock(wall: 3_000_000, boot: 3_000_000)
         var now: Double {
@@ -47,11 +21,11 @@ import Testing
             runs.runs.compactMap { if case let .notification(app, seq, _) = $0 { (app, seq) } else { nil } }
         }
         var timer: Double? { service.wake.at }
-        let store: MemoryStore
+        let store: MemoryNotificationStore
         var service: NotificationService!
         let topic = Topics.notify(prefix: "drowse", device: "dev", app: "news")
 
-        init(maxPerHour: Int = 12, store: MemoryStore = MemoryStore()) throws {
+        init(maxPerHour: Int = 12, store: MemoryNotificationStore = MemoryNotificationStore()) throws {
             self.store = store
             let news = try AppDefinition.parse("""
                 id = "news"

@@ -11,21 +11,6 @@ import Testing
 /// libcurl thread, socket, database or file is involved.
 @Suite("Transfer service")
 @DaemonActor struct TransferServiceTests {
-    final class MemoryStore: TransferStore {
-        var rows: [String: Transfer] = [:]
-        var full = false
-        func save(_ t: Transfer) throws(StoreError) {
-            if full { throw StoreError(code: 13, message: "database or disk is full", sql: nil) }
-            rows[t.id] = t
-        }
-        func transfer(id: String) throws(StoreError) -> Transfer? { rows[id] }
-        func transfers(app: String?) throws(StoreError) -> [Transfer] { rows.values.filter { app == nil || $0.app == app }.sorted { $0.id < $1.id } }
-        func commitProgress(id: String, bytesDone: Int64, bytesTotal: Int64?, etag: String?, lastModified: String?) throws(StoreError) {
-            rows[id]?.bytesDone = bytesDone
-        }
-        func recordUploadResource(id: String, url: String?, protocol proto: String) throws(StoreError) { rows[id]?.uploadURL = url }
-    }
-
     final class FakeEngine: TransferEngineControl {
         var downloads: [DownloadJob] = []
         var stopped: [String] = []
@@ -76,7 +61,7 @@ import Testing
             get { registry.apps }
             set { registry.set(Array(newValue.values)) }
         }
-        let store = MemoryStore()
+        let store = MemoryTransferStore()
         let engine = FakeEngine()
         let files = MemoryFiles()
         let events = DaemonEvents()

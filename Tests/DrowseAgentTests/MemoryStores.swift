@@ -1,0 +1,58 @@
+@testable import DrowseAgent
+import DrowseCore
+@testable import DrowseStore
+import DrowseSystem
+
+// The parts' stores in memory, one per store protocol, shared by the part tests.
+
+final class MemoryFetchStore: FetchStore {
+    var apps: [String: FetchScheduler.App] = [:]
+    var uses: [(String, Double)] = []
+    var failing = false
+    func schedulerApp(_ id: String, interval: Double?, now: Double) throws(StoreError) -> FetchScheduler.App {
+        if failing { throw StoreError(code: 13, message: "disk full", sql: "") }
+        return apps[id] ?? FetchScheduler.App(id: id, interval: interval, registeredAt: now)
+    }
+    func recordUse(app: String, at: Double) throws(StoreError) { uses.append((app, at)) }
+}
+
+final class MemoryNotificationStore: NotificationStore {
+    var rows: [NotificationRecord] = []
+    var keys: Set<String> = []
+    var budget: [Int64: Double] = [:]
+    var broken = false
+    func recordNotification(app: String, dedupeKey: String, payload: String, at: Double, signed: Bool, collapseID: String?,
+                            durable: Bool) throws(StoreError) -> Int64? {
+        if broken { throw StoreError(code: 13, message: "database or disk is full", sql: nil) }
+        guard keys.insert(dedupeKey).inserted else { return nil }
+        let seq = Int64(rows.count + 1)
+        rows.append(NotificationRecord(seq: seq, app: app, payload: payload, receivedAt: at, signed: signed))
+        return seq
+    }
+    func syncJournal() throws(StoreError) {}
+    func markNotification(_ seq: Int64, state: String, at: Double) throws(StoreError) {
+        if let i = rows.firstIndex(where: { $0.seq == seq }) { rows[i].state = state }
+    }
+    func pendingNotifications() throws(StoreError) -> [NotificationRecord] { rows.filter { ["pending", "deferred"].contains($0.state) } }
+    func chargeBudget(_ seq: Int64, at: Double) throws(StoreError) { budget[seq] = at }
+    func budgetUses(app: String, since: Double) throws(StoreError) -> [Double] {
+        budget.filter { seq, at in at >= since && rows.contains { $0.seq == seq && $0.app == app } }.map(\.value).sorted()
+    }
+    func notificationPayload(_ seq: Int64) throws(StoreError) -> String? { rows.first { $0.seq == seq }?.payload }
+    func pruneNotifications(before: Double) throws(StoreError) -> Double? { nil }
+}
+
+final class MemoryTransferStore: TransferStore {
+    var rows: [String: Transfer] = [:]
+    var full = false
+    func save(_ t: Transfer) throws(StoreError) {
+        if full { throw StoreError(code: 13, message: "database or disk is full", sql: nil) }
+        rows[t.id] = t
+    }
+    func transfer(id: String) throws(StoreError) -> Transfer? { rows[id] }
+    func transfers(app: String?) throws(StoreError) -> [Transfer] { rows.values.filter { app == nil || $0.app == app }.sorted { $0.id < $1.id } }
+    func commitProgress(id: String, bytesDone: Int64, bytesTotal: Int64?, etag: String?, lastModified: String?) throws(StoreError) {
+        rows[id]?.bytesDone = bytesDone
+    }
+    func recordUploadResource(id: String, url: String?, protocol proto: String) throws(StoreError) { rows[id]?.uploadURL = url }
+}
