@@ -138,8 +138,12 @@ extension MQTTSession {
                 ctx.lostReason = nil
                 let broker = options.brokers[machine.brokerToConnect]
                 session.brokerInUse.store(machine.brokerToConnect, ordering: .relaxed)
-                let rc = mosquitto_connect(mosq, broker.host, Int32(broker.port), Int32(options.keepalive))
-                if let e = MosquittoError(rc: rc, call: "mosquitto_connect") {
+                // Non-blocking: the TCP connect completes (or fails) in this loop's poll, and the
+                // CONNECT goes out when the socket is writable, so a broker address that drops
+                // packets cannot hold the thread (and a stop) for the kernel's SYN retries; the
+                // machine's CONNACK timeout ends such an attempt. (The name lookup still blocks.)
+                let rc = mosquitto_connect_async(mosq, broker.host, Int32(broker.port), Int32(options.keepalive))
+                if let e = MosquittoError(rc: rc, call: "mosquitto_connect_async") {
                     return machine.connectFailed(reason: e.detail, now: now())
                 }
                 return machine.connectIssued(now: now())
