@@ -9,6 +9,11 @@ extension Agent {
             ("mqtt", .object([
                 ("configured", .bool(config.mqtt != nil)), ("connected", .bool(parts.mqtt.session?.connected ?? false)),
                 ("url", JSON(config.mqtt.map { URLParts.redacting($0.url) })), ("broker", JSON(parts.mqtt.session?.broker)),
+                // Up only once the broker confirmed the subscriptions; otherwise why not, and how
+                // many attempts in a row have failed (the reconnect backoff grows with them).
+                ("subscribed", .bool(parts.mqtt.session?.subscribed ?? false)),
+                ("failed_attempts", JSON(parts.mqtt.session?.failedAttempts ?? 0)),
+                ("last_error", JSON(parts.mqtt.session.flatMap { LogText.clip($0.lastLoss ?? "", limit: 300) }.flatMap { $0.isEmpty ? nil : $0 })),
                 ("refused_notifications", JSON(parts.notifications.refusedNotifications)),
                 ("unexpected_messages", JSON(parts.notifications.unexpectedMessages)),
             ])),

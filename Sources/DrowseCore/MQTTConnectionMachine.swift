@@ -101,6 +101,11 @@ package struct MQTTConnectionMachine: Sendable {
 
     var phase: Phase = .idle
     var backoff: Backoff
+    /// The broker confirmed the current connection's subscriptions.
+    package private(set) var confirmed = false
+    /// Why the last connection or attempt was lost (shown by `drowse status`); nil once a session
+    /// is up again.
+    package private(set) var lastLoss: String?
     var random: SplitMix64
     package private(set) var online = true
     package private(set) var nextAttempt = 0.0
@@ -194,7 +199,10 @@ package struct MQTTConnectionMachine: Sendable {
             return [.close(sendDisconnect: true)] + lose("broker refused: \(reason)", now: now)
         }
         phase = .connected
-        if !lostToRejection { backoff.reset() }
+        // Not up yet: the backoff resets once the broker has confirmed the subscriptions
+        // (`subscriptionsConfirmed`). A broker that accepts the connection and then drops it, or
+        // refuses a subscription, must meet a growing backoff, not a retry every second.
+        confirmed = false
         if current == 0 {
             failbackAt = nil
             failbackBackoff.reset()
@@ -204,6 +212,23 @@ package struct MQTTConnectionMachine: Sendable {
         failingBackFrom = nil
         lastOut = now
         return [.subscribe, .publishStatus, .log(.info, "connected to \(peer)"), .report(.connected)] + timerActions(now: now)
+    }
+
+    /// Every SUBSCRIBE of the connection was answered with a granted QoS (or there was nothing to
+    /// subscribe to): the session is up, and only now does the reconnect backoff start again.
+    package mutating func subscriptionsConfirmed(now: Double) -> [Action] {
+        guard phase == .connected, !confirmed else { return [] }
+        confirmed = true
+        lastLoss = nil
+        if !lostToRejection { backoff.reset() }
+        return []
+    }
+
+    /// A SUBACK refused a topic (0x80): the session does not work as configured. It is closed and
+    /// tried again with the growing backoff; `reason` says which topic, for `drowse status`.
+    package mutating func subscriptionRefused(topic: String, now: Double) -> [Action] {
+        guard phase == .connected else { return [] }
+        return [.close(sendDisconnect: true)] + lose("the broker refused the subscription to \(topic)", now: now)
     }
 
     /// The connection broke (a read or write failed, the broker closed it, the client library
@@ -372,6 +397,8 @@ package struct MQTTConnectionMachine: Sendable {
     /// broker goes straight back to the broker it left.
     private mutating func lose(_ why: String, now: Double) -> [Action] {
         var actions: [Action] = []
+        lastLoss = why
+        confirmed = false
         if phase == .connected { actions.append(.report(.disconnected(reason: why))) }
         if isOpen { actions.append(.log(.warning, "connection lost: \(why)")) }
         phase = .waiting

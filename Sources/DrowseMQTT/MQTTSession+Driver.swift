@@ -20,6 +20,8 @@ extension MQTTSession {
         var timerAt: Double?
         /// The message a `.publish` action sends.
         var outgoing: (topic: String, payload: [UInt8], retain: Bool)?
+        /// SUBSCRIBEs of this connection waiting for their SUBACK, by message id.
+        var pendingSubacks: [Int32: String] = [:]
 
         init(session: MQTTSession, mosq: OpaquePointer, ctx: Context) {
             self.session = session
@@ -91,6 +93,9 @@ extension MQTTSession {
                             ctx.connack = nil
                             perform(machine.connack(rc: Int(connack), reason: String(cString: mosquitto_connack_string(connack)), now: now()))
                         }
+                        let subacks = ctx.subacks
+                        ctx.subacks = []
+                        for ack in subacks { subackReceived(ack.mid, granted: ack.granted) }
                         if let e = MosquittoError(rc: rc, call: "mosquitto_loop_read") {
                             perform(machine.disconnected(reason: ctx.lostReason ?? e.detail, now: now()))
                             continue
@@ -129,6 +134,8 @@ extension MQTTSession {
                 for a in batch { next += carryOut(a) }
                 batch = next
             }
+            let m = machine
+            session.health.withLock { $0 = (m.confirmed, m.failedAttempts, m.lastLoss) }
         }
 
         func carryOut(_ action: MQTTConnectionMachine.Action) -> [MQTTConnectionMachine.Action] {
@@ -171,8 +178,13 @@ extension MQTTSession {
                 let unsubscribed = dropped.filter { mosquitto_unsubscribe(mosq, nil, $0) == MOSQ_ERR_SUCCESS.rawValue }
                 session.desired.withLock { $0.dropped.removeAll { unsubscribed.contains($0) } }
                 for t in topics {
-                    logger.mosquitto(mosquitto_subscribe(mosq, nil, t, 1), "mosquitto_subscribe", level: .warning, t)
+                    var mid: Int32 = 0
+                    if logger.mosquitto(mosquitto_subscribe(mosq, &mid, t, 1), "mosquitto_subscribe", level: .warning, t) {
+                        pendingSubacks[mid] = t
+                    }
                 }
+                // Nothing to wait for: the session is up.
+                if pendingSubacks.isEmpty { return machine.subscriptionsConfirmed(now: now()) }
             case .publishStatus:
                 for (topic, payload) in session.desired.withLock({ $0.onConnect }) {
                     publish(topic: topic, payload: payload, retain: true)
@@ -202,6 +214,17 @@ extension MQTTSession {
             return []
         }
 
+        /// A SUBACK: a refused topic (0x80) fails the session; the last one granted makes it up.
+        func subackReceived(_ mid: Int32, granted: [Int32]) {
+            guard let topic = pendingSubacks.removeValue(forKey: mid) else { return }
+            if granted.contains(where: { $0 == 0x80 || $0 < 0 || $0 > 2 }) {
+                pendingSubacks = [:]
+                perform(machine.subscriptionRefused(topic: topic, now: now()))
+            } else if pendingSubacks.isEmpty {
+                perform(machine.subscriptionsConfirmed(now: now()))
+            }
+        }
+
         func publish(topic: String, payload: [UInt8], retain: Bool) {
             let rc = payload.withUnsafeBytes { mosquitto_publish(mosq, nil, topic, Int32($0.count), $0.baseAddress, 1, retain) }
             logger.mosquitto(rc, "mosquitto_publish", level: .warning, topic)
@@ -224,6 +247,7 @@ extension MQTTSession {
                 if let e = Sys.noted("shutdown", { Int(shutdown(fd, Int32(SHUT_RDWR))) }) { logger.debug("mqtt: \(e)") }
             }
             session.receipts.withLock { $0 = ReceiptState(connection: $0.connection + 1) }
+            pendingSubacks = [:]
             // Writing to a dead socket above may have run the disconnect callback: that reason
             // belongs to this connection, not to the next one's CONNACK.
             ctx.lostReason = nil

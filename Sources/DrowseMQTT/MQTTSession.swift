@@ -89,6 +89,9 @@ package final class MQTTSession: Sendable {
     /// Whether the board has a network, as last told (`setNetwork`).
     let online = Atomic<Bool>(true)
     let isConnected = Atomic<Bool>(false)
+    /// The machine's view for `drowse status`: subscriptions confirmed, failed attempts in a row,
+    /// and why the last connection was lost.
+    let health = Mutex<(confirmed: Bool, failedAttempts: Int, lastLoss: String?)>((false, 0, nil))
     let brokerInUse = Atomic<Int>(0)
     /// The receipts of the current connection: while any is unsettled nothing is written; a
     /// rejection drops the connection without writing. `connection` counts connections.
@@ -103,6 +106,13 @@ package final class MQTTSession: Sendable {
     }
 
     package var connected: Bool { isConnected.load(ordering: .relaxed) }
+    /// Connected and its subscriptions confirmed by the broker.
+    package var subscribed: Bool { connected && health.withLock { $0.confirmed } }
+    /// Connection attempts that failed (or did not get as far as confirmed subscriptions) since the
+    /// last session that was up.
+    package var failedAttempts: Int { health.withLock { $0.failedAttempts } }
+    /// Why the last connection or attempt was lost; nil once a session is up again.
+    package var lastLoss: String? { health.withLock { $0.lastLoss } }
     /// The broker in use or tried next, as "host:port".
     package var broker: String {
         let b = options.brokers[brokerInUse.load(ordering: .relaxed)]
@@ -194,6 +204,8 @@ package final class MQTTSession: Sendable {
         var connack: Int32?
         /// Why the disconnect callback says the connection ended.
         var lostReason: String?
+        /// SUBACKs that arrived during the last loop call: message id and granted QoS codes.
+        var subacks: [(mid: Int32, granted: [Int32])] = []
         init(_ s: MQTTSession) { session = s }
     }
 
@@ -224,6 +236,11 @@ package final class MQTTSession: Sendable {
         }
         mosquitto_connect_callback_set(mosq) { _, obj, rc in
             Unmanaged<Context>.fromOpaque(obj!).takeUnretainedValue().connack = rc
+        }
+        mosquitto_subscribe_callback_set(mosq) { _, obj, mid, count, granted in
+            let ctx = Unmanaged<Context>.fromOpaque(obj!).takeUnretainedValue()
+            let codes = granted.map { Array(UnsafeBufferPointer(start: $0, count: Int(max(0, count)))) } ?? []
+            ctx.subacks.append((mid, codes))
         }
         mosquitto_disconnect_callback_set(mosq) { _, obj, rc in
             let ctx = Unmanaged<Context>.fromOpaque(obj!).takeUnretainedValue()

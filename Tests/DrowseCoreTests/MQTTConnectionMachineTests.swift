@@ -47,7 +47,7 @@ struct MQTTConnectionMachineTests {
 
         mutating func advance(_ seconds: Double) { now += seconds }
 
-        /// start, connection opened, CONNACK accepted.
+        /// start, connection opened, CONNACK accepted, subscriptions confirmed.
         mutating func connect() {
             if m.currentTimer == nil, !m.isOpen { feed(m.start(now: now)) }
             feed(m.connectIssued(now: now))
@@ -56,6 +56,7 @@ struct MQTTConnectionMachineTests {
             advance(0.05)
             feed(m.packetReceived(now: now))
             feed(m.connack(rc: 0, reason: "Connection Accepted.", now: now))
+            feed(m.subscriptionsConfirmed(now: now))
         }
 
         /// The delay of the latest reconnect timer from now.
@@ -144,15 +145,56 @@ struct MQTTConnectionMachineTests {
         let caps: [Double] = [1, 2, 4, 8, 16, 32, 60, 60, 60]
         for (d, c) in zip(ceilings, caps) { #expect(d >= c / 2 && d <= c, "delay \(d) outside [\(c / 2), \(c)]") }
         #expect(h.m.failedAttempts == 9)
-        // A good connection resets it: the next loss waits about a second again.
+        // A connection whose subscriptions the broker confirmed resets it: the next loss waits
+        // about a second again. The CONNACK alone does not.
         h.feed(h.m.connectIssued(now: h.now))
         h.feed(h.m.connack(rc: 0, reason: "", now: h.now))
-        #expect(h.m.failedAttempts == 0)
+        #expect(h.m.failedAttempts == 9 && !h.m.confirmed)
+        h.feed(h.m.subscriptionsConfirmed(now: h.now))
+        #expect(h.m.failedAttempts == 0 && h.m.confirmed && h.m.lastLoss == nil)
         h.advance(100)
         let lost = h.feed(h.m.disconnected(reason: "Connection lost", now: h.now))
         #expect(lost.first == .close(sendDisconnect: false))
         #expect(reports(lost) == [.disconnected(reason: "Connection lost")])
         #expect(h.retryDelay! <= 1)
+    }
+
+    @Test("a broker that accepts and then drops before the SUBACK meets a growing backoff, not one retry a second")
+    func dropBeforeSuback() {
+        var h = Harness()
+        h.feed(h.m.start(now: h.now))
+        var delays: [Double] = []
+        for _ in 0..<6 {
+            h.feed(h.m.connectIssued(now: h.now))
+            h.feed(h.m.connack(rc: 0, reason: "", now: h.now))
+            h.advance(0.01)
+            h.feed(h.m.disconnected(reason: "Connection lost", now: h.now))
+            delays.append(h.retryDelay!)
+            #expect(h.fire(expecting: .reconnect) == [.connect])
+        }
+        // Attempt n waits within [c/2, c] for c = 1, 2, 4, 8, 16, 32.
+        for (d, c) in zip(delays, [1.0, 2, 4, 8, 16, 32]) { #expect(d >= c / 2 && d <= c, "delay \(d) outside [\(c / 2), \(c)]") }
+        #expect(h.m.failedAttempts == 6 && h.m.lastLoss == "Connection lost")
+    }
+
+    @Test("a refused subscription (SUBACK 0x80) closes the session and backs off, with the topic as the reason")
+    func refusedSubscription() {
+        var h = Harness()
+        h.feed(h.m.start(now: h.now))
+        var delays: [Double] = []
+        for _ in 0..<4 {
+            h.feed(h.m.connectIssued(now: h.now))
+            h.feed(h.m.connack(rc: 0, reason: "", now: h.now))
+            let refused = h.feed(h.m.subscriptionRefused(topic: "drowse/dev/apps/a/notify", now: h.now))
+            #expect(refused.first == .close(sendDisconnect: true))
+            #expect(reports(refused) == [.disconnected(reason: "the broker refused the subscription to drowse/dev/apps/a/notify")])
+            delays.append(h.retryDelay!)
+            #expect(h.fire(expecting: .reconnect) == [.connect])
+        }
+        #expect(delays[3] > 4 && h.m.failedAttempts == 4)
+        #expect(h.m.lastLoss == "the broker refused the subscription to drowse/dev/apps/a/notify")
+        // Not while not connected: a late SUBACK of a closed connection changes nothing.
+        #expect(h.m.subscriptionRefused(topic: "x", now: h.now).isEmpty)
     }
 
     @Test("a failed connect is logged with the broker's address")
