@@ -61,6 +61,12 @@ DROWSE_BIN_DIR=$(swift build "${DROWSE_RELEASE_FLAGS[@]}" --show-bin-path) MAX_W
 say "DrowseKit for Python: unit tests (a scripted server, no drowsed)"
 python3 -m pytest -q Sources/drowsekit-python/tests
 
+# The e2e tests' fixed sleeps stay under 20 s in all: a wait FOR something polls, a time rule
+# is checked on a manual clock (Tests/DrowseAgentTests). A new fixed sleep that breaks the
+# budget fails here, before the run.
+say "fixed sleeps of the end-to-end tests (at most 20 s in all)"
+python3 Tests/EndToEnd/sleep_budget.py --max 20
+
 DROWSE_BIN_DIR=$(swift build --show-bin-path)
 export DROWSE_BIN_DIR
 say "end-to-end tests with DROWSE_BIN_DIR=$DROWSE_BIN_DIR"

@@ -23,15 +23,19 @@ import Testing
         let clock = ManualClock(wall: 1_800_000_000, boot: 5000)
         let service: LifecycleService
 
-        init(deadline: Double = 30, allowance: Double = 30) throws {
+        init(deadline: Double = 30, allowance: Double = 30, suspendAfter: Double = 10, warning: Double = 5,
+             alwaysActive: Bool = false) throws {
             var settings = AppLifecycle.Settings()
             settings.eventDeadline = deadline
             settings.taskAllowance = allowance
+            settings.suspendAfter = suspendAfter
+            settings.taskExpiryWarning = warning
             service = LifecycleService(settings: settings, clock: clock, logger: Logger(label: "test"))
             let app = try AppDefinition.parse("""
                 id = "res"
                 [process]
                 command = ["/bin/true"]
+                \(alwaysActive ? "always_active = true" : "")
                 """, file: "/etc/drowse/apps.d/res.toml")
             service.configure([app], adopted: [])
             service.processStarted("res")

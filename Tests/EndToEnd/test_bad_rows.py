@@ -65,7 +65,10 @@ def test_drowsed_starts_with_invalid_rows_and_refuses_them(make_drowse):
 
     d.start()
     pid = d.proc.pid
-    time.sleep(2)  # timers armed at start (timeouts, the fetch window) have had their chance to fire
+    # Timers armed at start from a bad value (a timeout at 1e300 or -inf, a fetch window from a
+    # last fetch at 1e300) would be due at once, or never: the ones due at once fire within
+    # milliseconds, and a crash from them would show in this half second.
+    time.sleep(0.5)
     assert d.proc.poll() is None and pid_alive(pid), d.exit_note()
     status, body = request(d.socket, "GET", "/v1/status")
     assert status == 200, body
@@ -89,7 +92,7 @@ def test_drowsed_starts_with_invalid_rows_and_refuses_them(make_drowse):
     # And the daemon starts again with the same database (the refused rows may have been rewritten as failed).
     d.stop()
     d.start()
-    time.sleep(1)
+    time.sleep(0.3)  # the same start-up timers, from the rewritten rows
     assert d.proc.poll() is None, d.exit_note()
     assert request(d.socket, "GET", "/v1/status")[0] == 200
     assert json.loads(d.cli_ok("transfer", "show", "t-timeout-inf", "--json").stdout)["state"] == "failed"

@@ -40,6 +40,12 @@ def wait_subscribed_all(broker, devices_groups, app="news"):
     wait_until(done, 20, what=f"group subscriptions {wanted}")
 
 
+def fenced_content_ids(d, fence: int, app="news"):
+    """The content ids a device ran before the fence (content id `fence`) it ran last."""
+    ids = [r.json().get("content-id") for r in d.runs(app)]
+    return sorted(i for i in ids if i != fence)
+
+
 def fleet(broker, *args):
     r = run_cli("fleet", "--broker", broker.url, "--timeout", "10s", *args)
     assert r.returncode == 0, f"drowse fleet exited {r.returncode}: {r.stderr}"
@@ -77,12 +83,21 @@ def test_groups_across_bridge_dedupe_and_fleet(workdir, request, make_drowse):
         devices["a2"].push_group("beta", "news", "--id", "both-1", "-d", "content-id=2", broker=central)
         devices["b2"].wait_runs("news", 1, timeout=20)
         devices["a2"].wait_runs("news", 2, timeout=20)
-        time.sleep(2.0)  # a duplicate or a stray delivery would have run by now
-        assert content_ids(devices["a1"]) == [1]
-        assert content_ids(devices["a2"]) == [1, 2]
-        assert content_ids(devices["a3"]) == []
-        assert content_ids(devices["b1"]) == [1]
-        assert content_ids(devices["b2"]) == [2]
+        # A fence instead of a wait: pushed after, by the same routes (each group's topic on the
+        # central broker, a3's own), it reaches each device after any duplicate or stray copy of
+        # the pushes above (a broker keeps the order of what it sends one session). Once a device
+        # ran its fence, a duplicate or stray run would be there.
+        devices["a1"].push_group("eu", "news", "--id", "fence-eu", "-d", "content-id=100", broker=central)
+        devices["a2"].push_group("beta", "news", "--id", "fence-beta", "-d", "content-id=100", broker=central)
+        devices["a3"].push("news", "--id", "fence-a3", "-d", "content-id=100")
+        for dev, n in (("a1", 2), ("a2", 4), ("a3", 1), ("b1", 2), ("b2", 2)):
+            devices[dev].wait_runs("news", n, timeout=20)
+        assert fenced_content_ids(devices["a1"], 100) == [1]
+        assert fenced_content_ids(devices["a2"], 100) == [1, 2]
+        assert fenced_content_ids(devices["a3"], 100) == []
+        assert fenced_content_ids(devices["b1"], 100) == [1]
+        assert fenced_content_ids(devices["b2"], 100) == [2]
+        assert all(content_ids(devices[dev]).count(100) == n for dev, n in (("a1", 1), ("a2", 2), ("a3", 1), ("b1", 1), ("b2", 1)))
 
         # drowse fleet on the central broker: every device, those on the edge through the bridge.
         def listing():
@@ -151,8 +166,13 @@ def test_failover_to_second_broker_and_back(workdir, request, make_drowse):
                     "-d", "content-id=2")
         assert r.returncode == 0, r.stderr
         d.wait_runs("news", 2, timeout=20)
-        time.sleep(1.0)
-        assert content_ids(d) == [1, 2]
+        # A fence on the broker it is on now: once it ran, a duplicate (a message delivered again
+        # by the first broker after the failback) would have run too.
+        r = run_cli("push", "--broker", first.url, "--device", "fo", "--app", "news", "--silent", "--id", "fence",
+                    "-d", "content-id=100")
+        assert r.returncode == 0, r.stderr
+        d.wait_runs("news", 3, timeout=20)
+        assert content_ids(d) == [1, 2, 100]
     finally:
         second.stop()
         if first.proc is not None:
@@ -226,9 +246,15 @@ def test_generated_acl_gives_a_device_its_groups_only(workdir, request, make_dro
         assert r.returncode == 0, r.stderr
         devices["acl-in"].wait_runs("news", 1, timeout=20)
         devices["acl-out"].wait_runs("news", 1, timeout=20)
-        time.sleep(1.5)
-        assert content_ids(devices["acl-in"]) == [1]
-        assert content_ids(devices["acl-out"]) == [2]
+        # A fence to each device's own topic, after the group push: once acl-out ran it, the group
+        # push the ACL withheld would have run before it.
+        for dev in ("acl-in", "acl-out"):
+            r = run_cli("push", "--broker", b.url, *creds, "--device", dev, "--app", "news", "--silent", "--id", f"fence-{dev}",
+                        "-d", "content-id=100")
+            assert r.returncode == 0, r.stderr
+            devices[dev].wait_runs("news", 2, timeout=20)
+        assert fenced_content_ids(devices["acl-in"], 100) == [1]
+        assert fenced_content_ids(devices["acl-out"], 100) == [2]
         # The provider reads every status; the ACL lets each device write its own.
         listed = {e["device_id"] for e in json.loads(run_cli("fleet", "--broker", b.url, *creds, "--json").stdout)}
         assert listed == {"acl-in", "acl-out"}
