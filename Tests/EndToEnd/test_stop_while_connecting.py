@@ -31,7 +31,11 @@ def test_sigterm_stops_drowsed_while_it_connects_to_a_silent_broker(make_drowse)
         d.start()
         status = d.json("status")
         assert status["mqtt"]["configured"] and not status["mqtt"]["connected"]
-        time.sleep(1)  # the connect attempt is under way (its SYN unanswered)
+        # The connect attempt is under way: its SYN sent and unanswered.
+        def syn_sent():
+            r = subprocess.run(["ip", "netns", "exec", ns, "ss", "-tn", "state", "syn-sent"], capture_output=True, text=True)
+            return "10.9.9.2:1883" in r.stdout
+        wait_until(syn_sent, 10, what="drowsed's SYN to the silent broker")
         # drowsed still answers while it connects.
         assert d.cli("status", "--json", timeout=5).returncode == 0
         t0 = time.monotonic()
