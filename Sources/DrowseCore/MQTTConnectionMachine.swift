@@ -16,11 +16,14 @@
 /// More than one broker (`[mqtt] url` as a list, the preferred first): losing the broker (a
 /// failed attempt or a dropped connection) moves to the next one in the list, with the usual
 /// backoff. While connected to any but the first, the machine goes back to the first when a
-/// keepalive ping falls due (or a wake window opens) and `failbackAt` has passed: instead of the
-/// PINGREQ it disconnects cleanly (the broker keeps the session) and connects to the preferred
-/// broker. If that broker does not answer (connect fails, refused, no CONNACK), the machine returns
-/// to the broker it came from at once, with no backoff, and the next try waits longer
-/// (`failbackBackoff`: from one keepalive doubling to 30 minutes). Why no timer of its own: an
+/// keepalive ping falls due (or a wake window opens) and `failbackAt` has passed: make before
+/// break. Beside the working session (whose ping goes as usual) it opens a plain TCP connection to
+/// the preferred broker (`probePreferred`); only when that answers within `probeTimeout` does it
+/// disconnect cleanly (the broker keeps the session) and connect to the preferred broker. A probe
+/// that fails or times out leaves the working session alone, and the next try waits longer
+/// (`failbackBackoff`: from one keepalive doubling to 30 minutes). If the preferred broker answers
+/// the probe but then refuses MQTT (refused, no CONNACK), the machine returns to the broker it came
+/// from at once, with no backoff. Why no timer of its own: an
 /// idle device wakes for the keepalive anyway (the radio is up for that packet), so riding it
 /// costs no extra wakeup; a timer of its own would wake an idle board just to ask. The price is
 /// that moving back waits for the next keepalive (240 s by default) after `failbackAt`, and a
@@ -29,6 +32,8 @@ package struct MQTTConnectionMachine: Sendable {
     package enum TimerPurpose: String, Sendable, Equatable {
         /// The backoff after a lost or failed connection is over: connect.
         case reconnect
+        /// The probe of the preferred broker got no answer in time.
+        case probe
         /// No CONNACK since the connection was opened.
         case connack
         /// A keepalive period passed without traffic: send PINGREQ.
@@ -59,6 +64,11 @@ package struct MQTTConnectionMachine: Sendable {
         case publish
         /// At stop: publish the offline status ourselves (a clean DISCONNECT suppresses the will).
         case publishOffline
+        /// Open a TCP connection to the preferred broker beside the session and report
+        /// `probeAnswered` or `probeFailed` (make before break).
+        case probePreferred
+        /// Close the probe's connection (answered, failed, timed out, or the session went away).
+        case endProbe
         case setTimer(at: Double, purpose: TimerPurpose)
         case cancelTimer
         /// Tell the owner.
@@ -103,6 +113,10 @@ package struct MQTTConnectionMachine: Sendable {
     var backoff: Backoff
     /// The broker confirmed the current connection's subscriptions.
     package private(set) var confirmed = false
+    /// When the probe of the preferred broker started, while one runs.
+    package private(set) var probeStartedAt: Double?
+    /// How long a probe of the preferred broker may take to answer.
+    package let probeTimeout = 5.0
     /// Why the last connection or attempt was lost (shown by `drowse status`); nil once a session
     /// is up again.
     package private(set) var lastLoss: String?
@@ -264,6 +278,9 @@ package struct MQTTConnectionMachine: Sendable {
             if now >= since + connackTimeout { return connackTimeout(now: now) }
             return timerActions(now: now)
         case .connected:
+            if let p = probeStartedAt, now >= p + probeTimeout {
+                return probeFailed(reason: "no answer within \(Int(probeTimeout)) s", now: now)
+            }
             if let p = pingSentAt, now >= p + keepalive / 2 { return deadLink(now: now) }
             if now >= min(lastIn, lastOut) + keepalive { return keepaliveDue(now: now) }
             return timerActions(now: now)
@@ -279,22 +296,22 @@ package struct MQTTConnectionMachine: Sendable {
     /// A keepalive period passed without traffic: PINGREQ goes now.
     package mutating func keepaliveDue(now: Double) -> [Action] {
         guard phase == .connected else { return [] }
-        // The radio wakes for this packet anyway: try the preferred broker instead, if it is time.
-        if pingSentAt == nil, failbackDue(now: now) { return failBack(now: now) }
+        // The radio wakes for this packet anyway: probe the preferred broker beside it, if it is time.
+        let probe = pingSentAt == nil ? startProbeIfDue(now: now) : []
         if pingSentAt == nil { pingSentAt = now }
         // The client library restarts its own clock when it sends the ping.
         lastIn = now
         lastOut = now
-        return [.sendPing] + timerActions(now: now)
+        return probe + [.sendPing] + timerActions(now: now)
     }
 
     /// A wake window opened (the radio is on anyway): if the keepalive is past its half, send
     /// traffic now so the next ping falls a whole keepalive later.
     package mutating func windowOpened(now: Double) -> [Action] {
-        if phase == .connected, pingSentAt == nil, failbackDue(now: now) { return failBack(now: now) }
-        guard phase == .connected, now - min(lastIn, lastOut) > keepalive / 2 else { return [] }
+        let probe = phase == .connected && pingSentAt == nil ? startProbeIfDue(now: now) : []
+        guard phase == .connected, now - min(lastIn, lastOut) > keepalive / 2 else { return probe.isEmpty ? [] : probe + timerActions(now: now) }
         lastOut = now
-        return [.publishStatus] + timerActions(now: now)
+        return probe + [.publishStatus] + timerActions(now: now)
     }
 
     /// The owner changed the wanted topics.
@@ -347,12 +364,34 @@ package struct MQTTConnectionMachine: Sendable {
     /// Stop: publish the offline status and disconnect cleanly if connected, then finish.
     /// `mayWrite` false (a received message is still unsettled): close without writing, so
     /// nothing is acknowledged that nobody recorded.
+    /// The preferred broker took the probe's TCP connection: leave the working session cleanly and
+    /// connect to the preferred one.
+    package mutating func probeAnswered(now: Double) -> [Action] {
+        guard phase == .connected, probeStartedAt != nil else { return [] }
+        probeStartedAt = nil
+        return [.endProbe] + failBack(now: now)
+    }
+
+    /// The probe failed (refused, unreachable) or timed out: the working session stays, and the
+    /// preferred broker is tried again later, each time after a longer wait.
+    package mutating func probeFailed(reason: String, now: Double) -> [Action] {
+        guard probeStartedAt != nil else { return [] }
+        probeStartedAt = nil
+        guard phase == .connected else { return [.endProbe] }
+        failbackAt = now + failbackBackoff.next(unit: random.unit())
+        return [.endProbe, .log(.info, "the preferred broker \(peers[0]) does not answer (\(reason)): staying on \(peer)")] + timerActions(now: now)
+    }
+
     package mutating func stop(mayWrite: Bool) -> [Action] {
         guard phase != .stopped else { return [] }
         let open = isOpen
         phase = .stopped
         timer = nil
         var actions: [Action] = [.cancelTimer]
+        if probeStartedAt != nil {
+            probeStartedAt = nil
+            actions.append(.endProbe)
+        }
         if open {
             actions += mayWrite ? [.publishOffline, .close(sendDisconnect: true)] : [.close(sendDisconnect: false)]
         }
@@ -374,6 +413,13 @@ package struct MQTTConnectionMachine: Sendable {
     private func failbackDue(now: Double) -> Bool {
         guard current != 0, let at = failbackAt else { return false }
         return now >= at
+    }
+
+    /// On a non-preferred broker past `failbackAt`, with no probe running: start one.
+    private mutating func startProbeIfDue(now: Double) -> [Action] {
+        guard probeStartedAt == nil, failbackDue(now: now) else { return [] }
+        probeStartedAt = now
+        return [.probePreferred, .log(.info, "is the preferred broker \(peers[0]) back? (connected to \(peer))")]
     }
 
     /// Leave the broker in use (cleanly: it keeps the session) and connect to the preferred one now.
@@ -399,6 +445,10 @@ package struct MQTTConnectionMachine: Sendable {
         var actions: [Action] = []
         lastLoss = why
         confirmed = false
+        if probeStartedAt != nil {
+            probeStartedAt = nil
+            actions.append(.endProbe)
+        }
         if phase == .connected { actions.append(.report(.disconnected(reason: why))) }
         if isOpen { actions.append(.log(.warning, "connection lost: \(why)")) }
         phase = .waiting
@@ -439,11 +489,10 @@ package struct MQTTConnectionMachine: Sendable {
         case .connected:
             // A little past the keepalive, so the client library (whole seconds) sees it due too.
             let ping = (at: min(lastIn, lastOut) + keepalive + 0.05, purpose: TimerPurpose.keepalive)
-            if let p = pingSentAt, p + keepalive / 2 < ping.at {
-                wanted = (p + keepalive / 2, .pingAnswer)
-            } else {
-                wanted = ping
-            }
+            var next = ping
+            if let p = pingSentAt, p + keepalive / 2 < next.at { next = (p + keepalive / 2, .pingAnswer) }
+            if let p = probeStartedAt, p + probeTimeout < next.at { next = (p + probeTimeout, .probe) }
+            wanted = next
         }
         let old = timer
         timer = wanted

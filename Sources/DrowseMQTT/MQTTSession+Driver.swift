@@ -22,6 +22,8 @@ extension MQTTSession {
         var outgoing: (topic: String, payload: [UInt8], retain: Bool)?
         /// SUBSCRIBEs of this connection waiting for their SUBACK, by message id.
         var pendingSubacks: [Int32: String] = [:]
+        /// The probe's TCP connection to the preferred broker while one runs (make before break).
+        var probeFD: Int32 = -1
 
         init(session: MQTTSession, mosq: OpaquePointer, ctx: Context) {
             self.session = session
@@ -61,6 +63,8 @@ extension MQTTSession {
                     if mayWrite(), mosquitto_want_write(mosq) { ev |= Int16(POLLOUT) }
                     fds.append(pollfd(fd: sock, events: ev, revents: 0))
                 }
+                let probeAt = fds.count
+                if probeFD >= 0 { fds.append(pollfd(fd: probeFD, events: Int16(POLLOUT), revents: 0)) }
                 let timeoutMS: Int32 = timerAt.map { Int32(max(0, min(Double(Int32.max / 2), ($0 - now()) * 1000)).rounded(.up)) } ?? -1
                 let n = poll(&fds, nfds_t(fds.count), timeoutMS)
                 if n < 0 && errno != EINTR { logger.error("mqtt: poll failed: \(String(cString: strerror(errno)))"); break }
@@ -83,7 +87,8 @@ extension MQTTSession {
                         }
                     }
                 }
-                if fds.count > 1, machine.isOpen {
+                if probeFD >= 0, fds.count > probeAt, fds[probeAt].revents != 0 { probeFinished() }
+                if sock >= 0, fds.count > 1, machine.isOpen {
                     let re = fds[1].revents
                     if re & Int16(POLLIN | POLLHUP | POLLERR) != 0 {
                         let rc = mosquitto_loop_read(mosq, 1)
@@ -196,6 +201,10 @@ extension MQTTSession {
                     publish(topic: will.topic, payload: will.payload, retain: true)
                     logger.mosquitto(mosquitto_loop_write(mosq, 1), "mosquitto_loop_write", level: .debug, "offline status at stop")
                 }
+            case .probePreferred:
+                return startProbe()
+            case .endProbe:
+                endProbe()
             case .setTimer(let at, _):
                 timerAt = at
             case .cancelTimer:
@@ -212,6 +221,49 @@ extension MQTTSession {
                 break  // The thread ends once stop's actions are carried out.
             }
             return []
+        }
+
+        /// A non-blocking TCP connect to the preferred broker beside the session; what it gives is
+        /// fed to the machine when the socket is writable (or at once, if it fails at once).
+        func startProbe() -> [MQTTConnectionMachine.Action] {
+            endProbe()
+            let broker = options.brokers[0]
+            var hints = addrinfo()
+            hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+            var res: UnsafeMutablePointer<addrinfo>?
+            let gai = getaddrinfo(broker.host, String(broker.port), &hints, &res)
+            guard gai == 0, let ai = res else {
+                return machine.probeFailed(reason: String(cString: gai_strerror(gai)), now: now())
+            }
+            defer { freeaddrinfo(res) }
+            let fd = socket(ai.pointee.ai_family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+            guard fd >= 0 else { return machine.probeFailed(reason: String(cString: strerror(errno)), now: now()) }
+            if connect(fd, ai.pointee.ai_addr, ai.pointee.ai_addrlen) != 0, errno != EINPROGRESS {
+                let why = String(cString: strerror(errno))
+                Sys.close(fd, ignoringErrors: .nothingToFlush)
+                return machine.probeFailed(reason: why, now: now())
+            }
+            probeFD = fd
+            return []
+        }
+
+        /// The probe's socket became writable (connected) or failed.
+        func probeFinished() {
+            var err: Int32 = 0
+            var len = socklen_t(MemoryLayout<Int32>.size)
+            let got = getsockopt(probeFD, SOL_SOCKET, SO_ERROR, &err, &len)
+            endProbe()
+            if got == 0, err == 0 {
+                perform(machine.probeAnswered(now: now()))
+            } else {
+                perform(machine.probeFailed(reason: String(cString: strerror(got == 0 ? err : errno)), now: now()))
+            }
+        }
+
+        func endProbe() {
+            guard probeFD >= 0 else { return }
+            Sys.close(probeFD, ignoringErrors: .nothingToFlush)
+            probeFD = -1
         }
 
         /// A SUBACK: a refused topic (0x80) fails the session; the last one granted makes it up.

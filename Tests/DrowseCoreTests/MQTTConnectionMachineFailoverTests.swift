@@ -80,7 +80,7 @@ struct MQTTConnectionMachineFailoverTests {
         #expect(fb >= r.now + 30 && fb <= r.now + 60, "first try of the preferred broker after half to one keepalive")
     }
 
-    @Test("on a non-preferred broker the keepalive ping after failbackAt becomes a try of the preferred one; it answers")
+    @Test("on a non-preferred broker the keepalive ping after failbackAt also probes the preferred one; it answers: make, then break")
     func failbackAtKeepalive() {
         var r = Rig()
         r.feed(r.m.start(now: r.now))
@@ -92,9 +92,15 @@ struct MQTTConnectionMachineFailoverTests {
         #expect(r.m.currentTimer?.purpose == .keepalive)
         let a = r.fire()
         #expect(r.now >= r.m.failbackAt ?? .infinity)
-        #expect(!a.contains(.sendPing))
-        #expect(a.contains(.close(sendDisconnect: true)) && a.contains(.connect))
-        #expect(a.contains(.report(.disconnected(reason: "moving back to the preferred broker"))))
+        // The working session stays: its ping goes, and the preferred broker is only probed.
+        #expect(a.contains(.sendPing) && a.contains(.probePreferred))
+        #expect(!a.contains(.close(sendDisconnect: true)) && !a.contains(.connect) && r.m.isConnected && r.m.peer == "b1:1883")
+        // The probe has a deadline of its own.
+        #expect(r.m.currentTimer?.purpose == .probe && r.m.currentTimer?.at == r.now + r.m.probeTimeout)
+        // It answers: now the session moves.
+        let moved = r.feed(r.m.probeAnswered(now: r.now + 0.01))
+        #expect(moved.first == .endProbe && moved.contains(.close(sendDisconnect: true)) && moved.contains(.connect))
+        #expect(moved.contains(.report(.disconnected(reason: "moving back to the preferred broker"))))
         #expect(r.m.brokerToConnect == 0 && r.m.failingBackFrom == 1)
         r.connectOK()
         #expect(r.m.isConnected && r.m.peer == "b0:1883" && r.m.failbackAt == nil && r.m.failingBackFrom == nil)
@@ -116,7 +122,7 @@ struct MQTTConnectionMachineFailoverTests {
         #expect(r.m.peer == "b1:1883")
     }
 
-    @Test("the preferred broker does not answer: straight back to the broker it left, no backoff, and the next try waits longer")
+    @Test("the preferred broker does not answer the probe: the working session is never left, and the next probe waits longer")
     func failbackFails() {
         var r = Rig(keepalive: 60)
         r.feed(r.m.start(now: r.now))
@@ -128,7 +134,7 @@ struct MQTTConnectionMachineFailoverTests {
         for _ in 0..<6 {
             // Keepalives before failbackAt are pings (answered); the first one after it tries b0.
             var pings = 0
-            while r.m.brokerToConnect == 1 {
+            while r.m.probeStartedAt == nil {
                 let a = r.fire()
                 if a.contains(.sendPing) {
                     pings += 1
@@ -138,17 +144,24 @@ struct MQTTConnectionMachineFailoverTests {
                 if pings >= 100 { return }
             }
             #expect(r.now >= r.m.failbackAt ?? 0)
-            let a = r.feed(r.m.connectFailed(reason: "refused", now: r.now))
-            #expect(a.contains(.connect), "reconnects to b1 at once")
-            #expect(r.m.brokerToConnect == 1 && r.m.failedAttempts == attemptsBefore)
-            r.connectOK()
+            let a = r.feed(r.m.probeFailed(reason: "Connection refused", now: r.now))
+            #expect(a.first == .endProbe && !a.contains(.connect) && !a.contains(.close(sendDisconnect: true)))
+            #expect(r.m.isConnected && r.m.brokerToConnect == 1 && r.m.failedAttempts == attemptsBefore)
             gaps.append(try! #require(r.m.failbackAt) - r.now)
         }
         #expect(gaps.last! > gaps.first!, "\(gaps)")
         #expect(gaps.allSatisfy { $0 <= 1800 })
-        // A CONNACK timeout on the preferred broker counts as not answering too.
+        // A probe nobody answers times out on the machine's timer, and the session stays.
         r.now = try! #require(r.m.failbackAt)
         r.feed(r.m.keepaliveDue(now: r.now))
+        #expect(r.m.probeStartedAt == r.now)
+        r.feed(r.m.packetReceived(now: r.now + 0.1))
+        let timedOut = r.fire()
+        #expect(timedOut.first == .endProbe && r.m.isConnected && r.m.probeStartedAt == nil && r.m.brokerToConnect == 1)
+        // The preferred broker takes the TCP connection but then gives no CONNACK: back at once.
+        r.now = try! #require(r.m.failbackAt)
+        r.feed(r.m.keepaliveDue(now: r.now))
+        r.feed(r.m.probeAnswered(now: r.now))
         #expect(r.m.brokerToConnect == 0)
         r.feed(r.m.connectIssued(now: r.now))
         r.now += 100
@@ -156,7 +169,21 @@ struct MQTTConnectionMachineFailoverTests {
         #expect(a.contains(.connect) && r.m.brokerToConnect == 1)
     }
 
-    @Test("a wake window past failbackAt tries the preferred broker")
+    @Test("a session lost while the probe runs ends the probe; a late answer changes nothing")
+    func probeDuringLoss() {
+        var r = Rig(keepalive: 60)
+        r.feed(r.m.start(now: r.now))
+        r.feed(r.m.connectFailed(reason: "refused", now: r.now))
+        r.fire()
+        r.connectOK()
+        r.now = try! #require(r.m.failbackAt)
+        #expect(r.feed(r.m.keepaliveDue(now: r.now)).contains(.probePreferred))
+        let lost = r.feed(r.m.disconnected(reason: "EOF", now: r.now + 1))
+        #expect(lost.contains(.endProbe) && r.m.probeStartedAt == nil)
+        #expect(r.m.probeAnswered(now: r.now + 2).isEmpty)
+    }
+
+    @Test("a wake window past failbackAt probes the preferred broker, and moves when it answers")
     func failbackAtWindow() {
         var r = Rig(keepalive: 600)
         r.feed(r.m.start(now: r.now))
@@ -168,7 +195,9 @@ struct MQTTConnectionMachineFailoverTests {
         r.now = fb + 1
         r.feed(r.m.packetReceived(now: r.now))  // a busy link: no keepalive due
         let a = r.feed(r.m.windowOpened(now: r.now))
-        #expect(a.contains(.connect) && r.m.brokerToConnect == 0)
+        #expect(a.contains(.probePreferred) && !a.contains(.connect) && r.m.brokerToConnect == 1)
+        let moved = r.feed(r.m.probeAnswered(now: r.now))
+        #expect(moved.contains(.connect) && r.m.brokerToConnect == 0)
     }
 
     @Test("on the preferred broker nothing changes: pings stay pings, windows carry the status")
