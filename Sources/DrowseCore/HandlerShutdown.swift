@@ -40,6 +40,13 @@ package struct HandlerShutdown: Sendable {
 
     /// Between SIGTERM and SIGKILL.
     package let grace: Double
+    /// After the run is over, how long its last output is still collected from the pipes (the
+    /// leftovers are killed by then, so the pipes reach EOF promptly; a grandchild that kept them
+    /// open past this is not waited for).
+    package let outputDrain: Double = 0.5
+
+    /// Until when the last output is collected, for a run that ended at `now`.
+    package func outputCollectedUntil(endedAt now: Double) -> Double { now + outputDrain }
     /// How often a killed process that has not been reaped yet is looked at again.
     package static let reapRecheck = 0.1
     var phase: Phase = .notStarted

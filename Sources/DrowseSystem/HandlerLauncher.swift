@@ -393,7 +393,7 @@ package struct ProcessLauncher: HandlerLaunching {
         Sys.close(wakeFD, ignoringErrors: .nothingToFlush)
         if inFD >= 0 { Sys.close(inFD, ignoringErrors: .nothingToFlush) }
         // Collect the last output; the leftovers are gone, so the pipes reach EOF promptly.
-        let drainUntil = WallClock.monotonic() + 0.5
+        let drainUntil = shutdown.outputCollectedUntil(endedAt: WallClock.monotonic())
         while (outFD >= 0 || errFD >= 0) && WallClock.monotonic() < drainUntil {
             var fds: [pollfd] = []
             if outFD >= 0 { fds.append(pollfd(fd: outFD, events: Int16(POLLIN), revents: 0)) }

@@ -62,6 +62,13 @@ struct HandlerShutdownTests {
         #expect(s.m.timerFired(now: 200).isEmpty)
     }
 
+    @Test("a finished run's last output is collected for half a second after its end, not longer")
+    func outputDrain() {
+        let s = HandlerShutdown(grace: 2)
+        #expect(s.outputCollectedUntil(endedAt: 100) == 100.5)
+        #expect(s.outputDrain == 0.5)
+    }
+
     @Test("killed by a signal it did not get from us: signaled")
     func signaledByOthers() {
         var s = Supervisor()
