@@ -286,3 +286,84 @@ struct TimelineSVGTests {
         #expect(dayOn < rec.report.drowse.radioOnSeconds / 3)
     }
 }
+
+@Suite("Agent timeline")
+struct AgentTimelineTests {
+    static let t0 = 1_767_600_000.0
+
+    static func history() -> AgentHistory {
+        var h = AgentHistory()
+        h.runs = [
+            .init(app: "news", event: "fetch", trigger: "scheduled", result: "new-data", ending: "exit status 0", start: t0 + 10, end: t0 + 12),
+            .init(app: "mail", event: "fetch", trigger: "scheduled", result: "failed", ending: "killed at its deadline", start: t0 + 10.2, end: t0 + 40),
+            .init(app: "news", event: "notification", trigger: "notification", result: "no-data", ending: "exit status 100", start: t0 + 300, end: t0 + 301),
+            .init(app: "news", event: "fetch", trigger: "manual", result: "failed", ending: "exit status 1", start: t0 + 900, end: t0 + 901),
+            .init(app: "resident", event: "resident", trigger: nil, result: "failed", ending: "exit status 1", start: t0, end: t0 + 3000),
+        ]
+        h.notifications = [.init(app: "news", receivedAt: t0 + 299.5, handledAt: t0 + 301, state: "no-data")]
+        h.transfers = [
+            .init(id: "t1", app: "dl", kind: "download", state: "completed", createdAt: t0 + 2000, finishedAt: t0 + 2030, bytes: 1 << 20, retries: 1),
+            .init(id: "t2", app: "dl", kind: "download", state: "waiting", createdAt: t0 + 2100, finishedAt: nil, bytes: 0, retries: 0),
+        ]
+        h.uses = [("news", t0 + 1000)]
+        return h
+    }
+
+    @Test("the radio model gets every handler run but a resident process, each notification's arrival and each transfer that ran")
+    func activities() {
+        let a = AgentTimeline.activities(Self.history(), to: Self.t0 + 3600)
+        #expect(a.count == 4 + 1 + 1)
+        #expect(!a.contains { $0.end == Self.t0 + 3000 })
+        let periods = RadioModel.lte.periods(of: a)
+        // 10-40 (news and mail together), 299.5-301, 900-901, 2000-2030: four wakes.
+        #expect(periods.count == 4)
+    }
+
+    @Test("a drawing of a recorded hour: a mark per run, notification and transfer, windows read off the runs, radio-on inside the picture")
+    func drawing() throws {
+        let h = Self.history()
+        let from = Self.t0, to = Self.t0 + 3600
+        let svg = TimelineSVG.render(AgentTimeline.drawing(h, from: from, to: to, radio: .lte, device: "board<1>"))
+        let root = try XMLElement.parse(svg)
+        let day = try #require(TimelineSVGTests.panel(root, "day"))
+        let radio = try #require(day.all("g", class: "radio-lane").first)
+        let bars = radio.all("rect", class: "radio")
+        #expect(bars.count == 4 && radio.number("data-promotions") == 4)
+        let on = bars.reduce(0) { $0 + $1.number("data-seconds")! }
+        #expect(abs(radio.number("data-radio-on-seconds")! - on) < 0.01)
+        #expect(abs(on - RadioModel.lte.usage(of: AgentTimeline.activities(h, to: to)).radioOnSeconds) < 0.002)
+        #expect(day.all("rect", class: "run").count == 4)
+        #expect(day.all("rect", class: "timeout").count == 1)
+        #expect(day.all("rect", class: "notification").count == 1)
+        #expect(day.all("rect", class: "transfer").count == 2)
+        // The two scheduled fetches that started together are one window.
+        let windows = day.all("rect", class: "window")
+        #expect(windows.count == 1)
+        #expect(windows.first?.children.first?.text.contains("news, mail") == true)
+        #expect(day.all("line", class: "use").count == 1)
+        #expect(root.all("title").first?.text.hasPrefix("board&lt;1&gt;") == true)
+        let lanes = day.all("g", class: "lane").map { $0.attributes["data-lane"]! }
+        #expect(lanes == ["windows", "dl", "mail", "news"])
+    }
+
+    @Test("a scheduler trace adds its windows and the conditions, those in force at the start included")
+    func trace() throws {
+        let t = Self.t0
+        let lines = [
+            #"{"config":{}}"#,
+            #"{"event":{"type":"started","now":\#(t - 100),"conditions":{"online":true,"low_battery":false,"radio_tail":11.576},"apps":[]},"actions":[]}"#,
+            #"{"event":{"type":"timer_fired","now":\#(t + 10)},"actions":[{"type":"start_fetch","apps":["news","mail"],"trigger":"scheduled"}]}"#,
+            #"{"event":{"type":"conditions_changed","now":\#(t + 500),"conditions":{"online":false,"low_battery":true,"radio_tail":11.576}},"actions":[]}"#,
+            #"{"event":{"type":"fetch_requested","app":"news","now":\#(t + 900)},"actions":[{"type":"start_fetch","apps":["news"],"trigger":"manual"}]}"#,
+            #"{"event":{"type":"timer_fi"#,
+        ]
+        var h = AgentHistory()
+        try h.addTrace(lines.joined(separator: "\n"), from: t)
+        #expect(h.windows == [.init(at: t + 10, apps: ["news", "mail"])])
+        #expect(h.conditions.map(\.at) == [t, t + 500])
+        #expect(h.conditions.map(\.online) == [true, false])
+        let svg = TimelineSVG.render(AgentTimeline.drawing(h, from: t, to: t + 3600, radio: .wifi, device: "b"))
+        let states = try #require(TimelineSVGTests.panel(try XMLElement.parse(svg), "day")).all("rect", class: "state")
+        #expect(states.map { $0.children.first?.text } == ["online", "offline, low battery"])
+    }
+}

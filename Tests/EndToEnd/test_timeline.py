@@ -14,7 +14,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from drowse_e2e import DROWSE, REPO
+from drowse_e2e import DROWSE, REPO, notify_topic, wait_until
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -83,3 +83,92 @@ def test_the_docs_picture_is_what_the_command_draws(workdir):
     """docs/timeline-twenty-apps.svg (shown in the README) is the command's output, not a stale copy."""
     drawn = simulate(str(REPO / "deploy" / "scenarios" / "twenty-apps-lte.toml"), "--svg", "-")
     assert drawn == (REPO / "docs" / "timeline-twenty-apps.svg").read_text()
+
+
+def lane(root, lane_id):
+    return next(g for g in panel(root, "day").iter(SVG + "g") if g.get("class") == "lane" and g.get("data-lane") == lane_id)
+
+
+def row(lane_el, row_id):
+    return next(g for g in lane_el.iter(SVG + "g") if g.get("class") == "row" and g.get("data-row") == row_id)
+
+
+def marks(el, role):
+    return [r for r in el.iter(SVG + "rect") if has_class(r, role)]
+
+
+def title(el) -> str:
+    t = el.find(SVG + "title")
+    return t.text if t is not None else ""
+
+
+def file_state(paths):
+    return {p.name: (p.stat().st_mtime_ns, p.stat().st_size) for p in paths if p.exists()}
+
+
+def test_a_recorded_session_draws_its_fetch_notification_and_download(broker, nginx, make_drowse):
+    d = make_drowse(broker=broker, extra_config='[radio]\nmodel = "lte"\n')
+    d.add_app("news", fetch=d.recorder("news"), minimum_interval="5s", notification=d.recorder("news-note"))
+    d.add_app("dl", events=d.recorder("dl"))
+    trace = d.base / "scheduler.trace"
+    d.daemon_args = ["--scheduler-trace", str(trace)]
+    d.start()
+    broker.wait_subscribed(notify_topic("news"))
+    d.wait_runs("news", 1)  # a scheduled window
+    d.push("news", "-d", "content-id=1")
+    d.wait_runs("news-note", 1)
+    url, digest, _ = nginx.add_file("payload.bin", 256 * 1024)
+    dest = d.base / "payload.bin"
+    tid = d.download(url, "dl", "--sha256", digest, "--to", str(dest))
+    wait_until(lambda: d.transfer(tid)["state"] == "completed", 20, what="the download completed")
+    d.wait_runs("dl", 1)
+    d.cli_ok("used", "news")
+    d.wait_idle()
+
+    # Read-only, and not through drowsed: the state files are untouched and no socket is needed.
+    state_files = [d.state_dir / n for n in ("state.db", "state.db-wal")]
+    before = file_state(state_files)
+    fetched_before = len(d.runs("news"))
+    svg = d.base / "timeline.svg"
+    r = subprocess.run([str(DROWSE), "timeline", "--config", str(d.config), "--since", "2m", "--svg", str(svg), "--trace", str(trace)],
+                       capture_output=True, text=True, timeout=60, env={**d.env(), "DROWSE_SOCKET": str(d.base / "no.sock")})
+    assert r.returncode == 0, r.stderr
+    assert file_state(state_files) == before
+    fetched_after = len(d.runs("news"))  # news fetches every 5 s: one may end meanwhile
+
+    root = ET.parse(svg).getroot()
+    radio = next(g for g in panel(root, "day").iter(SVG + "g") if g.get("class") == "radio-lane")
+    bars = marks(radio, "radio")
+    assert len(bars) >= 1 and len(bars) == int(float(radio.get("data-promotions")))
+    # Each wake: a promotion and at least a tail (lte); radio-on counts what lies inside the
+    # picture (the last tail runs on past now).
+    assert all(float(b.get("data-promotion-seconds")) == 0.26 and float(b.get("data-tail-seconds")) >= 11.576 for b in bars)
+    span = float(panel(root, "day").get("data-to")) - float(panel(root, "day").get("data-from"))
+    inside = sum(min(float(b.get("data-start")) + float(b.get("data-seconds")), span) - max(float(b.get("data-start")), 0) for b in bars)
+    assert float(radio.get("data-radio-on-seconds")) == pytest.approx(inside, abs=0.002 * len(bars))
+    assert float(radio.get("data-radio-on-seconds")) > 0
+    assert int(float(radio.get("data-notifications"))) == 1
+    assert int(float(radio.get("data-transfers"))) == 1
+    # The fetch: a run mark per recorded run, coloured new-data (the recorder exits 0).
+    news = lane(root, "news")
+    fetches = marks(row(news, "fetch"), "run")
+    assert fetched_before <= len(fetches) <= fetched_after and len(fetches) >= 1
+    assert all(has_class(m, "new") for m in fetches)
+    # The notification: its arrival, and its handler's run.
+    note_row = row(news, "notification")
+    [arrival] = marks(note_row, "notification")
+    assert "notification" in title(arrival)
+    assert len(marks(note_row, "run")) == len(d.runs("news-note")) == 1
+    # The use.
+    assert len([u for u in news.iter(SVG + "line") if has_class(u, "use")]) == 1
+    # The download, and the events handler it ran.
+    dl = lane(root, "dl")
+    [xfer] = marks(row(dl, "transfer"), "transfer")
+    assert tid in title(xfer) and "completed" in title(xfer)
+    assert len(marks(row(dl, "transfer"), "run")) == len(d.runs("dl"))
+    # The window that fetched news, and the conditions the scheduler saw (from the trace).
+    windows = marks(lane(root, "windows"), "window")
+    assert any("news" in title(w) for w in windows)
+    states = marks(lane(root, "conditions"), "state")
+    assert states and title(states[0]) == "online"
+    render_png(svg, d.base / "timeline.png")
