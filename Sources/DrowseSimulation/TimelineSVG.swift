@@ -135,7 +135,7 @@ package enum TimelineSVG {
         ].filter { ["promotion", "active", "radio", "new", "no", "failed"].contains($0.0) || used.contains($0.0) }
         var kx = 12.0
         for (cls, label) in swatches {
-            let w = Double(label.count) * 6 + 24
+            let w = Double(label.count) * 6.5 + 26
             if kx + w > width - 12 { kx = 12; ky += 16 }
             key.append(#"<rect class="\#(cls)" x="\#(n(kx))" y="\#(n(ky - 9))" width="12" height="10"/>"#)
             key.append(#"<text class="note" x="\#(n(kx + 16))" y="\#(n(ky))">\#(escape(label))</text>"#)
@@ -201,7 +201,7 @@ package enum TimelineSVG {
         }
         yy += 4
         for (k, lane) in d.lanes.enumerated() where events {
-            let h = Double(max(lane.rows.count, 1)) * rowHeight + 4
+            let h = max(Double(lane.rows.count) * rowHeight + 4, 15)
             lanesSVG.append(#"<g class="lane" data-lane="\#(escape(lane.id))">"#)
             if k % 2 == 0 {
                 lanesSVG.append(#"<rect class="band" x="\#(n(plotX))" y="\#(n(yy))" width="\#(n(plotWidth))" height="\#(n(h))"/>"#)

@@ -106,8 +106,41 @@ def file_state(paths):
     return {p.name: (p.stat().st_mtime_ns, p.stat().st_size) for p in paths if p.exists()}
 
 
-def test_a_recorded_session_draws_its_fetch_notification_and_download(broker, nginx, make_drowse):
-    d = make_drowse(broker=broker, extra_config='[radio]\nmodel = "lte"\n')
+def fake_power(base, ac_online: int, battery: int):
+    """A power_supply tree drowsed reads instead of /sys (as test_conditions.py does)."""
+    ps = base / "sys" / "class" / "power_supply"
+    for name, kind in (("AC", "Mains"), ("BAT0", "Battery")):
+        (ps / name).mkdir(parents=True, exist_ok=True)
+        (ps / name / "type").write_text(kind + "\n")
+    (ps / "AC" / "online").write_text(f"{ac_online}\n")
+    (ps / "BAT0" / "capacity").write_text(f"{battery}\n")
+    (ps / "BAT0" / "status").write_text(("Charging" if ac_online else "Discharging") + "\n")
+    net = base / "sys" / "class" / "net"
+    if not net.exists():
+        net.symlink_to("/sys/class/net")
+    return base / "sys"
+
+
+def trace_has_low_battery(path) -> bool:
+    for line in path.read_text().splitlines()[1:]:
+        try:
+            event = json.loads(line)["event"]
+        except ValueError:
+            continue
+        if event["type"] == "conditions_changed" and event["conditions"]["low_battery"]:
+            return True
+    return False
+
+
+def test_a_recorded_session_draws_its_fetch_notification_and_download(broker, nginx, make_drowse, workdir):
+    sysfs = fake_power(workdir, ac_online=1, battery=80)
+    d = make_drowse(broker=broker, extra_config=f'''
+        [radio]
+        model = "lte"
+        [conditions]
+        sysfs_root = "{sysfs}"
+        battery_low_percent = 20
+    ''')
     d.add_app("news", fetch=d.recorder("news"), minimum_interval="5s", notification=d.recorder("news-note"))
     d.add_app("dl", events=d.recorder("dl"))
     trace = d.base / "scheduler.trace"
@@ -123,6 +156,10 @@ def test_a_recorded_session_draws_its_fetch_notification_and_download(broker, ng
     wait_until(lambda: d.transfer(tid)["state"] == "completed", 20, what="the download completed")
     d.wait_runs("dl", 1)
     d.cli_ok("used", "news")
+    # Unplugged with the battery low: the scheduler hears of it (and the trace records it).
+    fake_power(workdir, ac_online=0, battery=15)
+    assert d.json("conditions", "--refresh")["power_source"] == "battery"
+    wait_until(lambda: trace_has_low_battery(trace), 10, what="the low battery in the trace")
     d.wait_idle()
 
     # Read-only, and not through drowsed: the state files are untouched and no socket is needed.
@@ -169,6 +206,6 @@ def test_a_recorded_session_draws_its_fetch_notification_and_download(broker, ng
     # The window that fetched news, and the conditions the scheduler saw (from the trace).
     windows = marks(lane(root, "windows"), "window")
     assert any("news" in title(w) for w in windows)
-    states = marks(lane(root, "conditions"), "state")
-    assert states and title(states[0]) == "online"
+    states = [title(m) for m in marks(lane(root, "conditions"), "state")]
+    assert states[0] == "online" and states[-1] == "online, low battery", states
     render_png(svg, d.base / "timeline.png")
