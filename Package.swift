@@ -70,7 +70,7 @@ let package = Package(
         // tests can call it.
         .target(name: "DrowseCLIFormat", dependencies: ["DrowseCore", "DrowsePOSIX"]),
         .executableTarget(name: "drowse", dependencies: [
-            "DrowseDaemon", "DrowseCLIFormat", "DrowseCore", "DrowseSimulation", "DrowseSystem", "DrowseMQTT",
+            "DrowseDaemon", "DrowseCLIFormat", "DrowseCore", "DrowseSimulation", "DrowseStore", "DrowseSystem", "DrowseMQTT",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         // The client library a resident app imports: the lifecycle API over the Unix socket.

@@ -13,8 +13,9 @@ cd "$DROWSE_ROOT"
 # only have "nginx".
 nginx_pkg=nginx
 apt-cache show nginx-light >/dev/null 2>&1 && nginx_pkg=nginx-light
-# For the TLS tests (certificates), network-namespace tests and one fault-injection test.
-test_packages=(openssl iproute2 strace python3-prometheus-client)
+# For the TLS tests (certificates), network-namespace tests and one fault-injection test;
+# rsvg-convert renders the timeline SVGs to PNG (Tests/EndToEnd/test_timeline.py).
+test_packages=(openssl iproute2 strace python3-prometheus-client librsvg2-bin)
 had_nginx=yes
 command -v nginx >/dev/null 2>&1 || had_nginx=no
 if [ "$had_nginx" = yes ]; then

@@ -44,6 +44,75 @@ package struct RadioModel: Sendable, Equatable {
         package var joules = 0.0
     }
 
+    /// One stretch of radio-on time as `usage(of:)` counts it: a promotion, then activity and
+    /// tail (between activities that start within the tail, and after the last one) until the
+    /// tail runs out. The promotion is placed just before the first activity starts.
+    package struct Period: Sendable, Equatable {
+        /// The promotion starts (`firstActivity - promotionSeconds`).
+        package var start: Double
+        /// The first activity starts (the promotion ends).
+        package var firstActivity: Double
+        /// The last activity ends (the final tail starts).
+        package var lastActivityEnd: Double
+        /// The tail ends: the radio idles.
+        package var end: Double
+        /// The seconds the radio moved data (the union of the activities).
+        package var activeSeconds: Double
+        package var joules: Double
+        /// Promotion, activity and tail: `end - start`.
+        package var radioOnSeconds: Double { end - start }
+        package var promotionSeconds: Double { firstActivity - start }
+        /// Tail time, between activities and after the last.
+        package var tailSeconds: Double { radioOnSeconds - promotionSeconds - activeSeconds }
+        /// The activity intervals inside, merged where they overlap.
+        package var active: [(start: Double, end: Double)]
+        package static func == (a: Period, b: Period) -> Bool {
+            a.start == b.start && a.firstActivity == b.firstActivity && a.lastActivityEnd == b.lastActivityEnd && a.end == b.end
+                && a.activeSeconds == b.activeSeconds && a.joules == b.joules && a.active.elementsEqual(b.active, by: { $0 == $1 })
+        }
+    }
+
+    /// The radio-on periods of a set of activity intervals, grouped the way `usage(of:)` groups
+    /// them (one per promotion): their count is its `promotions` and their lengths and joules
+    /// add up to its `radioOnSeconds` and `joules` (to rounding). For drawing.
+    package func periods(of activities: [(start: Double, end: Double)]) -> [Period] {
+        var out: [Period] = []
+        let sorted = activities.filter { $0.end >= $0.start }.sorted { $0.start < $1.start }
+        var current: Period?
+        func close() {
+            guard var p = current else { return }
+            p.end = p.lastActivityEnd + tailSeconds
+            p.joules += tailSeconds * tailWatts
+            out.append(p)
+            current = nil
+        }
+        for a in sorted {
+            if let p = current, a.start <= p.lastActivityEnd + tailSeconds {
+                var q = p
+                if a.start > q.lastActivityEnd {
+                    q.joules += (a.start - q.lastActivityEnd) * tailWatts
+                    q.lastActivityEnd = a.start
+                    q.active.append((a.start, a.start))
+                }
+                if a.end > q.lastActivityEnd {
+                    let d = a.end - q.lastActivityEnd
+                    q.joules += d * activeWatts
+                    q.activeSeconds += d
+                    q.lastActivityEnd = a.end
+                    q.active[q.active.count - 1].end = a.end
+                }
+                current = q
+            } else {
+                close()
+                current = Period(start: a.start - promotionSeconds, firstActivity: a.start, lastActivityEnd: a.end, end: a.end,
+                                 activeSeconds: a.end - a.start, joules: promotionSeconds * promotionWatts + (a.end - a.start) * activeWatts,
+                                 active: [(a.start, a.end)])
+            }
+        }
+        close()
+        return out
+    }
+
     /// What a set of activity intervals (seconds the radio moves data) cost. Intervals that
     /// start while the radio is still in its tail share one promotion.
     package func usage(of activities: [(start: Double, end: Double)]) -> Usage {

@@ -325,21 +325,43 @@ package struct Simulator: Sendable {
 
     package func report() -> SimulationReport { report(policy: policy) }
 
-    package func report(policy: FetchPlanner) -> SimulationReport {
+    package func report(policy: FetchPlanner) -> SimulationReport { record(policy: policy).report }
+
+    /// What one simulation did, beside its report: each strategy's runs and the uses, the very
+    /// ones the report measured (`TimelineSVG` draws them).
+    package struct Recording: Sendable {
+        package var report: SimulationReport
+        package var drowse: [Run]
+        package var android: [Run]
+        package var naive: [Run]
+        package var uses: [Use]
+    }
+
+    package func record() -> Recording { record(policy: policy) }
+
+    package func record(policy: FetchPlanner) -> Recording {
         let uses = self.uses()
         let run = drowse(policy: policy)
         var drowse = measure(run.runs, uses: uses)
         for i in drowse.apps.indices { drowse.apps[i].toleranceViolations = run.toleranceViolations[i] }
         drowse.total.toleranceViolations = run.toleranceViolations.reduce(0, +)
-        let android = measure(runAndroid(), uses: uses)
-        let naive = measure(runNaive(), uses: uses)
-        return SimulationReport(
+        let androidRuns = runAndroid(), naiveRuns = runNaive()
+        let android = measure(androidRuns, uses: uses)
+        let naive = measure(naiveRuns, uses: uses)
+        let report = SimulationReport(
             scenario: scenario.name, seed: seed, radio: scenario.radio.name, start: scenario.start, duration: scenario.duration,
             warmup: scenario.warmup, drowse: drowse.total, naive: naive.total, android: android.total,
             apps: scenario.apps.indices.map { i in
                 SimulationReport.AppRow(id: scenario.apps[i].id, interval: scenario.intervalSeconds(scenario.apps[i]),
                                         drowse: drowse.apps[i], naive: naive.apps[i], android: android.apps[i])
             })
+        return Recording(report: report, drowse: run.runs, android: androidRuns, naive: naiveRuns, uses: uses)
+    }
+
+    /// The radio-on periods of a strategy's runs, as `measure` counts them (runs that fired
+    /// offline used no radio).
+    package func radioPeriods(_ runs: [Run]) -> [RadioModel.Period] {
+        scenario.radio.periods(of: runs.filter { !$0.offline }.map { ($0.start, $0.end) })
     }
 
     /// The figures for one strategy's runs: per app and in total.

@@ -23,10 +23,12 @@ package final class SQLiteDatabase {
     private var db: OpaquePointer?
     package let path: String
 
-    package init(path: String) throws(StoreError) {
+    /// `readOnly`: open an existing file for reading only (`drowse timeline` beside a running drowsed).
+    package init(path: String, readOnly: Bool = false) throws(StoreError) {
         self.path = path
         var handle: OpaquePointer?
-        let rc = sqlite3_open_v2(path, &handle, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nil)
+        let mode = readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
+        let rc = sqlite3_open_v2(path, &handle, mode | SQLITE_OPEN_NOMUTEX, nil)
         guard rc == SQLITE_OK, let handle else {
             let msg = handle.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
             sqlite3_close(handle)

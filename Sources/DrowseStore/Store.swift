@@ -13,6 +13,16 @@ package final class Store {
         try migrate()
     }
 
+    /// Opens an existing state.db for reading only: no migration, nothing written, so a reader
+    /// (`drowse timeline`) neither disturbs nor wakes drowsed. Refuses a schema it does not know.
+    package init(readingOnly path: String) throws(StoreError) {
+        db = try SQLiteDatabase(path: path, readOnly: true)
+        let version = try db.query("SELECT version FROM schema_version").first?.first?.int64 ?? 0
+        guard version == Self.schemaVersion else {
+            throw StoreError(code: 0, message: "\(path) has schema \(version); this drowse reads \(Self.schemaVersion)")
+        }
+    }
+
     private func migrate() throws(StoreError) {
         // Read and migrate in one write transaction, so two processes opening a new file
         // cannot both try to create the tables.

@@ -11,6 +11,9 @@ struct Simulate: ParsableCommand {
         discussion: """
             SCENARIO is a TOML file: see deploy/scenarios/ for examples. The same scenario and seed always give the same report. \
             --seeds 1-8 runs the scenario once per seed and prints one line each. \
+            --svg FILE draws the first day (or --day N) as a timeline: a lane per strategy with its radio-on periods \
+            (promotion, data, tail), a lane per app with each strategy's runs coloured by result and the app's uses, \
+            and the report's totals. \
             --replay TRACE feeds a trace written by `drowsed --scheduler-trace` through the simulator's driver and checks \
             that it gets the actions drowsed got (exit 1 if not).
             """)
@@ -19,6 +22,9 @@ struct Simulate: ParsableCommand {
     @Option(help: "Override the scenario's seed.") var seed: Int?
     @Option(help: "Run each seed of a range, e.g. 1-8, and print one line per seed.") var seeds: String?
     @Option(help: "Replay a scheduler trace written by drowsed --scheduler-trace.") var replay: String?
+    @Option(help: "Also draw the day as an SVG timeline into this file (- for standard output): radio-on periods per strategy, each app's runs and uses.")
+    var svg: String?
+    @Option(help: "With --svg: which day of a longer scenario to draw (1 is the first).") var day: Int = 1
 
     func run() throws {
         if let replay { return try Self.replay(replay, json: json) }
@@ -28,6 +34,7 @@ struct Simulate: ParsableCommand {
         let parsed: Scenario
         do { parsed = try Scenario.parse(text, file: scenario) } catch { throw CLIError(error.description) }
         if let seeds {
+            if svg != nil { throw CLIError("--svg draws one run: leave out --seeds (use --seed N)") }
             let parts = seeds.split(separator: "-").compactMap { Int($0) }
             guard parts.count == 2 || (parts.count == 1 && !seeds.contains("-")), let lo = parts.first, let hi = parts.last, lo <= hi, hi - lo < 1000 else {
                 throw CLIError("--seeds takes a range such as 1-8")
@@ -37,7 +44,16 @@ struct Simulate: ParsableCommand {
             printLines(SimulateTable.seeds(reports, apps: parsed.apps.count))
             return
         }
-        let report = Simulator(parsed, seed: seed.map { UInt64(bitPattern: Int64($0)) }).report()
+        let simulator = Simulator(parsed, seed: seed.map { UInt64(bitPattern: Int64($0)) })
+        let recording = simulator.record()
+        let report = recording.report
+        if let svg {
+            let days = Int((parsed.duration / 86400).rounded(.up))
+            guard day >= 1, day <= max(days, 1) else { throw CLIError("--day \(day): the scenario has \(max(days, 1)) day\(days == 1 ? "" : "s")") }
+            let text = TimelineSVG.render(SimulationTimeline.drawing(simulator, recording, day: day))
+            if svg == "-" { print(text, terminator: ""); return }
+            do { try FileSystem.writeAtomically(svg, Array(text.utf8), durable: false) } catch { throw CLIError(error.description) }
+        }
         if json { printJSON(report.json); return }
         printLines(SimulateTable.render(report, apps: parsed.apps.count))
     }

@@ -4,7 +4,7 @@ import Foundation
 import Testing
 
 /// Runs `body` with the path of a `state.db` in a fresh temporary folder, removed afterwards.
-private func withStorePath<T>(_ body: (String) throws -> T) throws -> T {
+func withStorePath<T>(_ body: (String) throws -> T) throws -> T {
     let dir = FileManager.default.temporaryDirectory.appendingPathComponent("drowse-store-\(UUID().uuidString)")
     try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(at: dir) }
