@@ -23,9 +23,9 @@ extension ConditionsProbe: ConditionsReader {}
     let radioModel: String
     let logger: Logger
     let events: DaemonEvents
-    /// Where a step of the wall clock is noted (for the next start's `alignTimeline`), and the
-    /// timeline it moves; nil in a test without a clock.
-    var skewStore: Store?
+    /// Where a step of the wall clock is noted (for the next start's `alignTimeline`) and each
+    /// change of the conditions is kept (`drowse timeline`); nil in a test without a store.
+    var store: Store?
     var timeline: Timeline?
     var monitor: ConditionsMonitor?
 
@@ -43,8 +43,9 @@ extension ConditionsProbe: ConditionsReader {}
 
     /// Starts the kernel watch.
     func start(store: Store, timeline: Timeline) {
-        skewStore = store
+        self.store = store
         self.timeline = timeline
+        keep(current, at: timeline.now())
         let monitor = ConditionsMonitor(logger: logger) { change in
             Task { @DaemonActor in self.kernelReported(change) }
         }
@@ -81,7 +82,7 @@ extension ConditionsProbe: ConditionsReader {}
         let step = timeline.resync()
         guard abs(step) >= 0.001 else { return }
         logger.notice("the wall clock was set \(step > 0 ? "forward" : "back") by \(format3(abs(step))) s; planned times keep their waits")
-        do { try skewStore?.saveClockSkew(timeline.skew) } catch { logger.error("store: \(error)") }
+        do { try store?.saveClockSkew(timeline.skew) } catch { logger.error("store: \(error)") }
         events.post(.clockStepped(step: step))
     }
 
@@ -93,9 +94,15 @@ extension ConditionsProbe: ConditionsReader {}
         current = reader.read(now: now)
         events.post(.conditionsRead(current))
         guard current != old.withReadAt(current.readAt) else { return false }
+        keep(current, at: now)
         let c = current
         logger.info("conditions: \(c.powerSource.rawValue) power, network \(c.network.rawValue)\(c.interface.map { " (\($0))" } ?? "")\(c.metered ? ", metered" : "")")
         return true
+    }
+
+    /// A change (or the first reading) goes into the store's short history of conditions.
+    func keep(_ c: Conditions, at now: Double) {
+        do { try store?.recordConditions(c, at: now) } catch { logger.error("store: conditions not kept: \(error)") }
     }
 
     /// The radio the scheduler reckons with: `[radio] model`, or the current network's kind.

@@ -55,11 +55,20 @@ package struct AgentHistory: Sendable, Equatable {
         package init(at: Double, apps: [String]) { (self.at, self.apps) = (at, apps) }
     }
 
-    /// The conditions the scheduler saw from `at` on (trace `started` and `conditions_changed`).
+    /// The conditions from `at` on: as drowsed kept them (power source, network kind, battery), or
+    /// as the scheduler saw them (trace `started` and `conditions_changed`: online, low battery).
     package struct ConditionsChange: Sendable, Equatable {
         package var at: Double
         package var online: Bool
         package var lowBattery: Bool
+        /// ac, battery or unknown (from the store; nil from a trace).
+        package var power: String?
+        /// none, ethernet, wifi or cellular (from the store; nil from a trace).
+        package var network: String?
+        package var battery: Int?
+        package init(at: Double, online: Bool, lowBattery: Bool, power: String? = nil, network: String? = nil, battery: Int? = nil) {
+            (self.at, self.online, self.lowBattery, self.power, self.network, self.battery) = (at, online, lowBattery, power, network, battery)
+        }
     }
 
     package var runs: [Run] = []
@@ -83,6 +92,9 @@ package struct AgentHistory: Sendable, Equatable {
     /// those from `from` on and the conditions in force at `from`.
     package mutating func addTrace(_ text: String, from: Double) throws(FetchScheduler.TraceError) {
         traced = true
+        // What the store kept of the conditions says more (power source, network kind): kept.
+        let kept = conditions
+        defer { if !kept.isEmpty { conditions = kept } }
         var before: ConditionsChange?
         for (n, line) in text.split(separator: "\n").enumerated() where n > 0 {
             let entry: JSON

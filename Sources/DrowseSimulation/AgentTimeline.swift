@@ -27,6 +27,16 @@ package enum AgentTimeline {
         return out
     }
 
+    /// How a stretch of conditions reads: power and network as drowsed kept them, or what the
+    /// scheduler saw (online, low battery) from a trace.
+    static func conditionsText(_ c: AgentHistory.ConditionsChange) -> String {
+        if let power = c.power, let network = c.network {
+            let battery = c.battery.map { " \($0) %" } ?? ""
+            return "\(power) power\(battery), network \(network)"
+        }
+        return (c.online ? "online" : "offline") + (c.lowBattery ? ", low battery" : "")
+    }
+
     static func kind(_ r: AgentHistory.Run) -> String {
         switch r.result {
         case FetchResult.newData.rawValue: "new"
@@ -58,7 +68,7 @@ package enum AgentTimeline {
         if !h.conditions.isEmpty {
             let marks = h.conditions.enumerated().map { k, c in
                 let until = k + 1 < h.conditions.count ? h.conditions[k + 1].at : to
-                return TimelineSVG.Mark(start: c.at, end: until, kind: "state", title: (c.online ? "online" : "offline") + (c.lowBattery ? ", low battery" : ""), role: "state")
+                return TimelineSVG.Mark(start: c.at, end: until, kind: "state", title: conditionsText(c), role: "state")
             }
             lanes.append(TimelineSVG.Lane(id: "conditions", name: "conditions", rows: [TimelineSVG.Row(id: "conditions", name: "", marks: marks)]))
         }

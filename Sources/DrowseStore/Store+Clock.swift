@@ -21,6 +21,7 @@ extension Store {
         ("usage", ["at"]),
         ("notifications", ["received_at", "handled_at", "budget_at"]),
         ("transfers", ["created_at", "finished_at", "timeout_at", "next_retry_at"]),
+        ("condition_changes", ["at"]),
     ]
     /// Columns of things that happened (never in the future); the planned ones are left out.
     static let recordedColumns: [(table: String, columns: [String])] = [
@@ -29,6 +30,7 @@ extension Store {
         ("usage", ["at"]),
         ("notifications", ["received_at", "handled_at", "budget_at"]),
         ("transfers", ["created_at", "finished_at"]),
+        ("condition_changes", ["at"]),
     ]
     /// A recorded time this far ahead of the clock means the clock is behind the file.
     package static let futureTolerance: Double = 60

@@ -25,6 +25,17 @@ extension Store {
                                   createdAt: r[4].double ?? 0, finishedAt: r[5].double, bytes: r[6].int64 ?? 0, retries: Int(r[7].int64 ?? 0))
         }
         h.uses = try db.query("SELECT app, at FROM usage WHERE at BETWEEN ? AND ? ORDER BY at, seq", span).map { ($0[0].string ?? "", $0[1].double ?? 0) }
+        // The conditions in force at `from` (the last change before it), then each change.
+        h.conditions = try db.query(
+            """
+            SELECT at, power, network, battery, metered FROM condition_changes
+            WHERE at BETWEEN ?1 AND ?2 OR seq = (SELECT MAX(seq) FROM condition_changes WHERE at < ?1) ORDER BY at, seq
+            """, span
+        ).map { r in
+            let network = r[2].string ?? "none"
+            return AgentHistory.ConditionsChange(at: max(r[0].double ?? 0, from), online: network != "none", lowBattery: false,
+                                                 power: r[1].string, network: network, battery: r[3].int64.map(Int.init))
+        }
         return h
     }
 }

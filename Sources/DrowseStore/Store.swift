@@ -5,7 +5,7 @@ import DrowseCore
 /// returned survives a power cut. Versioned schema with forward migrations.
 package final class Store {
     package let db: SQLiteDatabase
-    package static let schemaVersion: Int64 = 10
+    package static let schemaVersion: Int64 = 11
 
     package init(path: String) throws(StoreError) {
         db = try SQLiteDatabase(path: path)
@@ -177,6 +177,18 @@ package final class Store {
                     """
                     CREATE TABLE clock (boot_id TEXT, origin REAL NOT NULL, skew REAL NOT NULL);
                     UPDATE schema_version SET version = 10;
+                    """)
+            }
+            if current < 11 {
+                // The board's power and network as they changed (drowse timeline): one row per
+                // change, a few a day; the oldest go (Store+Conditions.swift).
+                try db.exec(
+                    """
+                    CREATE TABLE condition_changes (
+                        seq INTEGER PRIMARY KEY, at REAL NOT NULL, power TEXT NOT NULL, network TEXT NOT NULL,
+                        battery INTEGER, metered INTEGER NOT NULL);
+                    CREATE INDEX condition_changes_at ON condition_changes(at);
+                    UPDATE schema_version SET version = 11;
                     """)
             }
         }
