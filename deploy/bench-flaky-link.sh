@@ -16,7 +16,8 @@
 # servers, flaky links", item 2): drowse on the flaky link ≤ 1.5× drowse on the clean link, and no
 # slower than curl on the flaky link.
 #
-# Needs root (ip netns, iptables), iproute2, iptables, nginx, curl, python3.
+# Needs root (ip netns, iptables); installs iproute2, iptables, nginx, curl and python3 when missing.
+# Stops everything it started, on every exit: each process in its namespace, then the namespace.
 # Env: DROWSE_BIN_DIR  binaries to use instead of the release build
 #      BENCH_CACHE     where the test file is kept (default /tmp/drowse-bench-cache)
 #      RESET_BYTES     bytes per connection before the reset (default 8000000)
@@ -32,7 +33,8 @@ RESET_BYTES=${RESET_BYTES:-8000000}
 case "$ROUNDS" in ''|*[!0-9]*|0) die "ROUNDS must be a positive whole number, not '$ROUNDS'" ;; esac
 case "$SIZE_MIB" in ''|*[!0-9]*|0) die "SIZE_MIB must be a positive whole number, not '$SIZE_MIB'" ;; esac
 [ "$(id -u)" -eq 0 ] || die "needs root (network namespace and iptables)"
-for c in ip iptables nginx curl python3; do command -v "$c" >/dev/null 2>&1 || die "$c is not installed"; done
+need_packages iproute2 iptables curl python3
+need_nginx
 SIZE=$(( SIZE_MIB * 1024 * 1024 ))
 BENCH_CACHE=${BENCH_CACHE:-/tmp/drowse-bench-cache}
 
@@ -60,6 +62,9 @@ cleanup() {
     trap - EXIT INT TERM
     stop_pid "$DAEMON_PID" 15
     stop_pid "$NGINX_PID"
+    # Whatever else still runs in the namespace (nginx's worker, a curl) was started here too.
+    local pid
+    for pid in $(ip netns pids "$NS" 2>/dev/null); do stop_pid "$pid" 2; done
     ip netns del "$NS" 2>/dev/null || true
     if [ -n "${KEEP:-}" ]; then say "kept $TMP"; else rm -rf "$TMP"; fi
 }
@@ -108,7 +113,10 @@ http {
     }
 }
 EOF
-inns nginx -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" -e "$TMP/nginx/error.log" 2>>"$TMP/nginx/stderr" &
+# `ip netns exec` itself, not the inns function: run in the background, a function is a subshell,
+# and its pid (what stop_pid stops) would not be nginx's: nginx and drowsed outlived the script
+# and held the caller's output pipe open.
+ip netns exec "$NS" nginx -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" -e "$TMP/nginx/error.log" 2>>"$TMP/nginx/stderr" &
 NGINX_PID=$!
 wait_until 10 inns curl -sf -o /dev/null "http://127.0.0.1:$CLEAN_PORT/files/$NAME.sha256" ||
     { cat "$TMP/nginx/stderr" "$TMP/nginx/error.log" >&2; die "nginx did not start"; }
@@ -121,7 +129,7 @@ socket    = "drowse.sock"
 EOF
 echo 'id = "bench"' >"$TMP/apps.d/bench.toml"
 DROWSE=("$BIN/drowse" --socket "$TMP/drowse.sock")
-inns "$BIN/drowsed" --config "$TMP/drowse.toml" 2>>"$TMP/drowsed.log" &
+ip netns exec "$NS" "$BIN/drowsed" --config "$TMP/drowse.toml" 2>>"$TMP/drowsed.log" &
 DAEMON_PID=$!
 wait_until 20 "${DROWSE[@]}" status >/dev/null 2>&1 || { tail -n 20 "$TMP/drowsed.log" >&2; die "drowsed did not answer"; }
 
