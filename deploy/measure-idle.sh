@@ -123,6 +123,12 @@ measure() {
     awk -v t="$total" -v s="$secs" 'BEGIN { printf "wakeups/s: %.3f   (%d context switches in %d s, all threads)\n", t / s, t, s }'
     awk -v r="$rss" -v h="$hwm" 'BEGIN { printf "RSS:       %.1f MiB (VmRSS; peak VmHWM %.1f MiB)\n", r / 1024, h / 1024 }'
     local pss pdirty
+    # A program file written lately (a build, a copy, order-text.sh's relink) is still dirty in
+    # the page cache, and smaps counts every resident page of its code as Private_Dirty: about
+    # 9 MB that is neither private nor the daemon's (a copy of the release measured 12.5 MiB
+    # unsynced, 2.4 MiB a second after `sync FILE`). Written back first, as on a board, and
+    # right before reading: a --pid process's file, or one replaced during the run, too.
+    sync "/proc/$pid/exe" 2>/dev/null || sync
     pss=$(rollup_field "$pid" Pss)
     pdirty=$(rollup_field "$pid" Private_Dirty)
     [ -z "$pss" ] || awk -v p="$pss" 'BEGIN { printf "PSS:       %.1f MiB (Pss of smaps_rollup: shared pages divided among their users)\n", p / 1024 }'
@@ -182,9 +188,6 @@ start_broker "$TMP/broker" "$PORT"
 
 write_quiet_agent "$TMP" "$PORT" measure
 
-# A binary just linked sits in the page cache unwritten, and smaps counts those pages of the
-# mapping as Private_Dirty: write it back first, as it is on a board.
-sync "$(readlink -f "$BIN/drowse")" 2>/dev/null || sync
 "$BIN/drowsed" --config "$TMP/drowse.toml" 2>"$TMP/drowsed.log" &
 DAEMON_PID=$!
 
