@@ -30,20 +30,20 @@ SECONDS_PER_PHASE=${1:-60}
 EVENTS=${2:-200}
 case "$SECONDS_PER_PHASE$EVENTS" in ''|*[!0-9]*) die "SECONDS and EVENTS are whole numbers" ;; esac
 [ "$(id -u)" = 0 ] || die "run as root: drowsed needs to make cgroups"
-command -v python3 >/dev/null 2>&1 || die "python3 is needed"
+need_packages python3
 
 release_binaries   # sets BIN
 
 TMP=$(mktemp -d /tmp/drowse-bench-lifecycle.XXXXXX)
 chmod 755 "$TMP"
 cleanup() {
+    stop_pid "$PY_PID" 60    # its finally blocks stop drowsed (and so the apps) and remove the cgroups
     if [ "${KEEP:-}" = 1 ]; then say "kept $TMP"; else rm -rf "$TMP"; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-BIN="$BIN" TMP="$TMP" SECONDS_PER_PHASE="$SECONDS_PER_PHASE" EVENTS="$EVENTS" \
-RESIDENT="$DROWSE_ROOT/Tests/EndToEnd/resident_app.py" python3 - <<'EOF'
+cat >"$TMP/bench.py" <<'EOF'
 import json, os, signal, socket, subprocess, sys, time
 from pathlib import Path
 
@@ -195,3 +195,5 @@ print(f"  ratio                         {('inf' if s == 0 else f'{u / s:.0f}x'):
 print(f"event delivery to a suspended app (thaw + event on its stream), {len(lat)} events, ms:")
 print(f"  p50 {pct(50):.2f}  p90 {pct(90):.2f}  p99 {pct(99):.2f}  max {lat[-1]:.2f}   (goal p99 <= 5 ms)")
 EOF
+BIN="$BIN" TMP="$TMP" SECONDS_PER_PHASE="$SECONDS_PER_PHASE" EVENTS="$EVENTS" \
+RESIDENT="$DROWSE_ROOT/Tests/EndToEnd/resident_app.py" run_python "$TMP/bench.py"

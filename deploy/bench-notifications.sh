@@ -3,9 +3,13 @@
 # the app's handler starts, through drowsed, next to the issue's shell baseline
 # (`mosquitto_sub | xargs` starting the same handler), on loopback, in the same run.
 #
-#   deploy/bench-notifications.sh [N_FAST] [N_SLOW]
+#   deploy/bench-notifications.sh [N_FAST] [N_SLOW] [N_BURST]
 #       N_FAST  notifications 30 ms apart (default 1000)
 #       N_SLOW  notifications 1 s apart   (default 1000, i.e. ~17 minutes; e.g. 60 for a quick run)
+#       N_BURST notifications published back to back, to 20 apps in turn (default 1000; 0: none).
+#               The baseline is `mosquitto_sub | xargs -P 8` (drowsed runs at most 8 handlers at
+#               once by default, [scheduler] max_concurrent_handlers): handlers started per second
+#               and the time from the first publish until the last handler started.
 #
 # Setup (everything on 127.0.0.1, in a temp dir):
 #   - a private mosquitto on a free port;
@@ -42,12 +46,13 @@ cd "$DROWSE_ROOT"
 
 N_FAST=${1:-1000}
 N_SLOW=${2:-1000}
+N_BURST=${3:-1000}
+BURST_APPS=20
 case "$N_FAST" in ''|*[!0-9]*) die "N_FAST must be a whole number, not '$N_FAST'" ;; esac
 case "$N_SLOW" in ''|*[!0-9]*) die "N_SLOW must be a whole number, not '$N_SLOW'" ;; esac
-[ "$N_FAST" -le 10000 ] && [ "$N_SLOW" -le 10000 ] || die "at most 10000 per run (max_per_hour's limit)"
-command -v mosquitto >/dev/null 2>&1 || die "mosquitto is not installed (apt-get install mosquitto)"
-command -v mosquitto_sub >/dev/null 2>&1 || die "mosquitto_sub is not installed (apt-get install mosquitto-clients)"
-command -v python3 >/dev/null 2>&1 || die "python3 is needed for the publisher and the statistics"
+case "$N_BURST" in ''|*[!0-9]*) die "N_BURST must be a whole number, not '$N_BURST'" ;; esac
+[ "$N_FAST" -le 10000 ] && [ "$N_SLOW" -le 10000 ] && [ "$N_BURST" -le 10000 ] || die "at most 10000 per run (max_per_hour's limit)"
+need_packages mosquitto mosquitto-clients python3
 
 # ---------------------------------------------------------------------------- binaries
 release_binaries   # sets BIN
@@ -120,18 +125,20 @@ EOF
 *) die "HANDLER must be stamp or sh, not '$HANDLER'" ;;
 esac
 
-# The baseline: one subscriber, xargs starting one handler per line, one after the other.
+# The baseline: one subscriber, xargs starting one handler per line, one after the other (or up
+# to PARALLEL at once: the burst).
 cat >"$TMP/baseline.sh" <<'EOF'
 #!/bin/sh
-# baseline.sh PORT TOPIC OUT
-mosquitto_sub -h 127.0.0.1 -p "$1" -q 1 -t "$2" | xargs -d '\n' -n 1 "${0%/*}/handler" "$3"
+# baseline.sh PORT TOPIC OUT [PARALLEL]
+mosquitto_sub -h 127.0.0.1 -p "$1" -q 1 -t "$2" | xargs -d '\n' -n 1 -P "${4:-1}" "${0%/*}/handler" "$3"
 EOF
 chmod 755 "$TMP/baseline.sh"
 
 # ---------------------------------------------------------------------------- the publisher
 cat >"$TMP/pub.py" <<'EOF'
-"""pub.py PORT TOPIC N SPACING SENT_FILE [SEQ0]: N QoS 1 notifications on one connection, SPACING s
-apart on a fixed schedule; writes "<seq> <t>" per message to SENT_FILE. MQTT 3.1.1, stdlib only."""
+"""pub.py PORT TOPICS N SPACING SENT_FILE [SEQ0]: N QoS 1 notifications on one connection, SPACING s
+apart on a fixed schedule (0: back to back), to the comma-separated TOPICS in turn; writes
+"<seq> <t>" per message to SENT_FILE. MQTT 3.1.1, stdlib only."""
 import json, os, socket, struct, sys, threading, time
 
 port, topic, n, spacing, sent_file = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
@@ -196,7 +203,7 @@ threading.Thread(target=reader, daemon=True).start()
 if n == 0:
     done.set()
 
-topic_b = mqtt_str(topic)
+topics_b = [mqtt_str(t) for t in topic.split(",")]
 sent = []
 start = time.monotonic() + 0.2
 for i in range(n):
@@ -209,7 +216,7 @@ for i in range(n):
     t = time.time()
     payload = json.dumps({"aps": {"content-available": 1}, "id": f"b{seq}-{t:.6f}", "seq": seq, "t": t},
                          separators=(",", ":")).encode()
-    sock.sendall(packet(0x32, topic_b + struct.pack("!H", pid) + payload))
+    sock.sendall(packet(0x32, topics_b[i % len(topics_b)] + struct.pack("!H", pid) + payload))
     sent.append(f"{seq} {t:.6f}\n")
 if not done.wait(30 + n * 0.01):
     print(f"pub.py: only {acked} of {n} PUBACKs arrived", file=sys.stderr)
@@ -233,9 +240,10 @@ url = "mqtt://127.0.0.1:$PORT"
 [notifications]
 max_per_hour = 10000
 EOF
-for app in fast slow; do
+# The burst's 20 apps share one output file (the handler appends a line: O_APPEND).
+for app in fast slow $(seq -f 'burst%02g' 0 $((BURST_APPS - 1))); do
     printf 'id = "%s"\n[notification]\ncommand = ["%s", "%s"]\n' \
-        "$app" "$TMP/handler" "$TMP/out/drowse-$app.txt" >"$TMP/apps.d/$app.toml"
+        "$app" "$TMP/handler" "$TMP/out/drowse-${app%%[0-9]*}.txt" >"$TMP/apps.d/$app.toml"
 done
 "$BIN/drowsed" --config "$TMP/drowse.toml" 2>"$TMP/drowsed.log" &
 DROWSED_PID=$!
@@ -265,19 +273,52 @@ run() {
     say "run '$name': $n notifications, ${spacing}s apart (about $(python3 -c "print(round($n * $spacing))") s)"
     python3 "$TMP/pub.py" "$PORT" "$topic" "$n" "$spacing" "$sent"
     # Wait for the stragglers (up to 30 s).
-    local want=$(( n + 1 ))
-    for _ in $(seq 1 150); do
-        [ "$(wc -l <"$d_out")" -ge "$want" ] && [ "$(wc -l <"$b_out")" -ge "$want" ] && break
-        sleep 0.2
-    done
+    wait_until 30 both_have $(( n + 1 )) "$d_out" "$b_out" || true
+    stop_baseline
+}
+
+# both_have N FILE1 FILE2: both files have N lines or more.
+both_have() { [ "$(wc -l <"$2")" -ge "$1" ] && [ "$(wc -l <"$3")" -ge "$1" ]; }
+stop_baseline() {
     kill -TERM -- "-$BASE_PID" 2>/dev/null || true
     wait "$BASE_PID" 2>/dev/null || true
     BASE_PID=''
 }
 
+# burst N: N notifications back to back to the apps burst00..burst19 in turn; the baseline
+# subscribes to all of them and runs up to 8 handlers at once.
+burst() {
+    local n=$1 i topics=''
+    local d_out="$TMP/out/drowse-burst.txt" b_out="$TMP/out/base-burst.txt" sent="$TMP/out/sent-burst.txt"
+    : >"$d_out"; : >"$b_out"; : >"$sent"
+    for i in $(seq -f 'burst%02g' 0 $((BURST_APPS - 1))); do topics+=${topics:+,}drowse/$DEVICE/apps/$i/notify; done
+    setsid "$TMP/baseline.sh" "$PORT" "drowse/$DEVICE/apps/+/notify" "$b_out" 8 &
+    BASE_PID=$!
+    # Warm-up: one notification per app (seq -1000 and up), until both ran all: the baseline's
+    # SUBSCRIBE is in place and each app has run once (its cgroup exists).
+    local ok=''
+    for _ in $(seq 1 20); do
+        : >"$d_out"; : >"$b_out"
+        python3 "$TMP/pub.py" "$PORT" "$topics" "$BURST_APPS" 0 /dev/null -1000
+        if wait_until 5 both_have "$BURST_APPS" "$d_out" "$b_out"; then ok=1; break; fi
+    done
+    [ -n "$ok" ] || die "the burst's warm-up did not reach both consumers"
+    sleep 1
+    : >"$d_out"; : >"$b_out"
+    say "burst: $n notifications back to back to $BURST_APPS apps"
+    python3 "$TMP/pub.py" "$PORT" "$topics" "$n" 0 "$sent"
+    wait_until 120 both_have "$n" "$d_out" "$b_out" || true
+    stop_baseline
+    # What the burst left behind in drowsed, once its last handler has been reaped.
+    sleep 5
+    awk '$1 == "Pss:" || $1 == "Private_Dirty:" { printf "%s %s\n", $1, $2 }' "/proc/$DROWSED_PID/smaps_rollup" \
+        >"$TMP/out/burst-memory.txt" 2>/dev/null || true
+}
+
 say "drowsed $("$BIN/drowse" --version 2>/dev/null || echo '?') from $BIN; mosquitto on 127.0.0.1:$PORT; $(nproc) CPU(s); HANDLER=$HANDLER"
 [ "$N_FAST" -gt 0 ] && run fast "$N_FAST" 0.030
 [ "$N_SLOW" -gt 0 ] && run slow "$N_SLOW" 1
+[ "$N_BURST" -gt 0 ] && burst "$N_BURST"
 
 # The floor: the handler started by a minimal C loop (clock, posix_spawn with the payload as its
 # argument, wait), 200 times 30 ms apart: what starting the handler costs any consumer.
@@ -314,9 +355,9 @@ EOF
 "$TMP/spawner" "$TMP/handler" "$TMP/out/floor.txt" "$TMP/out/sent-floor.txt" 200
 
 # ---------------------------------------------------------------------------- results
-python3 - "$TMP/out" "$N_FAST" "$N_SLOW" <<'EOF'
-import math, sys
-out, n_fast, n_slow = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+python3 - "$TMP/out" "$N_FAST" "$N_SLOW" "$N_BURST" <<'EOF'
+import math, os, sys
+out, n_fast, n_slow, n_burst = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 
 def read(path):
     d = {}
@@ -361,6 +402,27 @@ lat = sorted((min(starts[s]) - t) * 1000 for s, t in sent.items() if s in starts
 if lat:
     print(f"{'floor (200 x 30 ms)':<22}{'handler spawned directly':<26}{len(lat):>9}{len(sent) - len(lat):>9}{0:>7}"
           f"{pct(lat, 50):>9.1f}{pct(lat, 99):>9.1f}{lat[-1]:>9.1f}")
+if n_burst:
+    sent = {s: ts[0] for s, ts in read(f"{out}/sent-burst.txt").items() if s >= 0}
+    t0 = min(sent.values())
+    print()
+    print(f"burst: {n_burst} notifications back to back to 20 apps (publishing took {(max(sent.values()) - t0) * 1000:.0f} ms)")
+    print(f"{'consumer':<34}{'handled':>9}{'missing':>9}{'twice':>7}{'first ms':>10}{'last ms':>10}{'starts/s':>10}{'p50 ms':>9}{'p99 ms':>9}")
+    for who, label in (("drowse", "drowsed (8 at once)"), ("base", "mosquitto_sub | xargs -P 8")):
+        starts = read(f"{out}/{who}-burst.txt")
+        got = {s: min(ts) for s, ts in starts.items() if s in sent}
+        twice = sum(1 for s, ts in starts.items() if s >= 0 and len(ts) > 1)
+        if not got:
+            print(f"{label:<34}{0:>9}{len(sent):>9}{twice:>7}")
+            continue
+        first, last = min(got.values()) - t0, max(got.values()) - t0
+        lat = sorted((got[s] - sent[s]) * 1000 for s in got)
+        print(f"{label:<34}{len(got):>9}{len(sent) - len(got):>9}{twice:>7}{first * 1000:>10.1f}{last * 1000:>10.1f}"
+              f"{len(got) / last:>10.0f}{pct(lat, 50):>9.1f}{pct(lat, 99):>9.1f}")
+    print("first/last: from the first publish until the first/last handler started; starts/s: handled / last")
+    mem = dict(l.split() for l in open(f"{out}/burst-memory.txt")) if os.path.exists(f"{out}/burst-memory.txt") else {}
+    if mem:
+        print(f"drowsed 5 s after the burst: private dirty {int(mem['Private_Dirty:']) / 1024:.1f} MiB, PSS {int(mem['Pss:']) / 1024:.1f} MiB")
 print()
 sys.exit(0)
 EOF

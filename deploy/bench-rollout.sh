@@ -43,10 +43,8 @@ case "$N" in ''|*[!0-9]*) die "N must be a whole number, not '$N'" ;; esac
 case "$SPREAD" in ''|*[!0-9.]*|*.*.*) die "SPREAD must be a number of seconds, not '$SPREAD'" ;; esac
 case "$SIZE" in ''|*[!0-9]*) die "SIZE must be a whole number of bytes, not '$SIZE'" ;; esac
 [ "$N" -ge 2 ] && [ "$N" -le 500 ] || die "N must be 2 to 500"
-command -v mosquitto >/dev/null 2>&1 || die "mosquitto is not installed (apt-get install mosquitto)"
-command -v mosquitto_pub >/dev/null 2>&1 || die "mosquitto_pub is not installed (apt-get install mosquitto-clients)"
-command -v nginx >/dev/null 2>&1 || die "nginx is not installed (apt-get install nginx-light)"
-command -v python3 >/dev/null 2>&1 || die "python3 is needed to drive the instances and for the statistics"
+need_packages mosquitto mosquitto-clients python3
+need_nginx
 
 # ---------------------------------------------------------------------------- binaries
 release_binaries   # sets BIN
@@ -55,6 +53,7 @@ release_binaries   # sets BIN
 TMP=$(mktemp -d /tmp/drowse-bench-rollout.XXXXXX)
 chmod 755 "$TMP"
 cleanup() {
+    stop_pid "$PY_PID" 60    # rollout.py's finally stops every drowsed, nginx and mosquitto
     if [ "${KEEP:-}" = 1 ]; then say "kept $TMP"; else rm -rf "$TMP"; fi
 }
 trap cleanup EXIT
@@ -62,4 +61,4 @@ trap 'exit 130' INT TERM
 
 say "$N instances, spread $SPREAD s, $SIZE bytes each, binaries from $BIN"
 # rollout.py stops every daemon, nginx and mosquitto it started, also on an error.
-DROWSE_BIN_DIR=$BIN python3 "$DROWSE_ROOT/Tests/EndToEnd/rollout.py" "$N" "$SPREAD" "$SIZE" "$TMP"
+DROWSE_BIN_DIR=$BIN run_python "$DROWSE_ROOT/Tests/EndToEnd/rollout.py" "$N" "$SPREAD" "$SIZE" "$TMP"

@@ -51,10 +51,8 @@ SIZE=$(( SIZE_MIB * 1024 * 1024 ))
 SLOW_RATE_MIB=${SLOW_RATE_MIB:-$(( SIZE_MIB / 10 > 0 ? SIZE_MIB / 10 : 1 ))}
 case "$SLOW_RATE_MIB" in ''|*[!0-9]*|0) die "SLOW_RATE_MIB must be a positive whole number" ;; esac
 BENCH_CACHE=${BENCH_CACHE:-/tmp/drowse-bench-cache}
-command -v nginx >/dev/null 2>&1 || die "nginx is not installed (apt-get install nginx-light)"
-command -v curl >/dev/null 2>&1 || die "curl is not installed"
-[ -x /usr/bin/time ] || die "/usr/bin/time is not installed (apt-get install time)"
-command -v python3 >/dev/null 2>&1 || die "python3 is needed for JSON and polling"
+need_packages curl time python3
+need_nginx
 
 # ---------------------------------------------------------------------------- binaries
 release_binaries   # sets BIN

@@ -67,6 +67,43 @@ need_packages() {
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
 }
 
+# need_nginx: installs nginx when it is missing (nginx-light where the release still has it: the
+# scripts and tests run their own nginx on loopback), and stops and disables the service the
+# package starts on port 80 on install.
+need_nginx() {
+    local pkg=nginx
+    command -v nginx >/dev/null 2>&1 && return 0
+    apt-cache show nginx-light >/dev/null 2>&1 && pkg=nginx-light
+    need_packages "$pkg"
+    if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet nginx 2>/dev/null; then
+        say "stopping and disabling the nginx service the package just started (the scripts run their own)"
+        as_root systemctl disable --now nginx || true
+    fi
+}
+
+# run_python SCRIPT ARGS...: runs a python3 script that stops what it started in its `finally`
+# blocks, so that those run on every exit: in the background (where the caller's trap can act
+# while it runs; a trap of a script waiting for a foreground child runs only after the child
+# ended), with SIGTERM and SIGINT raising KeyboardInterrupt in it. Sets PY_PID while it runs, for
+# the caller's cleanup: `stop_pid "$PY_PID" 60`. Returns its exit status.
+PY_PID=
+run_python() {
+    local rc=0
+    python3 -c 'import os, runpy, signal, sys
+signal.signal(signal.SIGTERM, signal.default_int_handler)
+signal.signal(signal.SIGINT, signal.default_int_handler)
+sys.argv = sys.argv[1:]
+sys.path[0] = os.path.dirname(os.path.abspath(sys.argv[0]))   # as `python3 SCRIPT` has it
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+except KeyboardInterrupt:
+    sys.exit(130)' "$@" &
+    PY_PID=$!
+    wait "$PY_PID" || rc=$?
+    PY_PID=
+    return "$rc"
+}
+
 need_swift() {
     command -v swift >/dev/null 2>&1 && return 0
     die "no Swift toolchain on PATH: install one from https://www.swift.org/install/linux/ (Debian 12 and arm64 are supported), then run this again"

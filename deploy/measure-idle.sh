@@ -5,7 +5,9 @@
 #
 #   deploy/measure-idle.sh [SECONDS]            start a private broker and drowsed on loopback
 #                                               (temp config, 2 apps with long intervals, MQTT
-#                                               connected), then measure for SECONDS (default 60)
+#                                               connected), give it a little work (below), wait
+#                                               AFTER seconds, then measure for SECONDS (default 60)
+#   deploy/measure-idle.sh --no-activity [SECONDS]   the same without the work: idle from the start
 #   deploy/measure-idle.sh --pid PID [SECONDS]  measure a running process instead, e.g. the
 #                                               installed agent: --pid "$(pidof drowsed)" (as root)
 #
@@ -15,19 +17,38 @@
 #                      longer than the local API's 10 s idle timeout, whose timer, armed by the
 #                      script's own `drowse status` calls, still fires once after they closed)
 #      DEB             also print the size of this .deb and its Installed-Size (deploy/build-deb.sh)
+#      DETAIL=1        also list the mappings holding the most private dirty memory (a malloc
+#                      arena is an anonymous mapping starting on a 64 MiB boundary)
+#      AFTER           seconds between the end of the work and the measurement (default 60)
+#
+# The work (what an idle agent still does now and then; the memory it leaves behind is what this
+# measures): one fetch (`drowse fetch weather`), NOTIFICATIONS silent notifications (default 5, at
+# most 12: the app's max_per_hour; QoS 1, mosquitto_pub), one download of DOWNLOAD_MIB (default 4; 0: none) from a loopback HTTP
+# server (python3 http.server; this loads libcurl, which stays loaded; DOWNLOADS of them, default 1)
+# and a metrics scrape (`drowse metrics`).
 set -euo pipefail
 # shellcheck source=deploy/common.sh
 . "$(dirname "$0")/common.sh"
 cd "$DROWSE_ROOT"
 
 PID=
+ACTIVITY=1
+if [ "${1:-}" = --no-activity ]; then
+    ACTIVITY=
+    shift
+fi
 if [ "${1:-}" = --pid ]; then
     PID=${2:?usage: $0 --pid PID [SECONDS]}
     shift 2
 fi
 DURATION=${1:-60}
 SETTLE=${SETTLE:-12}
+AFTER=${AFTER:-60}
+NOTIFICATIONS=${NOTIFICATIONS:-5}
+DOWNLOAD_MIB=${DOWNLOAD_MIB:-4}
+DOWNLOADS=${DOWNLOADS:-1}
 case "$DURATION" in ''|*[!0-9]*|0) die "SECONDS must be a positive whole number, not '$DURATION'" ;; esac
+case "$AFTER$NOTIFICATIONS$DOWNLOAD_MIB$DOWNLOADS" in *[!0-9]*) die "AFTER, NOTIFICATIONS, DOWNLOAD_MIB and DOWNLOADS are whole numbers" ;; esac
 
 # snapshot PID: one line per thread: "TID SWITCHES NAME", where SWITCHES is voluntary plus
 # nonvoluntary context switches. Every switch of an idle thread is a wakeup.
@@ -102,11 +123,22 @@ measure() {
     awk -v t="$total" -v s="$secs" 'BEGIN { printf "wakeups/s: %.3f   (%d context switches in %d s, all threads)\n", t / s, t, s }'
     awk -v r="$rss" -v h="$hwm" 'BEGIN { printf "RSS:       %.1f MiB (VmRSS; peak VmHWM %.1f MiB)\n", r / 1024, h / 1024 }'
     local pss pdirty
+    # A program file written lately (a build, a copy, order-text.sh's relink) is still dirty in
+    # the page cache, and smaps counts every resident page of its code as Private_Dirty: about
+    # 9 MB that is neither private nor the daemon's (a copy of the release measured 12.5 MiB
+    # unsynced, 2.4 MiB a second after `sync FILE`). Written back first, as on a board, and
+    # right before reading: a --pid process's file, or one replaced during the run, too.
+    sync "/proc/$pid/exe" 2>/dev/null || sync
     pss=$(rollup_field "$pid" Pss)
     pdirty=$(rollup_field "$pid" Private_Dirty)
     [ -z "$pss" ] || awk -v p="$pss" 'BEGIN { printf "PSS:       %.1f MiB (Pss of smaps_rollup: shared pages divided among their users)\n", p / 1024 }'
     [ -z "$pdirty" ] || awk -v p="$pdirty" 'BEGIN { printf "private dirty: %.1f MiB (Private_Dirty of smaps_rollup: memory only this process holds)\n", p / 1024 }'
     echo "threads:   $threads"
+    if [ "${DETAIL:-}" = 1 ]; then
+        echo "private dirty by mapping (kB, the largest):"
+        awk '/^[0-9a-f]+-[0-9a-f]+ / { r = $1 " " $2 " " ($6 == "" ? "[anon]" : $6) }
+             /^Private_Dirty:/ { if ($2 >= 32) print "  " $2, r }' "/proc/$pid/smaps" | sort -rn | head -n 12
+    fi
     [ ${#woke[@]} -eq 0 ] || echo "woke:      ${woke[*]}   (name[tid]:switches)"
     [ "$born" -eq 0 ] || echo "note: $born thread(s) started during the window"
     [ "$gone" -eq 0 ] || echo "note: $gone thread(s) ended during the window; their switches are not counted"
@@ -123,6 +155,7 @@ if [ -n "$PID" ]; then
 fi
 
 # A private agent on loopback.
+need_packages mosquitto mosquitto-clients python3
 if [ -n "${DROWSE_BIN_DIR:-}" ]; then
     BIN=$DROWSE_BIN_DIR
 else
@@ -137,9 +170,11 @@ link_drowsed "$BIN"
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/drowse-measure.XXXXXX")
 BROKER_PID=
 DAEMON_PID=
+HTTP_PID=
 # shellcheck disable=SC2329  # run by the EXIT trap
 cleanup() {
     trap - EXIT INT TERM
+    stop_pid "$HTTP_PID"
     stop_pid "$DAEMON_PID" 15
     stop_pid "$BROKER_PID"
     rm -rf "$TMP"
@@ -153,9 +188,6 @@ start_broker "$TMP/broker" "$PORT"
 
 write_quiet_agent "$TMP" "$PORT" measure
 
-# A binary just linked sits in the page cache unwritten, and smaps counts those pages of the
-# mapping as Private_Dirty: write it back first, as it is on a board.
-sync "$(readlink -f "$BIN/drowse")" 2>/dev/null || sync
 "$BIN/drowsed" --config "$TMP/drowse.toml" 2>"$TMP/drowsed.log" &
 DAEMON_PID=$!
 
@@ -168,7 +200,57 @@ if ! wait_until 30 mqtt_connected; then
     tail -n 20 "$TMP/drowsed.log" >&2
     die "drowsed did not report mqtt.connected = true within 30 s"
 fi
-say "drowsed is up and connected to mqtt://127.0.0.1:$PORT; settling for $SETTLE s"
-sleep "$SETTLE"
+cli() { "$BIN/drowse" --socket "$TMP/drowse.sock" "$@"; }
+
+# activity: one fetch, NOTIFICATIONS notifications, a download from loopback, a metrics scrape.
+activity() {
+    local i
+    say "work: a fetch, $NOTIFICATIONS notifications, a $DOWNLOAD_MIB MiB download from loopback, a metrics scrape"
+    cli fetch weather >/dev/null
+    for i in $(seq 1 "$NOTIFICATIONS"); do
+        mosquitto_pub -h 127.0.0.1 -p "$PORT" -q 1 -t "drowse/measure/apps/weather/notify" \
+            -m "{\"aps\": {\"content-available\": 1}, \"id\": \"measure-$i\"}"
+    done
+    if [ "$DOWNLOAD_MIB" -gt 0 ]; then
+        for i in $(seq 1 "$DOWNLOADS"); do download "$i"; done
+    fi
+    # The scrape, once every notification's handler (/bin/true) has run.
+    wait_until 20 notifications_handled || die "not all $NOTIFICATIONS notifications were handled within 20 s"
+}
+download() {
+    local http_port id state
+    mkdir -p "$TMP/www"
+    head -c $((DOWNLOAD_MIB * 1024 * 1024)) /dev/urandom >"$TMP/www/file.bin"
+    http_port=$(free_port)
+    python3 -m http.server --bind 127.0.0.1 --directory "$TMP/www" "$http_port" >"$TMP/http.log" 2>&1 &
+    HTTP_PID=$!
+    wait_until 10 port_in_use "$http_port" || die "the loopback HTTP server did not start"
+    rm -f "$TMP/file.bin"
+    id=$(cli transfer download "http://127.0.0.1:$http_port/file.bin?$1" --app news --to "$TMP/file.bin")
+    state=
+    for _ in $(seq 1 300); do
+        [ -e "$TMP/file.bin" ] && break
+        state=$(cli transfer show "$id" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')
+        case "$state" in failed|cancelled) tail -n 20 "$TMP/drowsed.log" >&2; die "the download $state" ;; esac
+        sleep 0.1
+    done
+    cmp -s "$TMP/file.bin" "$TMP/www/file.bin" || die "the download did not arrive intact (state: ${state:-?})"
+    stop_pid "$HTTP_PID"; HTTP_PID=
+}
+notifications_handled() {
+    cli metrics | awk -v n="$NOTIFICATIONS" '
+        /^drowse_handler_runs_total\{/ && /app="weather"/ && /event="notification"/ { c += $NF }
+        END { exit !(c >= n) }'
+}
+
+if [ -n "$ACTIVITY" ]; then
+    activity
+    # The wait also outlasts the local API's 10 s idle timer (see SETTLE).
+    say "work done; waiting $AFTER s before measuring"
+    sleep "$AFTER"
+else
+    say "drowsed is up and connected to mqtt://127.0.0.1:$PORT; settling for $SETTLE s"
+    sleep "$SETTLE"
+fi
 measure "$DAEMON_PID" "$DURATION"
 sizes

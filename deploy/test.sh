@@ -9,25 +9,11 @@ set -euo pipefail
 . "$(dirname "$0")/common.sh"
 cd "$DROWSE_ROOT"
 
-# nginx-light is enough (the tests run their own nginx on loopback); newer Debian releases
-# only have "nginx".
-nginx_pkg=nginx
-apt-cache show nginx-light >/dev/null 2>&1 && nginx_pkg=nginx-light
 # For the TLS tests (certificates), network-namespace tests and one fault-injection test;
 # rsvg-convert renders the timeline SVGs to PNG (Tests/EndToEnd/test_timeline.py).
 test_packages=(openssl iproute2 strace python3-prometheus-client librsvg2-bin)
-had_nginx=yes
-command -v nginx >/dev/null 2>&1 || had_nginx=no
-if [ "$had_nginx" = yes ]; then
-    need_packages "${DROWSE_BUILD_PACKAGES[@]}" "${DROWSE_RUN_PACKAGES[@]}" "${test_packages[@]}"
-else
-    need_packages "${DROWSE_BUILD_PACKAGES[@]}" "${DROWSE_RUN_PACKAGES[@]}" "${test_packages[@]}" "$nginx_pkg"
-    # Debian starts the nginx service on port 80 on install; the tests only need the binary.
-    if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet nginx 2>/dev/null; then
-        say "stopping and disabling the nginx service the package just started (tests run their own)"
-        as_root systemctl disable --now nginx || true
-    fi
-fi
+need_packages "${DROWSE_BUILD_PACKAGES[@]}" "${DROWSE_RUN_PACKAGES[@]}" "${test_packages[@]}"
+need_nginx
 
 if ! python3 -m pytest --version >/dev/null 2>&1; then
     need_packages python3-pytest

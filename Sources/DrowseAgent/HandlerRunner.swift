@@ -255,6 +255,8 @@ package enum QueuedRun: Sendable {
         let level: Logger.Level = outcome.result == .failed ? .warning : .info
         logger.log(level: level, "\(event.rawValue) handler finished: \(outcome.result.rawValue) (\(outcome.summary))",
                    metadata: ["app.id": "\(app.id)"])
+        // The burst is over: what its runs allocated goes back to the kernel.
+        if running == 0, queue.waitingCount == 0 { MallocBounds.trim() }
         return outcome
     }
 

@@ -267,6 +267,8 @@ package final class SystemTransferFiles: TransferFiles {
             countBytes(id, upTo: bytes, mayRestart: false)
             countedUpTo[id] = nil
             drive { $0.attemptEnded(id: id, .completed(bytes: bytes, path: path), now: now()) }
+            // The transfer's buffers (1 MiB ones among them) go back to the kernel.
+            MallocBounds.trim()
         case let .failed(id, error):
             countedUpTo[id] = nil
             // An HTTP date is the server's wall time: on the timeline it is `skew` earlier.

@@ -22,6 +22,11 @@ public enum DaemonEntry {
     /// and that pool's monitor then wakes the process every second for good.
     @MainActor
     public static func main(arguments: [String]) async {
+        // Before any other thread exists: malloc's arenas and thresholds (MallocBounds says why).
+        let refused = MallocBounds.apply()
+        if !refused.isEmpty {
+            StandardStream.error("drowsed: warning: mallopt refused \(refused.joined(separator: ", ")); memory freed after work may stay private\n")
+        }
         // Swift concurrency runs on NIO's event loops, not libdispatch's worker pool: that pool
         // starts a 1 Hz monitor timer on Linux, and drowsed must not wake when idle.
         NIOSingletons.groupLoopCountSuggestion = 2

@@ -72,7 +72,7 @@ struct UncheckedCalls {
         "accept", "accept4", "bind", "chdir", "chmod", "chown", "clock_gettime", "close", "closedir", "connect", "dup", "dup2", "dup3",
         "epoll_ctl", "eventfd_read", "eventfd_write", "fallocate", "fchdir", "fchmod", "fchown", "fclose", "fcntl",
         "fdatasync", "fflush", "flock", "fputs", "fsync", "ftruncate", "futimens", "fwrite", "ioctl", "kill", "killpg",
-        "lchown", "link", "linkat", "listen", "localtime_r", "gmtime_r", "lseek", "mkdir", "mkdirat", "mount", "pipe",
+        "lchown", "link", "linkat", "listen", "localtime_r", "gmtime_r", "lseek", "mallopt", "malloc_trim", "mkdir", "mkdirat", "mount", "pipe",
         "pipe2", "poll", "posix_fadvise", "posix_fallocate", "ppoll", "prctl", "pread", "pthread_create", "pthread_detach",
         "pthread_join", "pthread_sigmask", "putenv", "pwrite", "read", "recv", "recvmsg", "rename", "renameat",
         "rmdir", "send", "sendmsg", "setenv", "setpgid", "setrlimit", "setsid", "setsockopt", "shutdown", "sigaction",

@@ -2,6 +2,7 @@
 #define DROWSE_SYS_H
 #include "fscreds.h"
 #include <sys/types.h>
+#include <malloc.h>   /* mallopt, malloc_trim (DrowseSystem's MallocBounds); not in the Glibc module */
 
 /// Starts `path` in a new process group with the given stdio descriptors, working
 /// directory and (when `set_ids` is non-zero) user, group and supplementary groups.
