@@ -13,6 +13,9 @@ process started here has the cluster's dir in its environment).
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
 import os
 import shutil
 import signal
@@ -88,6 +91,8 @@ class RabbitNode:
         ]
         if self.cluster.queue_type == "quorum":
             lines.append("mqtt.durable_queue_type = quorum")
+        if self.cluster.definitions is not None:
+            lines.append(f"load_definitions = {self.cluster.dir / 'definitions.json'}")
         if self.index > 1:
             # A blank node joins the first one as it boots (peer discovery from a fixed list), which
             # is `rabbitmqctl join_cluster` without three CLI runs per node (an Erlang VM each, 5 to
@@ -162,7 +167,7 @@ class RabbitCluster:
     "classic" keeps RabbitMQ's default (a session's queue lives on one node)."""
 
     def __init__(self, workdir: Path, n: int = 3, queue_type: str = "quorum",
-                 subscription_ttl_ms: int = SUBSCRIPTION_TTL_MS):
+                 subscription_ttl_ms: int = SUBSCRIPTION_TTL_MS, users: list[dict] | None = None):
         assert queue_type in ("quorum", "classic")
         self.dir = workdir
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -175,6 +180,14 @@ class RabbitCluster:
         cookie.write_text(os.urandom(16).hex().upper())
         os.chmod(cookie, 0o400)
         self.nodes = [RabbitNode(self, i + 1) for i in range(n)]
+        # Users beside guest (anonymous MQTT clients are guest), loaded when the nodes first boot:
+        # {"name", "password", "permissions": (configure, write, read), "topic": (write, read)},
+        # the patterns as `rabbitmqctl set_permissions` and `set_topic_permissions` take them.
+        self.definitions = None
+        if users:
+            self.definitions = definitions([{"name": "guest", "password": "guest", "tags": ["administrator"],
+                                             "permissions": (".*", ".*", ".*")}, *users])
+            (self.dir / "definitions.json").write_text(json.dumps(self.definitions, indent=1))
 
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("RABBITMQ_", "ERL_"))}
@@ -224,7 +237,24 @@ class RabbitCluster:
         return "\n".join(f"===== {n.name}\n{n.log_tail(20000)}" for n in self.nodes)
 
 
-# ----------------------------------------------------------------------------- MQTT 3.1.1 publisher
+def definitions(users: list[dict]) -> dict:
+    """RabbitMQ definitions (what `load_definitions` imports) for `users` on the vhost "/"."""
+    def password_hash(password: str) -> str:  # rabbit_password_hashing_sha256: salt ++ sha256(salt ++ password)
+        salt = os.urandom(4)
+        return base64.b64encode(salt + hashlib.sha256(salt + password.encode()).digest()).decode()
+
+    return {
+        "vhosts": [{"name": "/"}],
+        "users": [{"name": u["name"], "password_hash": password_hash(u["password"]),
+                   "hashing_algorithm": "rabbit_password_hashing_sha256", "tags": u.get("tags", [])} for u in users],
+        "permissions": [{"user": u["name"], "vhost": "/", "configure": u["permissions"][0],
+                         "write": u["permissions"][1], "read": u["permissions"][2]} for u in users],
+        "topic_permissions": [{"user": u["name"], "vhost": "/", "exchange": "amq.topic", "write": u["topic"][0],
+                               "read": u["topic"][1]} for u in users if "topic" in u],
+    }
+
+
+# ----------------------------------------------------------------------------- MQTT 3.1.1 clients
 
 def _remaining_length(n: int) -> bytes:
     out = bytearray()
@@ -265,6 +295,39 @@ def _read_packet(sock: socket.socket) -> tuple[int, bytes]:
     return head, exactly(length)
 
 
+def _connect(s: socket.socket, client_id: str, username: str | None = None, password: str | None = None,
+             clean: bool = True) -> int:
+    """Sends CONNECT; returns the CONNACK's return code (0: accepted)."""
+    flags = (0x02 if clean else 0) | (0x80 if username is not None else 0) | (0x40 if password is not None else 0)
+    body = _utf8("MQTT") + bytes([4, flags]) + struct.pack("!H", 30) + _utf8(client_id)
+    if username is not None:
+        body += _utf8(username)
+    if password is not None:
+        body += _utf8(password)
+    s.sendall(_packet(0x10, body))
+    head, ack = _read_packet(s)
+    return ack[1] if head >> 4 == 2 and len(ack) >= 2 else -1
+
+
+def subscribe_result(port: int, topic: str, client_id: str, username: str, password: str,
+                     timeout: float = 10.0) -> str:
+    """What a QoS 1 SUBSCRIBE to `topic` by this user, in the persistent session `client_id`, gets:
+    "refused login (rc N)", "granted N", "failure (0x80)" or "connection closed"."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+            s.settimeout(timeout)
+            rc = _connect(s, client_id, username, password, clean=False)
+            if rc != 0:
+                return f"refused login (rc {rc})"
+            s.sendall(_packet(0x82, struct.pack("!H", 1) + _utf8(topic) + bytes([1])))
+            head, body = _read_packet(s)
+            if head >> 4 != 9:
+                return f"packet {head:#x}"
+            return "failure (0x80)" if body[2] == 0x80 else f"granted {body[2]}"
+    except (OSError, ConnectionError):
+        return "connection closed"
+
+
 def publish_qos1(port: int, topic: str, payloads: list[bytes], client_id: str = "",
                  timeout: float = 10.0) -> list[bool]:
     """Publishes each payload at QoS 1 over one clean-session connection to 127.0.0.1:port, each
@@ -275,9 +338,7 @@ def publish_qos1(port: int, topic: str, payloads: list[bytes], client_id: str = 
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
             s.settimeout(timeout)
-            s.sendall(_packet(0x10, _utf8("MQTT") + bytes([4, 0x02]) + struct.pack("!H", 30) + _utf8(client_id)))
-            head, body = _read_packet(s)
-            if head >> 4 != 2 or len(body) < 2 or body[1] != 0:
+            if _connect(s, client_id) != 0:
                 return acked
             for i, p in enumerate(payloads):
                 pid = i + 1
@@ -298,9 +359,7 @@ def receive_one(port: int, topic: str, then, timeout: float = 10.0) -> bytes | N
     SUBACK is in, and returns the payload of the first message received (None if none came)."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
         s.settimeout(timeout)
-        s.sendall(_packet(0x10, _utf8("MQTT") + bytes([4, 0x02]) + struct.pack("!H", 30)
-                          + _utf8(f"e2e-sub-{os.getpid()}-{time.monotonic_ns() % 10**9}")))
-        if _read_packet(s)[0] >> 4 != 2:
+        if _connect(s, f"e2e-sub-{os.getpid()}-{time.monotonic_ns() % 10**9}") != 0:
             return None
         s.sendall(_packet(0x82, struct.pack("!H", 1) + _utf8(topic) + bytes([0])))
         while _read_packet(s)[0] >> 4 != 9:

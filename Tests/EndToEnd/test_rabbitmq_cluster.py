@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from drowse_e2e import DROWSE, MOSQUITTO_PUB, notify_topic, wait_until
-from rabbitmq import RabbitCluster, publish_qos1, rabbitmq_installed
+from rabbitmq import RabbitCluster, publish_qos1, rabbitmq_installed, subscribe_result
 from test_notification_delivery import BIG_BUDGET, ids, note_log
 
 APP = "news"
@@ -290,3 +290,49 @@ def test_classic_queues_lose_what_is_published_while_the_session_node_is_down(ru
     assert c["classic-down"]["acknowledged"] == 5 and c["classic-down"]["acknowledged_and_lost"] == 5, \
         f"classic queues kept what was published while the session's node was down: {c}"
     assert not subscribed_while_down, "another node took the classic session while its home node was down"
+
+
+@pytest.mark.skipif(not FULL, reason="the full cluster scenario: deploy/test-rabbitmq.sh")
+def test_per_device_credentials_and_topic_permissions(workdir, make_drowse):
+    """A device user that may use its own session queue and read its own and its groups' notify
+    topics (docs/brokers.md's recipe, one RabbitMQ node): drowsed logs in with [mqtt] username and
+    password_file and receives its own and its group's notifications; the same login is refused
+    another device's topic; a wrong password is refused."""
+    dev = "e2e-dev"
+    q = f"^mqtt-subscription-drowse-{dev}qos[01]$"
+    user = {"name": dev, "password": "s3cret-e2e",
+            "permissions": (q, rf"^(amq\.topic|mqtt-subscription-drowse-{dev}qos[01])$",
+                            rf"^(amq\.topic|mqtt-subscription-drowse-{dev}qos[01])$"),
+            "topic": (rf"^drowse\.{dev}\.status$", rf"^drowse\.({dev}|groups\.eu)\.apps\.[^.]+\.notify$")}
+    cluster = RabbitCluster(workdir / "rmq", n=1, queue_type="quorum", users=[user])
+    try:
+        cluster.start()
+        node = cluster.nodes[0]
+        d = make_drowse(handler_deadline="10s", extra_config=BIG_BUDGET, device_id=dev)
+        pw = workdir / "device.password"
+        pw.write_text("s3cret-e2e\n")
+        d.set_mqtt(url=node.url, groups=["eu"], username=dev, password_file=str(pw))
+        argv, log = note_log(d, APP)
+        d.add_app(APP, notification=argv)
+        d.start()
+        wait_until(lambda: d.status()["mqtt"].get("subscribed"), 60, what="drowsed subscribed with its login")
+        payload = lambda nid: json.dumps({"aps": {"content-available": 1}, "id": nid}).encode()  # noqa: E731
+        assert publish_qos1(node.mqtt_port, notify_topic(APP, dev), [payload("own")]) == [True]
+        assert publish_qos1(node.mqtt_port, f"drowse/groups/eu/apps/{APP}/notify", [payload("group")]) == [True]
+        wait_until(lambda: {"own", "group"} <= set(ids(log)), 30, what="the device's own and group notifications")
+        assert d.stop(signal.SIGTERM) == 0, d.exit_note()
+        seen = {
+            "own topic": subscribe_result(node.mqtt_port, notify_topic(APP, dev), f"drowse-{dev}", dev, "s3cret-e2e"),
+            "another device's topic": subscribe_result(node.mqtt_port, notify_topic(APP, "pi-other"), f"drowse-{dev}",
+                                                      dev, "s3cret-e2e"),
+            "another group's topic": subscribe_result(node.mqtt_port, f"drowse/groups/us/apps/{APP}/notify",
+                                                     f"drowse-{dev}", dev, "s3cret-e2e"),
+            "wrong password": subscribe_result(node.mqtt_port, notify_topic(APP, dev), f"drowse-{dev}", dev, "wrong"),
+        }
+        print(f"\n[rabbitmq] credentials: {seen}")
+        assert seen["own topic"] == "granted 1", seen
+        assert seen["another device's topic"] in ("failure (0x80)", "connection closed"), seen
+        assert seen["another group's topic"] in ("failure (0x80)", "connection closed"), seen
+        assert seen["wrong password"].startswith("refused login"), seen
+    finally:
+        cluster.stop()
