@@ -285,11 +285,26 @@ def test_classic_queues_lose_what_is_published_while_the_session_node_is_down(ru
     r.wait_subscribed()
     r.wait_ran(r.phases["classic-before"]["acked"] + r.phases["classic-queued"]["acked"])
     r.d.wait_idle()
+
+    # The same with drowsed online: its node dies, the other nodes refuse its session, and what is
+    # published to them meanwhile is acknowledged and dropped.
+    x = r.device_node()
+    y = next(n for n in r.cluster.nodes if n is not x)
+    refused = r.session()["failed_attempts"]
+    x.kill()
+    r.publish("classic-online-down", y, 5)
+    wait_until(lambda: r.session()["failed_attempts"] >= refused + 2, 60, what="two refused sessions")
+    subscribed_online_while_down = r.session().get("subscribed")
+    r.restart(x)
+    r.wait_subscribed()
+    r.d.wait_idle()
     r.report("classic")
     c = r.counts()
-    assert c["classic-down"]["acknowledged"] == 5 and c["classic-down"]["acknowledged_and_lost"] == 5, \
-        f"classic queues kept what was published while the session's node was down: {c}"
-    assert not subscribed_while_down, "another node took the classic session while its home node was down"
+    for phase in ("classic-down", "classic-online-down"):
+        assert c[phase]["acknowledged"] == 5 and c[phase]["acknowledged_and_lost"] == 5, \
+            f"classic queues kept what was published while the session's node was down ({phase}): {c}"
+    assert not subscribed_while_down and not subscribed_online_while_down, \
+        "another node took the classic session while its home node was down"
 
 
 @pytest.mark.skipif(not FULL, reason="the full cluster scenario: deploy/test-rabbitmq.sh")
