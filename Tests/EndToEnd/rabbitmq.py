@@ -83,12 +83,13 @@ class RabbitNode:
             f"listeners.tcp.1 = 127.0.0.1:{self.amqp_port}",
             f"mqtt.listeners.tcp.1 = 127.0.0.1:{self.mqtt_port}",
             "mqtt.allow_anonymous = true",
-            f"mqtt.subscription_ttl = {self.cluster.subscription_ttl_ms}",
             "log.console = false",
             "log.file.level = info",
             # A test's disk is whatever the machine has: never block publishers over it.
             "disk_free_limit.absolute = 1MB",
         ]
+        if self.cluster.subscription_ttl_ms is not None:  # None: RabbitMQ's default (24 h)
+            lines.append(f"mqtt.subscription_ttl = {self.cluster.subscription_ttl_ms}")
         if self.cluster.queue_type == "quorum":
             lines.append("mqtt.durable_queue_type = quorum")
         if self.cluster.definitions is not None:
@@ -167,7 +168,7 @@ class RabbitCluster:
     "classic" keeps RabbitMQ's default (a session's queue lives on one node)."""
 
     def __init__(self, workdir: Path, n: int = 3, queue_type: str = "quorum",
-                 subscription_ttl_ms: int = SUBSCRIPTION_TTL_MS, users: list[dict] | None = None):
+                 subscription_ttl_ms: int | None = SUBSCRIPTION_TTL_MS, users: list[dict] | None = None):
         assert queue_type in ("quorum", "classic")
         self.dir = workdir
         self.dir.mkdir(parents=True, exist_ok=True)

@@ -349,5 +349,16 @@ def test_per_device_credentials_and_topic_permissions(workdir, make_drowse):
         assert seen["another device's topic"] in ("failure (0x80)", "connection closed"), seen
         assert seen["another group's topic"] in ("failure (0x80)", "connection closed"), seen
         assert seen["wrong password"].startswith("refused login"), seen
+
+        # A device configured for a group its user may not read: RabbitMQ closes the connection
+        # at that SUBSCRIBE, so the device gets no session at all (mosquitto grants it and
+        # delivers nothing there) and backs off, the reason in `drowse status`.
+        d.set_mqtt(groups=["eu", "us"])
+        d.start()
+        wait_until(lambda: d.status()["mqtt"]["failed_attempts"] >= 2, 60, what="two refused sessions")
+        m = d.status()["mqtt"]
+        print(f"[rabbitmq] credentials: a group not permitted: subscribed={m['subscribed']}, "
+              f"failed_attempts={m['failed_attempts']}, last_error={m['last_error']!r}")
+        assert m["subscribed"] is False, m
     finally:
         cluster.stop()
