@@ -234,3 +234,20 @@ release_binaries() {
     link_drowsed "$BIN"
     [ -x "$BIN/drowsed" ] && [ -x "$BIN/drowse" ] || die "no drowsed and drowse in $BIN"
 }
+
+# RabbitMQ (Debian's rabbitmq-server, with its MQTT plugin) for the cluster tests
+# (Tests/EndToEnd/test_rabbitmq_cluster.py), which start their own nodes on loopback. The package
+# starts a system broker on install (systemd, or its init script without systemd): stop it, and
+# keep it from starting at boot.
+need_rabbitmq() {
+    need_packages rabbitmq-server
+    if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet rabbitmq-server 2>/dev/null; then
+        say "stopping and disabling the rabbitmq-server service (the tests run their own nodes)"
+        as_root systemctl disable --now rabbitmq-server || true
+    # Not the init script's `status`: it runs rabbitmqctl, which leaves an epmd daemon behind.
+    elif [ -x /etc/init.d/rabbitmq-server ] && pgrep -u rabbitmq beam.smp >/dev/null 2>&1; then
+        say "stopping the rabbitmq-server service (the tests run their own nodes)"
+        as_root /etc/init.d/rabbitmq-server stop || true
+        command -v update-rc.d >/dev/null 2>&1 && { as_root update-rc.d rabbitmq-server disable || true; }
+    fi
+}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds Drowse and runs every test: the Swift unit tests, DrowseKit for Python's unit tests,
 # then the end-to-end tests
-# (Tests/EndToEnd, pytest), which start their own mosquitto and nginx on loopback.
+# (Tests/EndToEnd, pytest), which start their own mosquitto, nginx and RabbitMQ nodes on loopback.
 # Installs the Debian packages it needs when they are missing. The last line printed is
 # pytest's summary.
 set -euo pipefail
@@ -14,6 +14,9 @@ cd "$DROWSE_ROOT"
 test_packages=(openssl iproute2 strace python3-prometheus-client librsvg2-bin)
 need_packages "${DROWSE_BUILD_PACKAGES[@]}" "${DROWSE_RUN_PACKAGES[@]}" "${test_packages[@]}"
 need_nginx
+
+# The RabbitMQ cluster test (quorum queues under node failures, about 30 s) runs its own nodes.
+need_rabbitmq
 
 if ! python3 -m pytest --version >/dev/null 2>&1; then
     need_packages python3-pytest
