@@ -77,7 +77,7 @@ struct FleetStatusState {
     /// Connects (in the background: the session retries on its own thread) with the apps'
     /// subscriptions and the status to publish on connect.
     func start(online: Bool) {
-        loadReports()
+        // The reports were read with the app files (`Agent.loadApps`).
         guard let m = config.mqtt else { return }
         var password: String?
         if let file = m.passwordFile {
