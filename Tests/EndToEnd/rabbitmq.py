@@ -25,7 +25,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from drowse_e2e import free_port, port_open, stop_process, wait_until
+from drowse_e2e import DROWSE, free_port, port_open, stop_process, wait_until
 
 RABBIT_BIN = Path("/usr/lib/rabbitmq/bin")
 RABBITMQ_SERVER = RABBIT_BIN / "rabbitmq-server"  # not /usr/sbin's wrapper, which switches to the rabbitmq user
@@ -236,6 +236,17 @@ class RabbitCluster:
 
     def logs(self) -> str:
         return "\n".join(f"===== {n.name}\n{n.log_tail(20000)}" for n in self.nodes)
+
+
+def fleet_per_node(nodes: list[RabbitNode], timeout: str = "3s") -> dict[str, list[dict]]:
+    """`drowse fleet --json` against each of `nodes`: node name -> the devices it listed."""
+    out = {}
+    for n in nodes:
+        r = subprocess.run([str(DROWSE), "fleet", "--broker", n.url, "--json", "--timeout", timeout],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, f"drowse fleet --broker {n.url}: {r.stderr}"
+        out[n.name] = json.loads(r.stdout)
+    return out
 
 
 def definitions(users: list[dict]) -> dict:
