@@ -497,9 +497,10 @@ def print_memory(n: int, mem: list[dict], mem_after: list[dict]) -> None:
     print(f"                            PSS {stats('pss', mem_after)}")
 
 
-def main_cluster(n: int, spread: float, size: int, workdir: Path) -> int:
+def main_cluster(n: int, spread: float, size: int, workdir: Path, kill_at: float = 1 / 3) -> int:
     """The bench on a 3-node RabbitMQ cluster (quorum queues): rounds spread = 0, spread = SPREAD,
-    and spread = SPREAD with the busiest node killed (-9) a third of the way in; each must run
+    and spread = SPREAD with the busiest node killed (-9) `kill_at` of the way in (0: as soon as
+    the last publish is acknowledged, while the cluster is still delivering); each must run
     exactly once on every device. Returns the exit status."""
     cluster = RabbitCluster(workdir / "rmq", queue_type="quorum")
     nginx = Nginx(workdir / "nginx")
@@ -515,7 +516,7 @@ def main_cluster(n: int, spread: float, size: int, workdir: Path) -> int:
         fleet.start()
         time.sleep(1.0)
         mem = fleet.memory()
-        kill = NodeKill(fleet, cluster, spread / 3)
+        kill = NodeKill(fleet, cluster, spread * kill_at)
         rounds = []
         for label, name, s, during in (("spread=0", "fw-zero", 0.0, None),
                                        (f"spread={spread:g}", "fw-spread", spread, None),
@@ -573,7 +574,7 @@ def main(argv: list[str]) -> int:
     size = int(argv[3]) if len(argv) > 3 else 1 << 20
     workdir = Path(argv[4]) if len(argv) > 4 else Path("/tmp")
     if len(argv) > 5 and argv[5] == "rabbitmq":
-        return main_cluster(n, spread, size, workdir)
+        return main_cluster(n, spread, size, workdir, float(argv[6]) if len(argv) > 6 else 1 / 3)
     assert len(argv) <= 5 or argv[5] == "mosquitto", f"broker: mosquitto or rabbitmq, not {argv[5]!r}"
     broker = Broker(workdir / "mqtt")
     nginx = Nginx(workdir / "nginx")
