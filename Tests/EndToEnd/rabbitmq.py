@@ -381,8 +381,36 @@ def receive_one(port: int, topic: str, then, timeout: float = 10.0) -> bytes | N
             while True:
                 head, body = _read_packet(s)
                 if head >> 4 == 3:
-                    n = struct.unpack("!H", body[:2])[0]
-                    skip = 2 + n + (2 if (head >> 1) & 3 else 0)
-                    return body[skip:]
+                    return _publish_parts(head, body)[1]
         except (OSError, ConnectionError):
             return None
+
+
+def _publish_parts(head: int, body: bytes) -> tuple[str, bytes]:
+    """A PUBLISH packet's topic and payload."""
+    n = struct.unpack("!H", body[:2])[0]
+    return body[2:2 + n].decode(), body[2 + n + (2 if (head >> 1) & 3 else 0):]
+
+
+def retained_statuses(port: int, device_ids: list[str], prefix: str = "drowse", quiet: float = 1.0,
+                      timeout: float = 10.0) -> dict[str, dict]:
+    """The retained statuses the node on 127.0.0.1:port hands to one subscription (QoS 0, clean
+    session) to each device's exact status topic, `<prefix>/<id>/status` (RabbitMQ 3.10 serves
+    retained messages to exact topics only, not to `drowse fleet`'s `<prefix>/+/status`): device
+    id -> status. Collected until nothing came for `quiet` seconds."""
+    out: dict[str, dict] = {}
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.settimeout(timeout)
+        if _connect(s, f"e2e-sub-{os.getpid()}-{time.monotonic_ns() % 10**9}") != 0:
+            return out
+        s.sendall(_packet(0x82, struct.pack("!H", 1) + b"".join(_utf8(f"{prefix}/{d}/status") + b"\0" for d in device_ids)))
+        s.settimeout(quiet)
+        try:
+            while True:
+                head, body = _read_packet(s)
+                if head >> 4 == 3 and head & 1:
+                    topic, payload = _publish_parts(head, body)
+                    out[topic.split("/")[-2]] = json.loads(payload)
+        except (OSError, ConnectionError):  # the quiet time passed (socket.timeout is an OSError)
+            pass
+    return out

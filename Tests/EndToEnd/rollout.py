@@ -28,7 +28,7 @@ sys.dont_write_bytecode = True
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from drowse_e2e import DROWSE, MOSQUITTO_PUB, Broker, Drowse, Nginx, kill_strays, notify_topic, wait_until  # noqa: E402
-from rabbitmq import RabbitCluster, fleet_per_node  # noqa: E402
+from rabbitmq import RabbitCluster, fleet_per_node, retained_statuses  # noqa: E402
 from raw_http import request  # noqa: E402
 
 APP = "fw"
@@ -517,6 +517,8 @@ def main_cluster(n: int, spread: float, size: int, workdir: Path, kill_at: float
         time.sleep(1.0)
         mem = fleet.memory()
         kill = NodeKill(fleet, cluster, spread * kill_at)
+        ids = [d.device_id for d in fleet.devices]
+        exact_before = {x.name: retained_statuses(x.mqtt_port, ids) for x in cluster.nodes}
         rounds = []
         for label, name, s, during in (("spread=0", "fw-zero", 0.0, None),
                                        (f"spread={spread:g}", "fw-spread", spread, None),
@@ -557,6 +559,17 @@ def main_cluster(n: int, spread: float, size: int, workdir: Path, kill_at: float
         listed = {name: len(devs) for name, devs in fleet_per_node([x for x in cluster.nodes if x.running()]).items()}
         print(f"\ndrowse fleet --json against each running node (docs/brokers.md: RabbitMQ 3.10 serves retained "
               f"statuses only to exact topics): devices listed {listed} (of {n})")
+        exact = {x.name: retained_statuses(x.mqtt_port, ids) for x in cluster.nodes if x.running()}
+        newest: dict[str, dict] = {}  # device id -> its newest status on any live node
+        for statuses in exact.values():
+            for dev, st in statuses.items():
+                if dev not in newest or (st.get("time") or 0) > (newest[dev].get("time") or 0):
+                    newest[dev] = st
+        print(f"retained status by exact topic (<prefix>/<id>/status, the {n} ids in one SUBSCRIBE per node): before "
+              f"the rounds {({k: len(v) for k, v in exact_before.items()})}, on some node "
+              f"{len(set().union(*exact_before.values()))} of {n}; at the end {({k: len(v) for k, v in exact.items()})}, "
+              f"on some live node {len(newest)} of {n} ({sum(1 for st in newest.values() if st.get('online') is True)} "
+              f"online), of the {len(kill.failover)} that failed over {len(set(newest) & set(kill.failover))}")
         ok = all(c["ok"] for c in checks.values()) and not k["not_moved"] and not not_accepted_once
         print("\n" + ("every device ran every push exactly once with the right sha256" if ok else "FAILED"))
         return 0 if ok else 1
