@@ -139,7 +139,8 @@ class Fleet:
         """The signed notification for one device, made by `drowse push --dry-run --spread`."""
         download = json.dumps({"url": f"{url}?dev={d.device_id}", "sha256": digest, "size": size, "session": nid})
         first = d.mqtt_options.get("url") or d.broker.url  # any URL: --dry-run connects to none
-        argv = [str(DROWSE), "push", "--broker", first[0] if isinstance(first, list) else first, "--device", d.device_id, "--app", APP, "--silent",
+        first = first[0] if isinstance(first, list) else first
+        argv = [str(DROWSE), "push", "--broker", first, "--device", d.device_id, "--app", APP, "--silent",
                 "--dry-run", "--id", nid, "-d", f"download={download}", "--sign", str(self.key), "--spread", str(spread)]
         r = subprocess.run(argv, capture_output=True, timeout=30, env=d.env())
         assert r.returncode == 0, r.stderr
@@ -544,7 +545,8 @@ def main_cluster(n: int, spread: float, size: int, workdir: Path, kill_at: float
             print(f"  {label:>16}: devices {c['devices']}, ran once {c['ran_once']}, doubled {len(c['doubled'])}, "
                   f"missed {len(c['missed'])}, wrong sha256 {len(c['wrong_sha256'])}, transfers not one "
                   f"{len(c['transfers_not_one'])}, GETs per device {c['gets_per_device']}"
-                  + ("" if c["ok"] else f"  FAILED: {json.dumps({x: c[x] for x in ('missed', 'doubled', 'wrong_sha256', 'transfers_not_one')})}"))
+                  + ("" if c["ok"] else "  FAILED: " + json.dumps({x: c[x] for x in ("missed", "doubled", "wrong_sha256",
+                                                                              "transfers_not_one")})))
         print(f"  notifications per device (drowse_notifications_total): accepted {len(rounds)} on "
               f"{n - len(not_accepted_once)} of {n}" + (f", other counts {not_accepted_once}" if not_accepted_once else "") +
               f"; in all received {total['received']}, accepted {total['accepted']}, ignored as duplicates "
