@@ -7,7 +7,22 @@
 # the others online with this build's version, --json parses; prints listed/online/offline and how
 # long `drowse fleet` took for N devices. A mismatch fails the run (non-zero exit).
 #
+# With BROKER=rabbitmq the broker is a 3-node RabbitMQ cluster with quorum queues (docs/brokers.md)
+# instead of the mosquitto: each device lists the three nodes' MQTT ports, its preferred node in
+# turn; three rounds, spread = 0, spread = SPREAD, and spread = SPREAD again with the node that
+# holds the most sessions killed (-9) a third of the way into the spread and not restarted; every
+# push is published through the two other nodes. Printed: the three histograms side by side, per
+# round how many devices ran the push once, twice or never (events-handler sightings of the file,
+# drowsed's transfers, nginx GETs), how many devices failed over and how long that took (from the
+# kill until each was subscribed on another node, polled on its socket), memory, and what
+# `drowse fleet` lists on each running node (none on RabbitMQ 3.10: reported, not a failure). A
+# device that ran a push twice or never, a wrong sha256, or a device of the dead node that got no
+# session elsewhere within 60 s fails the run. No SIGKILL of daemons in this mode.
+# KILL_AT=0 kills the node as soon as the last publish is acknowledged, while the cluster is still
+# delivering the push (default 0.333: a third of the way into the spread).
+#
 #   deploy/bench-rollout.sh [N] [SPREAD]
+#   BROKER=rabbitmq deploy/bench-rollout.sh [N] [SPREAD]
 #       N       drowsed instances (default 50)
 #       SPREAD  seconds (default 20)
 #
@@ -27,7 +42,9 @@
 # Per-instance memory: RSS and PSS of each drowsed from /proc/PID/smaps_rollup, idle before the
 # pushes and again after both rounds (PSS shares the binary's pages among the N instances).
 #
-# Env: SIZE            bytes per download (default 1048576)
+# Env: BROKER          mosquitto (default) or rabbitmq (installs rabbitmq-server, stops its service)
+#      KILL_AT         with BROKER=rabbitmq: when the node dies, as a fraction of SPREAD (default 0.333)
+#      SIZE            bytes per download (default 1048576)
 #      DROWSE_BIN_DIR  use the binaries there instead of the release build (built with
 #                      `swift build -c release --static-swift-stdlib` when missing or older than Sources/)
 #      KEEP=1          keep the temp dir (logs of every daemon, nginx's access log) and print where it is
@@ -39,12 +56,17 @@ cd "$DROWSE_ROOT"
 N=${1:-50}
 SPREAD=${2:-20}
 SIZE=${SIZE:-1048576}
+KILL_AT=${KILL_AT:-0.333}
 case "$N" in ''|*[!0-9]*) die "N must be a whole number, not '$N'" ;; esac
 case "$SPREAD" in ''|*[!0-9.]*|*.*.*) die "SPREAD must be a number of seconds, not '$SPREAD'" ;; esac
 case "$SIZE" in ''|*[!0-9]*) die "SIZE must be a whole number of bytes, not '$SIZE'" ;; esac
+case "$KILL_AT" in ''|*[!0-9.]*|*.*.*) die "KILL_AT must be a fraction of SPREAD, not '$KILL_AT'" ;; esac
 [ "$N" -ge 2 ] && [ "$N" -le 500 ] || die "N must be 2 to 500"
+BROKER=${BROKER:-mosquitto}
+case "$BROKER" in mosquitto|rabbitmq) ;; *) die "BROKER must be mosquitto or rabbitmq, not '$BROKER'" ;; esac
 need_packages mosquitto mosquitto-clients python3
 need_nginx
+if [ "$BROKER" = rabbitmq ]; then need_rabbitmq; fi
 
 # ---------------------------------------------------------------------------- binaries
 release_binaries   # sets BIN
@@ -59,6 +81,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-say "$N instances, spread $SPREAD s, $SIZE bytes each, binaries from $BIN"
-# rollout.py stops every daemon, nginx and mosquitto it started, also on an error.
-DROWSE_BIN_DIR=$BIN run_python "$DROWSE_ROOT/Tests/EndToEnd/rollout.py" "$N" "$SPREAD" "$SIZE" "$TMP"
+say "$N instances, spread $SPREAD s, $SIZE bytes each, broker $BROKER, binaries from $BIN"
+# rollout.py stops every daemon, nginx and broker (node) it started, also on an error.
+DROWSE_BIN_DIR=$BIN run_python "$DROWSE_ROOT/Tests/EndToEnd/rollout.py" "$N" "$SPREAD" "$SIZE" "$TMP" "$BROKER" "$KILL_AT"

@@ -3,6 +3,8 @@
 # (Debian's rabbitmq-server, MQTT plugin) under a debug drowsed that lists the three nodes.
 #   - quorum queues: the device's node killed while drowsed is online and while it is stopped
 #     (the part CI runs with deploy/test.sh), and a rolling restart of all three nodes;
+#   - a staged rollout to 10 daemons with the busiest node killed mid-spread (also in CI; the
+#     50-device version is `BROKER=rabbitmq deploy/bench-rollout.sh`);
 #   - RabbitMQ's default classic queues: what is published while the session's node is down is
 #     acknowledged to the publisher and lost, and no other node takes the session;
 #   - where the device's retained status lives (the node it published to; exact topic only).

@@ -25,7 +25,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from drowse_e2e import free_port, port_open, stop_process, wait_until
+from drowse_e2e import DROWSE, free_port, port_open, stop_process, wait_until
 
 RABBIT_BIN = Path("/usr/lib/rabbitmq/bin")
 RABBITMQ_SERVER = RABBIT_BIN / "rabbitmq-server"  # not /usr/sbin's wrapper, which switches to the rabbitmq user
@@ -238,6 +238,17 @@ class RabbitCluster:
         return "\n".join(f"===== {n.name}\n{n.log_tail(20000)}" for n in self.nodes)
 
 
+def fleet_per_node(nodes: list[RabbitNode], timeout: str = "3s") -> dict[str, list[dict]]:
+    """`drowse fleet --json` against each of `nodes`: node name -> the devices it listed."""
+    out = {}
+    for n in nodes:
+        r = subprocess.run([str(DROWSE), "fleet", "--broker", n.url, "--json", "--timeout", timeout],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, f"drowse fleet --broker {n.url}: {r.stderr}"
+        out[n.name] = json.loads(r.stdout)
+    return out
+
+
 def definitions(users: list[dict]) -> dict:
     """RabbitMQ definitions (what `load_definitions` imports) for `users` on the vhost "/"."""
     def password_hash(password: str) -> str:  # rabbit_password_hashing_sha256: salt ++ sha256(salt ++ password)
@@ -370,8 +381,36 @@ def receive_one(port: int, topic: str, then, timeout: float = 10.0) -> bytes | N
             while True:
                 head, body = _read_packet(s)
                 if head >> 4 == 3:
-                    n = struct.unpack("!H", body[:2])[0]
-                    skip = 2 + n + (2 if (head >> 1) & 3 else 0)
-                    return body[skip:]
+                    return _publish_parts(head, body)[1]
         except (OSError, ConnectionError):
             return None
+
+
+def _publish_parts(head: int, body: bytes) -> tuple[str, bytes]:
+    """A PUBLISH packet's topic and payload."""
+    n = struct.unpack("!H", body[:2])[0]
+    return body[2:2 + n].decode(), body[2 + n + (2 if (head >> 1) & 3 else 0):]
+
+
+def retained_statuses(port: int, device_ids: list[str], prefix: str = "drowse", quiet: float = 1.0,
+                      timeout: float = 10.0) -> dict[str, dict]:
+    """The retained statuses the node on 127.0.0.1:port hands to one subscription (QoS 0, clean
+    session) to each device's exact status topic, `<prefix>/<id>/status` (RabbitMQ 3.10 serves
+    retained messages to exact topics only, not to `drowse fleet`'s `<prefix>/+/status`): device
+    id -> status. Collected until nothing came for `quiet` seconds."""
+    out: dict[str, dict] = {}
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.settimeout(timeout)
+        if _connect(s, f"e2e-sub-{os.getpid()}-{time.monotonic_ns() % 10**9}") != 0:
+            return out
+        s.sendall(_packet(0x82, struct.pack("!H", 1) + b"".join(_utf8(f"{prefix}/{d}/status") + b"\0" for d in device_ids)))
+        s.settimeout(quiet)
+        try:
+            while True:
+                head, body = _read_packet(s)
+                if head >> 4 == 3 and head & 1:
+                    topic, payload = _publish_parts(head, body)
+                    out[topic.split("/")[-2]] = json.loads(payload)
+        except (OSError, ConnectionError):  # the quiet time passed (socket.timeout is an OSError)
+            pass
+    return out

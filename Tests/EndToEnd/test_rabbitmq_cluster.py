@@ -2,8 +2,10 @@
 broker: drowsed lists the three nodes (`[mqtt] url = [...]`), nodes die, and every notification the
 cluster acknowledged to its publisher runs exactly once (docs/brokers.md).
 
-The CI test is the quorum core: `mqtt.durable_queue_type = quorum`, the device's node killed (-9)
-while drowsed is online and again while it is stopped, every publish to another node. The full
+The CI tests are the quorum core: `mqtt.durable_queue_type = quorum`, the device's node killed (-9)
+while drowsed is online and again while it is stopped, every publish to another node; and a staged
+rollout to 10 daemons with the busiest node killed a third of the way into the spread (the small
+version of `BROKER=rabbitmq deploy/bench-rollout.sh`). The full
 scenario (a rolling restart of all three nodes, and the same failures with RabbitMQ's default
 classic queues, which lose notifications) runs with DROWSE_E2E_RABBITMQ_FULL=1:
 deploy/test-rabbitmq.sh. Each test prints its counts (published / acknowledged / ran / doubled per
@@ -21,8 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from drowse_e2e import DROWSE, MOSQUITTO_PUB, notify_topic, wait_until
-from rabbitmq import RabbitCluster, publish_qos1, rabbitmq_installed, subscribe_result
+from drowse_e2e import MOSQUITTO_PUB, notify_topic, wait_until
+from rabbitmq import RabbitCluster, fleet_per_node, publish_qos1, rabbitmq_installed, subscribe_result
+from rollout import NodeKill, accepted_not, cluster_fleet, exactly_once, max_in_window, rollout_delay, run_round
 from test_notification_delivery import BIG_BUDGET, ids, note_log
 
 APP = "news"
@@ -128,12 +131,9 @@ class Run:
     def fleet_view(self) -> dict[str, object]:
         """What `drowse fleet` shows for the device on each node: its "online" or "absent"."""
         out = {}
-        for n in self.cluster.nodes:
-            r = subprocess.run([str(DROWSE), "fleet", "--broker", n.url, "--json", "--timeout", "3s"],
-                               capture_output=True, text=True, timeout=30)
-            assert r.returncode == 0, f"drowse fleet --broker {n.url}: {r.stderr}"
-            mine = [e for e in json.loads(r.stdout) if e.get("device_id") == self.d.device_id]
-            out[n.name] = mine[0].get("online") if mine else "absent"
+        for name, devices in fleet_per_node(self.cluster.nodes).items():
+            mine = [e for e in devices if e.get("device_id") == self.d.device_id]
+            out[name] = mine[0].get("online") if mine else "absent"
         return out
 
     def restart(self, node) -> None:
@@ -236,6 +236,59 @@ def test_quorum_cluster_node_deaths_online_and_offline_lose_and_repeat_nothing(r
     assert set(fleet_first.values()) == {"absent"} and set(fleet_last.values()) == {"absent"}, (fleet_first, fleet_last)
     for b in r.phases.values():
         assert b["acked"] == b["published"], f"the cluster refused publishes with a node down: {r.counts()}"
+
+
+ROLLOUT_N = 10
+ROLLOUT_SPREAD = 6.0
+
+
+def test_quorum_cluster_rollout_with_the_busiest_node_killed_runs_each_push_once(workdir, nginx, make_drowse):
+    """Issue #26, fleet scale: 10 daemons, each listing the three nodes (preferred node in turn),
+    each sent one signed push to transfer, published through the two nodes that will live: first
+    with spread 0, then with spread 6 s and the node holding the most sessions killed (-9) 2 s in,
+    not restarted. Every device's events handler sees its file exactly once with the right
+    sha256 (and drowsed has one transfer of it), every device of the dead node is subscribed on
+    another, and the downloads start at the delays the spread gives, not in one burst."""
+    cluster = RabbitCluster(workdir / "rmq", queue_type="quorum")
+    try:
+        cluster.start()
+        fleet = cluster_fleet(workdir, cluster, ROLLOUT_N, new=lambda name, device_id: make_drowse(
+            handler_deadline="20s", name=name, device_id=device_id))
+        fleet.start()
+        kill = NodeKill(fleet, cluster, ROLLOUT_SPREAD / 3, timeout=30)
+        zero = run_round(fleet, nginx, "fw-zero", 64 * 1024, 0, 60, port_of=kill.port_of)
+        rnd = run_round(fleet, nginx, "fw-kill", 64 * 1024, ROLLOUT_SPREAD, ROLLOUT_SPREAD + 60,
+                        port_of=kill.port_of, during=kill)
+        kill.settle()
+        once = {"spread=0": exactly_once(fleet, nginx, zero), "spread+kill": exactly_once(fleet, nginx, rnd)}
+        counts, not_accepted_twice = accepted_not(fleet, 2)
+        k = kill.summary()
+        z, s = list(zero["starts"].values()), list(rnd["starts"].values())
+        listed = {name: len(devs) for name, devs in fleet_per_node([x for x in cluster.nodes if x.running()]).items()}
+        print(f"\n[rabbitmq] rollout: {json.dumps(once)}\n[rabbitmq] rollout: kill {json.dumps(k)}; max starts in 1 s: "
+              f"spread=0 {max_in_window(z)}, spread={ROLLOUT_SPREAD:g}+kill {max_in_window(s)}; republished "
+              f"{fleet.republished}; duplicates ignored {sum(c.get('duplicate', 0) for c in counts.values())}; "
+              f"drowse fleet lists {listed}")
+    except BaseException:
+        (workdir / "rabbitmq-logs.txt").write_text(cluster.logs())
+        raise
+    finally:
+        cluster.stop()
+
+    for label, c in once.items():
+        assert c["ok"] and c["ran_once"] == ROLLOUT_N, (label, c)
+    # A copy delivered again after the failover is ignored, not accepted to run after its own delay.
+    assert not not_accepted_twice, counts
+    # The busiest node held at least its share of sessions, and each of them moved to a live node.
+    assert k["on_node"] >= ROLLOUT_N // 3 and k["moved"] == k["on_node"], k
+    # Mid-rollout: downloads started on both sides of the kill.
+    assert min(s) < k["at"] < max(s), (k["at"] - rnd["t0"], sorted(t - rnd["t0"] for t in s))
+    # Without a spread every device asks at once; with it (and the kill), each at its own delay.
+    assert max(z) - zero["t0"] < 3.0 and max_in_window(z) >= ROLLOUT_N * 3 // 4, sorted(t - zero["t0"] for t in z)
+    assert max_in_window(s) <= ROLLOUT_N // 2 < max_in_window(z), sorted(t - rnd["t0"] for t in s)
+    for dev, started in rnd["starts"].items():
+        expected = rollout_delay(dev, rnd["nid"], ROLLOUT_SPREAD)
+        assert expected - 0.1 <= started - rnd["t0"] <= expected + 3.0, (dev, expected, started - rnd["t0"])
 
 
 @pytest.mark.skipif(not FULL, reason="the full cluster scenario: deploy/test-rabbitmq.sh")
