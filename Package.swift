@@ -22,14 +22,17 @@ let package = Package(
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(name: "CCrypto", pkgConfig: "libcrypto", providers: [.apt(["libssl-dev"])]),
         // Small C helpers for what Swift cannot do safely between fork and exec.
-        .target(name: "CDrowseSys"),
+        // The child's side of a handler start and the spawn helper's loop, shared by drowsed and
+        // the small drowse-spawner program.
+        .target(name: "CDrowseSpawn"),
+        .target(name: "CDrowseSys", dependencies: ["CDrowseSpawn"]),
         // libcurl's API through a table filled by dlopen when the first transfer starts: an idle
         // drowsed does not map libcurl and its dependencies (headers: libcurl4-openssl-dev).
         .target(name: "CCurl", linkerSettings: [.linkedLibrary("dl")]),
 
         // No I/O, no C: models, config, planner, state machines.
         .target(name: "DrowseCore"),
-        .target(name: "DrowseStore", dependencies: ["DrowseCore", "CSQLite"]),
+        .target(name: "DrowseStore", dependencies: ["DrowseCore", "DrowsePOSIX", "CSQLite"]),
         // `drowse simulate`: scenarios, the virtual-clock driver of the fetch scheduler and the
         // baselines.
         .target(name: "DrowseSimulation", dependencies: ["DrowseCore"]),

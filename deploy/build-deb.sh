@@ -68,6 +68,18 @@ ln -s drowse "$ROOT/usr/bin/drowsed"
 for b in drowsed drowse; do
     "$ROOT/usr/bin/$b" --version >/dev/null || die "the stripped $b does not run"
 done
+# The spawn helper program, where drowsed looks for it: ../libexec/drowse/ from /usr/bin/drowse.
+# Linked statically (a few pages to clone from): lintian is told so.
+[ -x "$BIN/drowse-spawner" ] || die "no drowse-spawner in $BIN (deploy/common.sh: build_spawner)"
+install -d -m 0755 "$ROOT/usr/libexec/drowse"
+strip --strip-unneeded --remove-section=.comment --remove-section=.note \
+    -o "$ROOT/usr/libexec/drowse/drowse-spawner" "$BIN/drowse-spawner"
+chmod 0755 "$ROOT/usr/libexec/drowse/drowse-spawner"
+if ! readelf -l "$ROOT/usr/libexec/drowse/drowse-spawner" | grep -q 'program interpreter'; then
+    install -d -m 0755 "$ROOT/usr/share/lintian/overrides"
+    echo "drowse: statically-linked-binary [usr/libexec/drowse/drowse-spawner]" >"$ROOT/usr/share/lintian/overrides/drowse"
+    chmod 0644 "$ROOT/usr/share/lintian/overrides/drowse"
+fi
 
 # The unit, pointed at the packaged binary and man pages (deploy/drowsed.service stays the one
 # source; deploy/install.sh installs it as it is).

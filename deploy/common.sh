@@ -7,7 +7,7 @@ DROWSE_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 # What building and running Drowse needs from Debian / Raspberry Pi OS. The Swift toolchain
 # itself is not a Debian package: install it from swift.org (or with swiftly) first.
-DROWSE_BUILD_PACKAGES=(libcurl4-openssl-dev libmosquitto-dev libsqlite3-dev libssl-dev pkg-config
+DROWSE_BUILD_PACKAGES=(libcurl4-openssl-dev libmosquitto-dev libsqlite3-dev libssl-dev libc6-dev pkg-config
                        git ca-certificates)
 DROWSE_RUN_PACKAGES=(mosquitto mosquitto-clients curl)
 
@@ -213,6 +213,30 @@ link_drowsed() {
     if [ ! -L "$1/drowsed" ] || [ "$(readlink "$1/drowsed")" != drowse ]; then
         ln -sfn drowse "$1/drowsed"
     fi
+    build_spawner "$1"
+}
+
+# build_spawner DIR: the spawn helper program, DIR/drowse-spawner, from Sources/drowse-spawner and
+# Sources/CDrowseSpawn (C only), linked statically: cloning a handler from it copies a few pages
+# (docs/architecture.md, "Starting a handler"). Not a SwiftPM product: SwiftPM links every
+# executable through swiftc, which puts the Swift runtime (8 MiB) into it. Without this program
+# beside drowse, drowsed runs its own binary as the helper. Rebuilt when its sources are newer.
+build_spawner() {
+    local dir=$1 out=$1/drowse-spawner cc inc=$DROWSE_ROOT/Sources/CDrowseSpawn/include
+    local src=("$DROWSE_ROOT"/Sources/drowse-spawner/*.c "$DROWSE_ROOT"/Sources/CDrowseSpawn/*.c)
+    if [ -x "$out" ] && [ -z "$(find "$DROWSE_ROOT/Sources/drowse-spawner" "$DROWSE_ROOT/Sources/CDrowseSpawn" -newer "$out" -print -quit)" ]; then
+        return 0
+    fi
+    cc=${CC:-$(command -v cc || command -v clang || true)}
+    [ -n "$cc" ] || die "a C compiler (cc, or the Swift toolchain's clang) is needed for drowse-spawner"
+    if [ ! -w "$dir" ]; then
+        say "cannot write $dir: no drowse-spawner there (drowsed runs its own binary as the spawn helper)"
+        return 0
+    fi
+    # Static where libc.a is installed (libc6-dev), else linked to libc.
+    "$cc" -O2 -Wall -static -I"$inc" -o "$out.new" "${src[@]}" 2>/dev/null ||
+        "$cc" -O2 -Wall -I"$inc" -o "$out.new" "${src[@]}" || die "cannot build drowse-spawner with $cc"
+    mv -f "$out.new" "$out"
 }
 
 # release_binaries: sets BIN to $DROWSE_BIN_DIR, or to the release build, (re)building it when it

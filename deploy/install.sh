@@ -28,6 +28,10 @@ as_root install -d -m 0755 /usr/local/bin /etc/drowse /etc/drowse/apps.d /usr/lo
 as_root install -m 0755 "$BIN/drowse" /usr/local/bin/
 # One multi-call program: drowsed is drowse under another name (replaces an older separate binary).
 as_root ln -sfn drowse /usr/local/bin/drowsed
+# The spawn helper program (drowsed finds it in ../libexec/drowse/ from its own binary).
+link_drowsed "$BIN"
+as_root install -d -m 0755 /usr/local/libexec/drowse
+as_root install -m 0755 "$BIN/drowse-spawner" /usr/local/libexec/drowse/
 as_root install -m 0644 deploy/drowsed.service /etc/systemd/system/drowsed.service
 as_root install -m 0644 README.md /usr/local/share/doc/drowse/README.md
 if as_root test -e /etc/drowse/drowse.toml; then

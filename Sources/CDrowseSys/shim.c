@@ -31,131 +31,6 @@
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
 #endif
-#ifndef SYS_close_range
-#define SYS_close_range 436
-#endif
-#ifndef SYS_clone3
-#define SYS_clone3 435
-#endif
-#ifndef CLONE_INTO_CGROUP
-#define CLONE_INTO_CGROUP 0x200000000ULL
-#endif
-#ifndef PR_SET_CHILD_SUBREAPER
-#define PR_SET_CHILD_SUBREAPER 36
-#endif
-
-/* A child that shares the parent's memory writes err and step there; one that has its own copy
-   (clone3 into a cgroup) sends them through err_pipe, which its execve would have closed. */
-#define SPAWN_FAIL(a) do { \
-        (a)->err = errno ? errno : EIO; \
-        if ((a)->err_pipe >= 0) { int rep_[2] = { (a)->err, (a)->step }; ssize_t w_ = write((a)->err_pipe, rep_, sizeof rep_); (void)w_; } \
-        _exit(127); \
-    } while (0)
-
-/* The child shares the parent's memory (CLONE_VM) until execve, like posix_spawn: nothing here
-   may take a lock, allocate, or touch glibc's thread bookkeeping. In particular the user switch
-   uses raw system calls: glibc's setuid/setgid/setgroups would "broadcast" the change to every
-   thread of what it believes is its process — the parent's threads. */
-int drowse_internal_spawn_child(void *p) {
-    struct spawn_args *a = p;
-    /* Default signal handling (the parent's handlers must never run here), own process group. */
-    struct sigaction dfl;
-    memset(&dfl, 0, sizeof dfl);
-    dfl.sa_handler = SIG_DFL;
-    for (int s = 1; s < NSIG; s++) sigaction(s, &dfl, NULL);
-    if (setpgid(0, 0) != 0) SPAWN_FAIL(a);
-    if (dup2(a->stdin_fd, 0) < 0 || dup2(a->stdout_fd, 1) < 0 || dup2(a->stderr_fd, 2) < 0) SPAWN_FAIL(a);
-    /* Into the run's cgroup before anything of the handler runs, and while still privileged
-       (the app's user may not write cgroup.procs): from here on its whole tree is in the leaf. */
-    if (a->cgroup_fd >= 0) {
-        a->step = DROWSE_SPAWN_STEP_CGROUP;
-        if (write(a->cgroup_fd, "0", 1) != 1) SPAWN_FAIL(a);
-        a->step = DROWSE_SPAWN_STEP_OTHER;
-    }
-    if (a->set_ids) {
-#if defined(SYS_setresuid32)
-        /* 32-bit ARM and x86: the plain calls take 16-bit ids. */
-        if (syscall(SYS_setgroups32, (size_t)a->ngroups, a->groups) != 0) SPAWN_FAIL(a);
-        if (syscall(SYS_setresgid32, a->gid, a->gid, a->gid) != 0) SPAWN_FAIL(a);
-        if (syscall(SYS_setresuid32, a->uid, a->uid, a->uid) != 0) SPAWN_FAIL(a);
-#else
-        if (syscall(SYS_setgroups, (size_t)a->ngroups, a->groups) != 0) SPAWN_FAIL(a);
-        if (syscall(SYS_setresgid, a->gid, a->gid, a->gid) != 0) SPAWN_FAIL(a);
-        if (syscall(SYS_setresuid, a->uid, a->uid, a->uid) != 0) SPAWN_FAIL(a);
-#endif
-    }
-    /* After the user switch: the handler may only start where its user can go. */
-    if (a->cwd && chdir(a->cwd) != 0) SPAWN_FAIL(a);
-    /* Close every inherited descriptor but stdio (our pipes are CLOEXEC anyway; others may not be). */
-    /* (err_pipe stays open: it reports a failed execve, and closes itself at a good one.) */
-    if (a->close_to < 0) {
-        if (a->err_pipe > 3) syscall(SYS_close_range, 3, (unsigned)a->err_pipe - 1, 0);
-        syscall(SYS_close_range, a->err_pipe >= 3 ? (unsigned)a->err_pipe + 1 : 3U, ~0U, 0);
-    } else {
-        for (int fd = 3; fd <= a->close_to; fd++) if (fd != a->err_pipe) close(fd);
-    }
-    umask(022); /* drowsed itself runs with 077; handlers get the usual default */
-    /* The handler adopts its own orphans (the bit survives execve): what it starts stays in its
-       tree even when a middle process exits, so drowsed can tell whose leftovers are whose. */
-    syscall(SYS_prctl, PR_SET_CHILD_SUBREAPER, 1UL, 0UL, 0UL, 0UL);
-    /* drowsed may run with a high descriptor limit (LimitNOFILE); handlers get the usual soft
-       limit, which select()-based code expects. The hard limit stays, so a handler may raise it. */
-    struct rlimit nofile;
-    if (syscall(SYS_prlimit64, 0, RLIMIT_NOFILE, NULL, &nofile) == 0 && nofile.rlim_cur > 1024) {
-        nofile.rlim_cur = 1024;
-        syscall(SYS_prlimit64, 0, RLIMIT_NOFILE, &nofile, NULL);
-    }
-    /* Per-app limits where the app's cgroup has no pids/memory controller. Set before execve and
-       after the user switch (a root child is not held to RLIMIT_NPROC anyway); the hard limit too,
-       so the handler cannot lift them. */
-    if (a->nproc_limit >= 0) {
-        struct rlimit rl = { (rlim_t)a->nproc_limit, (rlim_t)a->nproc_limit };
-        a->step = DROWSE_SPAWN_STEP_LIMITS;
-        if (syscall(SYS_prlimit64, 0, RLIMIT_NPROC, &rl, NULL) != 0) SPAWN_FAIL(a);
-    }
-    if (a->data_limit >= 0) {
-        struct rlimit rl = { (rlim_t)a->data_limit, (rlim_t)a->data_limit };
-        a->step = DROWSE_SPAWN_STEP_LIMITS;
-        if (syscall(SYS_prlimit64, 0, RLIMIT_DATA, &rl, NULL) != 0) SPAWN_FAIL(a);
-    }
-    a->step = DROWSE_SPAWN_STEP_OTHER;
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
-    execve(a->path, a->argv, a->envp);
-    SPAWN_FAIL(a);
-    return 127;
-}
-
-/* Kernels before 5.9 have no close_range(2). Probed once: closing a range where nothing is open. */
-int drowse_internal_close_range_works(void) {
-    static int state; /* 0 unknown, 1 yes, 2 no */
-    int s = __atomic_load_n(&state, __ATOMIC_RELAXED);
-    if (s == 0) {
-        s = syscall(SYS_close_range, 0x7ffffff0U, 0x7ffffff0U, 0) == 0 ? 1 : 2;
-        __atomic_store_n(&state, s, __ATOMIC_RELAXED);
-    }
-    return s == 1;
-}
-
-/* Without close_range the child closes descriptors one by one: up to the highest one open now
-   (plus room for any another thread opens meanwhile), not to an arbitrary 65536. */
-int drowse_internal_highest_fd_bound(void) {
-    int hi = -1;
-    DIR *d = opendir("/proc/self/fd");
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d)) != NULL) {
-            int fd = atoi(e->d_name);
-            if (fd > hi) hi = fd;
-        }
-        closedir(d);
-        return hi + 64;
-    }
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < 65536) return (int)rl.rlim_cur - 1;
-    return 65535;
-}
 
 /* ---- Children drowse_spawn started, told apart from orphans drowsed adopts as a subreaper.
 
@@ -371,48 +246,6 @@ int drowse_spawn_limited(const char *path, char *const argv[], char *const envp[
 }
 
 
-/* Starts the child inside the cgroup whose directory is `cgroup_dir` with clone3(CLONE_INTO_CGROUP).
-   Moving a process into a cgroup afterwards (writing cgroup.procs) takes the kernel's threadgroup
-   write lock, which waits for an RCU grace period: ~10 ms per handler when runs are spaced out
-   (measured: 10.8 ms p50 against 1.2 ms for clone3 into the cgroup). Without CLONE_VM the child
-   has a copy of the parent's memory, as after fork, so it can return from the system call and run
-   spawn_child on its copy of this stack; CLONE_VFORK still holds this thread until its execve.
-   Returns the pid, or -1 with errno (ENOSYS, E2BIG, EINVAL: a kernel before 5.7). */
-pid_t drowse_internal_clone3_into_cgroup(struct spawn_args *a, int cgroup_dir, unsigned long long extra_flags) {
-    int errp[2];
-    if (pipe2(errp, O_CLOEXEC) != 0) return -1;
-    a->err_pipe = errp[1];
-    struct drowse_clone_args ca;
-    memset(&ca, 0, sizeof ca);
-    ca.flags = CLONE_VFORK | CLONE_INTO_CGROUP | extra_flags;
-    /* With CLONE_PARENT the kernel takes the caller's own exit signal (and refuses another). */
-    ca.exit_signal = (extra_flags & CLONE_PARENT) ? 0 : SIGCHLD;
-    ca.cgroup = (unsigned long long)cgroup_dir;
-    long pid = syscall(SYS_clone3, &ca, sizeof ca);
-    if (pid == 0) {
-        close(errp[0]);
-        drowse_internal_spawn_child(a);
-        _exit(127);
-    }
-    int clone_err = errno;
-    close(errp[1]);
-    a->err_pipe = -1;
-    if (pid < 0) {
-        close(errp[0]);
-        errno = clone_err;
-        return -1;
-    }
-    int rep[2];
-    ssize_t n;
-    while ((n = read(errp[0], rep, sizeof rep)) < 0 && errno == EINTR) {}
-    close(errp[0]);
-    if (n == (ssize_t)sizeof rep) {
-        a->err = rep[0];
-        a->step = rep[1];
-    }
-    return (pid_t)pid;
-}
-
 static int spawn_locked(const char *path, char *const argv[], char *const envp[], const char *cwd,
                         int set_ids, uid_t uid, gid_t gid, const gid_t *groups, int ngroups,
                         int stdin_fd, int stdout_fd, int stderr_fd, int cgroup_fd, long long nproc_limit,
@@ -421,8 +254,7 @@ static int spawn_locked(const char *path, char *const argv[], char *const envp[]
        (fork of a multi-threaded process with tens of MiB mapped took ~1 ms), and this thread
        resumes once the child has called execve or failed. The child runs on its own stack. */
     enum { STACK_SIZE = 64 * 1024 };
-    void *stack = mmap(NULL, STACK_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-    if (stack == MAP_FAILED) return errno;
+    void *stack = NULL; /* only for clone() below: clone3 and the spawn helper need none */
     struct spawn_args a = {
         .path = path, .argv = argv, .envp = envp, .cwd = cwd, .set_ids = set_ids, .uid = uid, .gid = gid,
         .groups = groups, .ngroups = ngroups, .stdin_fd = stdin_fd, .stdout_fd = stdout_fd, .stderr_fd = stderr_fd,
@@ -465,18 +297,23 @@ static int spawn_locked(const char *path, char *const argv[], char *const envp[]
             if (a.cgroup_fd < 0) {
                 clone_err = errno;
                 pthread_sigmask(SIG_SETMASK, &old, NULL);
-                munmap(stack, STACK_SIZE);
                 if (out_step) *out_step = DROWSE_SPAWN_STEP_CGROUP;
                 return clone_err;
             }
         }
     }
     if (!tried_clone3) {
-        pid = clone(drowse_internal_spawn_child, (char *)stack + STACK_SIZE, CLONE_VM | CLONE_VFORK | SIGCHLD, &a);
-        clone_err = errno;
+        stack = mmap(NULL, STACK_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+        if (stack == MAP_FAILED) {
+            stack = NULL;
+            clone_err = errno;
+        } else {
+            pid = clone(drowse_internal_spawn_child, (char *)stack + STACK_SIZE, CLONE_VM | CLONE_VFORK | SIGCHLD, &a);
+            clone_err = errno;
+        }
     }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    munmap(stack, STACK_SIZE);
+    if (stack) munmap(stack, STACK_SIZE);
     if (a.cgroup_fd >= 0) close(a.cgroup_fd);
     if (pid < 0) {
         /* clone3 refused the cgroup itself (removed, or not a cgroup directory). */

@@ -1,16 +1,17 @@
 #define _GNU_SOURCE
-/* The spawn helper: a small process that starts handlers for drowsed.
+/* The spawn helper: a small process that starts handlers for drowsed (this is drowsed's side).
 
    Starting a handler inside its cgroup takes clone3(CLONE_INTO_CGROUP), and clone3 without
    CLONE_VM copies the caller's page tables, as fork does: ~1 ms for drowsed, with its threads and
-   tens of MiB mapped. The helper is drowsed's own binary executed again under the name
-   "drowse-spawner": the constructor below takes over before the Swift runtime or anything else
-   starts, so its address space is the binary's mapping and a few pages. drowsed sends it each
+   tens of MiB mapped. The helper is the drowse-spawner program (Sources/drowse-spawner: C and a
+   static libc, ~1 MiB resident), found beside drowse or in ../libexec/drowse/ (SpawnHelper.swift);
+   without it, drowsed's own binary executed again under the name "drowse-spawner": the
+   constructor below takes over before the Swift runtime starts, though the process still maps
+   every library drowsed links (~7 MiB resident, and each clone copies more). drowsed sends it each
    start request over a SOCK_SEQPACKET socketpair (the strings in the message, the descriptors
    with SCM_RIGHTS); the helper clones the child with CLONE_PARENT, so the handler is drowsed's
    child as before (drowsed waits for it, supervises it, counts it in its registry), and answers
-   with the pid. The child side (signals, stdio, user switch, limits, execve) is the same code as
-   drowsed's own (drowse_internal_spawn_child).
+   with the pid. Both run the same loop and child code (CDrowseSpawn).
 
    When the helper is not running or cannot be reached, drowsed starts the child itself (the old
    path) and starts a new helper. The helper exits when drowsed's end of the socket closes, and
@@ -31,33 +32,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#ifndef CLONE_PARENT
-#define CLONE_PARENT 0x00008000
-#endif
-
-#define SPAWNER_NAME "drowse-spawner"
-#define SPAWNER_MAGIC 0x44535031u /* "DSP1" */
-/* A request's strings: far more than a handler's command and environment need. Larger
-   requests are started by drowsed itself. */
-#define SPAWNER_MAX (64 * 1024) /* well under a socket buffer (net.core.wmem_default, ~208 KiB) */
-#define SPAWNER_MAX_STRINGS 8192
-#define SPAWNER_MAX_GROUPS 1024
-
-struct spawner_request {
-    uint32_t magic;
-    int32_t set_ids;
-    uint32_t uid, gid;
-    int32_t ngroups, argc, envc, has_cwd;
-    int64_t nproc_limit, data_limit;
-    int32_t close_to;
-    /* then: gid_t groups[ngroups], path\0, cwd\0 (if has_cwd), argv[0..argc)\0..., envp[0..envc)\0... */
-};
-
-struct spawner_reply {
-    int32_t clone_errno; /* clone3 failed: its errno (pid is -1) */
-    int32_t pid;
-    int32_t err, step; /* the child failed before execve (or execve failed): errno and step */
-};
 
 /* ---- drowsed's side */
 
@@ -265,94 +239,6 @@ int drowse_internal_spawner_clone3(struct spawn_args *a, int cgroup_dir, pid_t *
 
 /* ---- the helper's side */
 
-static int spawner_serve(int fd) {
-    static char buf[SPAWNER_MAX];
-    static char *strings[SPAWNER_MAX_STRINGS + 2];
-    for (;;) {
-        struct iovec iov = { buf, sizeof buf };
-        union { char buf[CMSG_SPACE(4 * sizeof(int))]; struct cmsghdr align; } control;
-        struct msghdr msg;
-        memset(&msg, 0, sizeof msg);
-        msg.msg_iov = &iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.buf;
-        msg.msg_controllen = sizeof control.buf;
-        ssize_t n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return 0; /* drowsed closed its end */
-        int fds[4] = { -1, -1, -1, -1 };
-        struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-        if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof fds))
-            memcpy(fds, CMSG_DATA(c), sizeof fds);
-        struct spawner_reply rep = { EINVAL, -1, 0, DROWSE_SPAWN_STEP_OTHER };
-        struct spawner_request req;
-        int ok = (size_t)n >= sizeof req && fds[0] >= 0 && fds[3] >= 0 && !(msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC));
-        if (ok) {
-            memcpy(&req, buf, sizeof req);
-            ok = req.magic == SPAWNER_MAGIC && req.ngroups >= 0 && req.ngroups <= SPAWNER_MAX_GROUPS && req.argc >= 1 &&
-                 req.envc >= 0 && req.argc + req.envc <= SPAWNER_MAX_STRINGS;
-        }
-        gid_t groups[SPAWNER_MAX_GROUPS];
-        const char *path = NULL, *cwd = NULL;
-        if (ok) {
-            size_t at = sizeof req, end = (size_t)n;
-            size_t gb = (size_t)req.ngroups * sizeof(gid_t);
-            ok = at + gb <= end;
-            if (ok) {
-                memcpy(groups, buf + at, gb);
-                at += gb;
-            }
-            /* The strings, each NUL-terminated inside the message. */
-            int want = 1 + req.has_cwd + req.argc + req.envc;
-            for (int i = 0; ok && i < want; i++) {
-                char *s = buf + at;
-                char *z = memchr(s, 0, end - at);
-                if (!z) { ok = 0; break; }
-                if (i == 0) path = s;
-                else if (req.has_cwd && i == 1) cwd = s;
-                else strings[i - 1 - req.has_cwd] = s;
-                at = (size_t)(z - buf) + 1;
-            }
-        }
-        if (ok) {
-            char **argv = strings;
-            char **envp = strings + req.argc + 1;
-            memmove(envp, strings + req.argc, (size_t)req.envc * sizeof(char *));
-            argv[req.argc] = NULL;
-            envp[req.envc] = NULL;
-            struct spawn_args a;
-            memset(&a, 0, sizeof a);
-            a.path = path;
-            a.argv = argv;
-            a.envp = envp;
-            a.cwd = cwd;
-            a.set_ids = req.set_ids;
-            a.uid = req.uid;
-            a.gid = req.gid;
-            a.groups = groups;
-            a.ngroups = req.ngroups;
-            a.stdin_fd = fds[0];
-            a.stdout_fd = fds[1] >= 0 ? fds[1] : fds[0];
-            a.stderr_fd = fds[2] >= 0 ? fds[2] : fds[0];
-            a.cgroup_fd = -1;
-            a.err_pipe = -1;
-            a.step = DROWSE_SPAWN_STEP_OTHER;
-            a.close_to = drowse_internal_close_range_works() ? -1 : drowse_internal_highest_fd_bound();
-            a.nproc_limit = req.nproc_limit;
-            a.data_limit = req.data_limit;
-            pid_t pid = drowse_internal_clone3_into_cgroup(&a, fds[3], CLONE_PARENT);
-            rep.clone_errno = pid < 0 ? errno : 0;
-            rep.pid = pid;
-            rep.err = a.err;
-            rep.step = a.step;
-        }
-        for (int i = 0; i < 4; i++) if (fds[i] >= 0) close(fds[i]);
-        ssize_t w;
-        while ((w = send(fd, &rep, sizeof rep, MSG_NOSIGNAL)) < 0 && errno == EINTR) {}
-        if (w != (ssize_t)sizeof rep) return 1;
-    }
-}
-
 /* Runs before main in every program that links this module; it acts only in a process started as
    "drowse-spawner" (by drowse_spawner_start), which never reaches main. */
 __attribute__((constructor)) static void spawner_entry(int argc, char **argv, char **envp) {
@@ -363,5 +249,5 @@ __attribute__((constructor)) static void spawner_entry(int argc, char **argv, ch
     prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
     signal(SIGPIPE, SIG_IGN);
     prctl(PR_SET_NAME, SPAWNER_NAME, 0, 0, 0);
-    _exit(spawner_serve(0));
+    _exit(drowse_spawner_serve(0));
 }

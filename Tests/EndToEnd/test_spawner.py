@@ -1,11 +1,17 @@
-"""The spawn helper (Sources/CDrowseSys/spawner.c): handlers start into their cgroups from a
-small process, as children of drowsed all the same; when the helper is killed or stops
-answering, handlers still start (drowsed starts them itself) and a new helper takes over."""
+"""The spawn helper (Sources/CDrowseSys/spawner.c, Sources/drowse-spawner): handlers start into
+their cgroups from a small process, as children of drowsed all the same; when the helper is killed
+or stops answering, handlers still start (drowsed starts them itself) and a new helper takes over.
+The helper is the drowse-spawner program beside drowse when it is there and trusted, else
+drowse's own binary under the helper's name."""
 import os
+import shutil
 import signal
 import time
 from pathlib import Path
 
+import pytest
+
+import drowse_e2e
 from drowse_e2e import wait_until
 
 
@@ -66,3 +72,54 @@ def test_handlers_start_from_the_helper_and_without_it(make_drowse):
     # drowsed's end: the helper goes with it.
     d.stop()
     wait_until(lambda: not Path(f"/proc/{third}").exists(), 5, what="the helper to end with drowsed")
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def started_helper(make_drowse, out_name: str):
+    d = make_drowse(handler_deadline="10s")
+    out = d.out_dir(out_name)
+    script = d.write_script("ppid.sh", f"""
+        #!/bin/sh
+        echo $PPID > {out}/ppid.tmp && mv {out}/ppid.tmp {out}/ppid
+        """)
+    d.add_app("sp", fetch=[str(script)], minimum_interval="1h")
+    d.start()
+    if d.json("status")["lifecycle"]["suspension"] != "cgroup-v2":
+        pytest.skip("no writable cgroup v2 here: handlers start in-process, no helper")
+    pid = wait_until(lambda: helper_pid(d), 5, what="the helper")
+    # A handler started through it ran, as drowsed's child.
+    assert fetch_ppid(d, "sp", out) == d.proc.pid
+    return d, pid
+
+
+def test_the_helper_is_the_small_program_beside_drowse_else_drowse_itself(make_drowse, tmp_path, monkeypatch):
+    program = drowse_e2e.BIN_DIR / "drowse-spawner"
+    if not program.is_file():
+        pytest.skip(f"no {program} (deploy/common.sh build_spawner makes it)")
+    d, pid = started_helper(make_drowse, "small")
+    assert os.readlink(f"/proc/{pid}/exe") == str(program.resolve())
+    small = rss_kib(pid)
+    d.stop()
+
+    # drowse alone in a folder: its own binary is the helper (the same loop, a bigger process).
+    lone = tmp_path / "lone"
+    lone.mkdir()
+    shutil.copy2(drowse_e2e.BIN_DIR / "drowse", lone / "drowse")
+    os.symlink("drowse", lone / "drowsed")
+    monkeypatch.setattr(drowse_e2e, "DROWSED", lone / "drowsed")
+    d, pid = started_helper(make_drowse, "lone")
+    assert os.readlink(f"/proc/{pid}/exe") == str(lone / "drowse")
+    assert small < rss_kib(pid), f"the program's RSS {small} KiB is not below drowse's as the helper"
+    d.stop()
+
+    # A program others may change is not run as root's helper: drowse itself is.
+    shutil.copy2(program, lone / "drowse-spawner")
+    os.chmod(lone / "drowse-spawner", 0o777)
+    d, pid = started_helper(make_drowse, "open")
+    assert os.readlink(f"/proc/{pid}/exe") == str(lone / "drowse")

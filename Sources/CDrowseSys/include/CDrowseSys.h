@@ -1,6 +1,7 @@
 #ifndef DROWSE_SYS_H
 #define DROWSE_SYS_H
 #include "fscreds.h"
+#include "drowse_spawn.h"
 #include <sys/types.h>
 #include <malloc.h>   /* mallopt, malloc_trim (DrowseSystem's MallocBounds); not in the Glibc module */
 
@@ -25,13 +26,7 @@ int drowse_spawn_limited(const char *path, char *const argv[], char *const envp[
                          int stdin_fd, int stdout_fd, int stderr_fd, int cgroup_fd, long long nproc_limit,
                          long long data_limit, int *out_failed_step, pid_t *out_pid);
 
-enum {
-    DROWSE_SPAWN_STEP_OTHER = 0,
-    /// Writing to the cgroup's cgroup.procs failed.
-    DROWSE_SPAWN_STEP_CGROUP = 1,
-    /// Setting the handler's rlimits failed.
-    DROWSE_SPAWN_STEP_LIMITS = 2,
-};
+// DROWSE_SPAWN_STEP_*: drowse_spawn.h (CDrowseSpawn), shared with the spawn helper.
 
 /// Starts the spawn helper (spawner.c): `exe` executed as "drowse-spawner", a small process that
 /// starts handlers into their cgroups for this one, without a copy of its page tables. Until it
