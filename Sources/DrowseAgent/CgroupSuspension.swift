@@ -30,12 +30,17 @@ final class CgroupSuspension: AppSuspension {
         for app in tree.existingApps() {
             // Nothing is left frozen without a reason: the lifecycle freezes again what it must.
             do { try tree.thaw(app: app) } catch { logger.warning("cannot thaw \(tree.appPath(app)): \(error)") }
+            // Leaves of another drowsed that runs now are its own (two agents share a base only
+            // when both run in the root cgroup, as tests and benchmarks do): left alone.
+            let leaves = tree.leaves(app: app).filter { !AppCgroups.ownedByAnotherLiveDrowsed($0) }
             guard known.contains(app) else {
                 // An app that is gone: whatever it left is ended.
-                if !tree.removeApp(app) { logger.warning("processes of a removed app are left in \(tree.appPath(app))") }
+                if leaves.count == tree.leaves(app: app).count, !tree.removeApp(app) {
+                    logger.warning("processes of a removed app are left in \(tree.appPath(app))")
+                }
                 continue
             }
-            for leaf in tree.leaves(app: app) {
+            for leaf in leaves {
                 let path = tree.appPath(app) + "/" + leaf
                 if leaf.hasPrefix("resident"), tree.isPopulated(path), adoptedLeaves[app] == nil {
                     adopted.insert(app)

@@ -225,7 +225,7 @@ package enum QueuedRun: Sendable {
         let run = launcher.start(request) { line, isErr in
             log.info("\(line)", metadata: ["app.id": "\(appID)", "handler.stream": isErr ? "stderr" : "stdout"])
         }
-        processes.handlerStarted(app.id, run)
+        processes.handlerStarted(app.id, run, leaf: leaf)
         logger.info("launched \(event.rawValue) handler", metadata: ["app.id": "\(app.id)", "trigger": "\(trigger)"])
         return Started(app: app, event: event, trigger: trigger, notification: notification, run: run, counted: true, leaf: leaf)
     }

@@ -129,8 +129,8 @@ struct FleetStatusState {
         case .pingSent:
             metrics.mqttPinged()
         case .message(let topic, let payload, let receipt):
-            // The PUBACK leaves only now: after the record (or a refusal, which is final).
-            if notifications.receive(topic: topic, payload: payload) { receipt.acknowledge() } else { receipt.reject() }
+            // The PUBACK leaves only after the record is on disk (or a refusal, which is final).
+            notifications.settle(notifications.receive(topic: topic, payload: payload)) { $0 ? receipt.acknowledge() : receipt.reject() }
         }
     }
 

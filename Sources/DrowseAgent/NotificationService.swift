@@ -7,7 +7,8 @@ import Logging
 package protocol NotificationStore: AnyObject {
     func recordNotification(app: String, dedupeKey: String, payload: String, at: Double, signed: Bool,
                             collapseID: String?, durable: Bool) throws(StoreError) -> Int64?
-    func syncJournal() throws(StoreError)
+    /// Calls `done` once every record written so far is durable (false: the sync failed).
+    func afterJournalSync(_ done: @escaping @Sendable (Bool) -> Void)
     func markNotification(_ seq: Int64, state: String, at: Double) throws(StoreError)
     func pendingNotifications() throws(StoreError) -> [NotificationRecord]
     func chargeBudget(_ seq: Int64, at: Double) throws(StoreError)
@@ -75,23 +76,32 @@ extension Store: NotificationStore {}
     /// Shutdown: deferred notifications stay recorded for after the restart.
     package func stop() async { wake.close() }
 
+    /// What becomes of a received message's PUBACK.
+    package enum Settlement: Equatable, Sendable {
+        /// Now: refused for good, or not a notification.
+        case acknowledge
+        /// Never (the connection drops): it could not be recorded (the store failed, e.g. a full
+        /// disk), so the broker delivers it again.
+        case reject
+        /// Once the record is on disk: `settle` says when.
+        case acknowledgeWhenSynced
+    }
+
     /// A notification arrived. It is recorded before anything acts on it, and deduplicated.
-    /// Returns false only when it could not be recorded (the store failed, e.g. a full disk):
-    /// then it must not be acknowledged, so the broker delivers it again.
     @discardableResult
-    package func receive(topic: String, payload: [UInt8]) -> Bool {
+    package func receive(topic: String, payload: [UInt8]) -> Settlement {
         guard let appID = Topics.app(inNotifyTopic: topic, prefix: topicPrefix, device: deviceID, groups: groups) else {
             unexpected(topic: topic)
-            return true
+            return .acknowledge
         }
         metrics.notification(.received)
         guard let app = registry[appID] else {
             refuse("no valid app '\(LogText.escape(appID))'", app: nil, .unknownApp)
-            return true
+            return .acknowledge
         }
         guard payload.count <= Notification.maxBytes else {
             refuse("payload of \(payload.count) bytes is over the \(Notification.maxBytes)-byte limit", app: appID, .tooLarge)
-            return true
+            return .acknowledge
         }
         // Signed notifications: when the app has a public key, nothing else is accepted.
         var body = payload
@@ -102,28 +112,28 @@ extension Store: NotificationStore {}
                 if let key = app.notificationPublicKey.flatMap(Base64.decode) {
                     guard Ed25519.verify(jws.signature, of: jws.signingInput, publicKey: key) else {
                         refuse("bad signature", app: appID, .badSignature)
-                        return true
+                        return .acknowledge
                     }
                     signed = true
                 }
                 body = jws.payload
             } catch {
                 refuse(error.description, app: appID, .malformed)
-                return true
+                return .acknowledge
             }
         } else if app.notificationPublicKey != nil {
             refuse("unsigned, and the app accepts only signed notifications", app: appID, .unsigned)
-            return true
+            return .acknowledge
         }
         let note: Notification
         do { note = try Notification.parse(body) } catch {
             refuse(error.description, app: appID, .malformed)
-            return true
+            return .acknowledge
         }
         guard note.contentAvailable else {
             logger.info("notification ignored: not silent (no aps.content-available = 1)", metadata: ["app.id": "\(appID)"])
             metrics.notification(.ignored)
-            return true
+            return .acknowledge
         }
         // What happens next is NotificationAdmission's to decide; this carries it out.
         var arrival = NotificationAdmission.Arrival(app: appID, note: note, signed: signed, allowDownload: app.allowDownload)
@@ -147,7 +157,7 @@ extension Store: NotificationStore {}
                     collapseID: note.collapseID, durable: false)
             } catch {
                 logger.error("notification not recorded, left to the broker to deliver again: \(error)", metadata: ["app.id": "\(appID)"])
-                return false
+                return .reject
             }
             if seq != nil { metrics.notification(.accepted) }
             // Written (a kill -9 from here on cannot lose it), so the handler may start; the PUBACK
@@ -156,20 +166,42 @@ extension Store: NotificationStore {}
             // safe to repeat (docs/design.md), and the fsync is off the path to the handler's start.
             // A duplicate's first copy may not be on disk yet either (written, then the daemon was
             // killed before its sync): it too is acknowledged only once it is.
-            carryOut(admission.recorded(seq: seq, now: now(), uses: budgetUses(plus: appID), nextWindow: nextFetchWindow()),
-                     notes: seq.map { [$0: note] } ?? [:])
-            return syncRecords(app: appID)
+            let actions = admission.recorded(seq: seq, now: now(), uses: budgetUses(plus: appID), nextWindow: nextFetchWindow())
+            carryOut(seq.map { Self.handlerFirst(actions, seq: $0) } ?? actions, notes: seq.map { [$0: note] } ?? [:])
+            return .acknowledgeWhenSynced
         }
-        return true
+        return .acknowledge
     }
 
-    /// fdatasync of the records written so far; false (do not acknowledge) when it fails.
-    func syncRecords(app appID: String) -> Bool {
-        do { try store.syncJournal() } catch {
-            logger.error("notification record not synced, left to the broker to deliver again: \(error)", metadata: ["app.id": "\(appID)"])
-            return false
+    /// A notification admitted as it arrives: its handler starts before its budget use is
+    /// written, so that write (a second commit) is off the path to the start. The record is
+    /// already `pending`, so the order changes nothing a restart could see: a crash between the
+    /// two runs the handler again (as any interrupted run does) and charges it then. Only for a
+    /// fresh record: a released deferred one becomes `pending` by its charge, before it may start.
+    static func handlerFirst(_ actions: [NotificationAdmission.Action], seq: Int64) -> [NotificationAdmission.Action] {
+        guard let charge = actions.firstIndex(where: { if case .chargeBudget(seq, _) = $0 { true } else { false } }),
+              let run = actions.firstIndex(where: { if case .runHandler(seq, _) = $0 { true } else { false } }), charge < run
+        else { return actions }
+        var out = actions
+        let c = out.remove(at: charge)
+        out.insert(c, at: run)
+        return out
+    }
+
+    /// Carries out a settlement: `ack(true)` lets the PUBACK go, `ack(false)` drops it. A record
+    /// waits for the journal's sync (on its own thread: the daemon goes on meanwhile, and
+    /// notifications arriving during one sync share the next).
+    package func settle(_ settlement: Settlement, _ ack: @escaping @Sendable (Bool) -> Void) {
+        switch settlement {
+        case .acknowledge: ack(true)
+        case .reject: ack(false)
+        case .acknowledgeWhenSynced:
+            let logger = logger
+            store.afterJournalSync { ok in
+                if !ok { logger.error("notification record not synced, left to the broker to deliver again") }
+                ack(ok)
+            }
         }
-        return true
     }
 
     func refuse(_ why: String, app: String?, _ reason: AgentMetrics.RefusalReason) {

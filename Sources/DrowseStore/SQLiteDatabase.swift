@@ -38,7 +38,43 @@ package final class SQLiteDatabase {
         sqlite3_busy_timeout(handle, 5000)
     }
 
-    deinit { sqlite3_close_v2(db) }
+    deinit {
+        for stmt in statements.values { sqlite3_finalize(stmt) }
+        sqlite3_close_v2(db)
+    }
+
+    /// Prepared statements by their SQL, reset after each use. The store's statements are a fixed
+    /// set of literals (a few dozen), so this stays small; past `maxStatements` (SQL built at run
+    /// time) it starts over rather than grow.
+    private var statements: [String: OpaquePointer] = [:]
+    static let maxStatements = 128
+
+    private func prepared(_ sql: String) throws(StoreError) -> OpaquePointer {
+        if let stmt = statements[sql] { return stmt }
+        var stmt: OpaquePointer?
+        let rc = sqlite3_prepare_v2(db, sql, -1, &stmt, nil)
+        guard rc == SQLITE_OK, let stmt else {
+            sqlite3_finalize(stmt)
+            throw fail(rc == SQLITE_OK ? SQLITE_MISUSE : rc, sql)
+        }
+        if statements.count >= Self.maxStatements {
+            for old in statements.values { sqlite3_finalize(old) }
+            statements.removeAll(keepingCapacity: true)
+        }
+        statements[sql] = stmt
+        return stmt
+    }
+
+    /// Runs one statement without parameters or results, prepared once (BEGIN, COMMIT). Not for
+    /// PRAGMAs: SQLite carries out most of them (`synchronous` among them) while preparing, so a
+    /// kept one would do nothing the second time.
+    private func run(_ sql: String) throws(StoreError) {
+        let stmt = try prepared(sql)
+        defer { sqlite3_reset(stmt) }
+        var rc = sqlite3_step(stmt)
+        while rc == SQLITE_ROW { rc = sqlite3_step(stmt) }
+        guard rc == SQLITE_DONE else { throw fail(rc, sql) }
+    }
 
     private func fail(_ rc: Int32, _ sql: String?) -> StoreError {
         StoreError(code: rc, message: String(cString: sqlite3_errmsg(db)), sql: sql)
@@ -55,13 +91,17 @@ package final class SQLiteDatabase {
         }
     }
 
-    /// Runs one statement with bound parameters and returns every row.
+    /// Runs one statement with bound parameters and returns every row. The statement is prepared
+    /// once and kept (`prepared`): compiling SQL cost more than running it on the notification
+    /// path (docs/architecture.md, "How a notification flows").
     @discardableResult
     package func query(_ sql: String, _ params: [SQLValue] = []) throws(StoreError) -> [[SQLValue]] {
-        var stmt: OpaquePointer?
-        var rc = sqlite3_prepare_v2(db, sql, -1, &stmt, nil)
-        guard rc == SQLITE_OK else { throw fail(rc, sql) }
-        defer { sqlite3_finalize(stmt) }
+        let stmt = try prepared(sql)
+        defer {
+            sqlite3_reset(stmt)
+            sqlite3_clear_bindings(stmt)
+        }
+        var rc: Int32
         for (i, p) in params.enumerated() {
             let idx = Int32(i + 1)
             switch p {
@@ -105,13 +145,13 @@ package final class SQLiteDatabase {
 
     /// Runs `body` in one transaction (BEGIN IMMEDIATE … COMMIT, rolled back on error).
     package func transaction<T>(_ body: () throws(StoreError) -> T) throws(StoreError) -> T {
-        try exec("BEGIN IMMEDIATE")
+        try run("BEGIN IMMEDIATE")
         do {
             let v = try body()
-            try exec("COMMIT")
+            try run("COMMIT")
             return v
         } catch {
-            try? exec("ROLLBACK")
+            try? run("ROLLBACK")
             throw error
         }
     }

@@ -20,7 +20,8 @@ extension Store {
     /// Records a received notification. Returns its sequence number, or nil when one with
     /// the same dedupe key was already recorded (a QoS 1 redelivery or a provider retry).
     /// `durable: false` writes it to the WAL without waiting for the disk: it survives a killed
-    /// daemon at once, and a power cut only after `syncJournal()` (or any later commit).
+    /// daemon at once, and a power cut only after `syncJournal()` or `afterJournalSync` (or any
+    /// later commit).
     package func recordNotification(app: String, dedupeKey: String, payload: String, at: Double, signed: Bool = false,
                                    collapseID: String? = nil, durable: Bool = true) throws(StoreError) -> Int64? {
         func insert() throws(StoreError) -> Int64? {
@@ -35,6 +36,10 @@ extension Store {
 
     /// Makes every record written so far durable (see `recordNotification(durable:)`).
     package func syncJournal() throws(StoreError) { try db.syncJournal() }
+
+    /// Calls `done` (on the journal thread) once every record written so far is durable, or
+    /// with false when the sync failed. The caller's thread does not wait (see `JournalSyncer`).
+    package func afterJournalSync(_ done: @escaping @Sendable (Bool) -> Void) { journal.afterSync(done) }
 
     package func markNotification(_ seq: Int64, state: String, at: Double) throws(StoreError) {
         guard !Self.waitingStates.contains(state) else {
@@ -82,7 +87,10 @@ extension Store {
     /// that it costs no fsync on the way to the handler's start.
     package func chargeBudget(_ seq: Int64, at: Double) throws(StoreError) {
         try db.withoutSync { () throws(StoreError) in
-            _ = try db.query("UPDATE notifications SET budget_at = ?, state = 'pending' WHERE seq = ?", [.double(at), .int(seq)])
+            // A deferred one is released to run; any other state stays (a fresh record's handler may
+            // already have started, and even ended, before its charge is written).
+            _ = try db.query("UPDATE notifications SET budget_at = ?, state = CASE state WHEN 'deferred' THEN 'pending' ELSE state END WHERE seq = ?",
+                             [.double(at), .int(seq)])
         }
     }
 

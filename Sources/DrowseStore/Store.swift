@@ -5,10 +5,13 @@ import DrowseCore
 /// returned survives a power cut. Versioned schema with forward migrations.
 package final class Store {
     package let db: SQLiteDatabase
+    /// Syncs the WAL off the caller's thread (`afterJournalSync`).
+    package let journal: JournalSyncer
     package static let schemaVersion: Int64 = 11
 
     package init(path: String) throws(StoreError) {
         db = try SQLiteDatabase(path: path)
+        journal = JournalSyncer(databasePath: path)
         try db.exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;")
         try migrate()
     }
@@ -17,6 +20,7 @@ package final class Store {
     /// (`drowse timeline`) neither disturbs nor wakes drowsed. Refuses a schema it does not know.
     package init(readingOnly path: String) throws(StoreError) {
         db = try SQLiteDatabase(path: path, readOnly: true)
+        journal = JournalSyncer { true }  // nothing is written
         let version = try db.query("SELECT version FROM schema_version").first?.first?.int64 ?? 0
         guard version == Self.schemaVersion else {
             throw StoreError(code: 0, message: "\(path) has schema \(version); this drowse reads \(Self.schemaVersion)")

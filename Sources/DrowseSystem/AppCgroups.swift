@@ -305,6 +305,15 @@ package final class AppCgroups: Sendable {
         return FileSystem.listDirectory(dir).filter { FileSystem.isDirectory(dir + "/" + $0) }
     }
 
+    /// Whether a leaf (`NAME-PID-SEQ`, as drowsed names them) belongs to a drowsed other than
+    /// this one that is running now: its PID is alive and named drowsed.
+    package static func ownedByAnotherLiveDrowsed(_ leaf: String) -> Bool {
+        let parts = leaf.split(separator: "-")
+        guard parts.count >= 3, let pid = Int32(parts[parts.count - 2]), pid > 0, pid != getpid() else { return false }
+        guard let comm = try? FileSystem.readText("/proc/\(pid)/comm", limit: 64) else { return false }
+        return comm.hasPrefix("drowsed")
+    }
+
     /// Kills whatever still runs in the app's cgroup, waits (at most `within` seconds) for it to
     /// empty, and removes its leaves and itself. False when something is left.
     @discardableResult

@@ -29,7 +29,9 @@ final class MemoryNotificationStore: NotificationStore {
         rows.append(NotificationRecord(seq: seq, app: app, payload: payload, receivedAt: at, signed: signed))
         return seq
     }
-    func syncJournal() throws(StoreError) {}
+    /// false: the journal's sync fails (a disk error).
+    var syncFails = false
+    func afterJournalSync(_ done: @escaping @Sendable (Bool) -> Void) { done(!syncFails) }
     func markNotification(_ seq: Int64, state: String, at: Double) throws(StoreError) {
         if let i = rows.firstIndex(where: { $0.seq == seq }) { rows[i].state = state }
     }

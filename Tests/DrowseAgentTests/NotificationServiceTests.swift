@@ -3,6 +3,7 @@ import DrowseCore
 @testable import DrowseStore
 import DrowseSystem
 import Logging
+import Synchronization
 import Testing
 
 /// The notification service over in-memory doubles: a store that can fail, a handler queue that
@@ -38,8 +39,11 @@ import Testing
             service.runs = runs
         }
 
+        /// Whether the message is acknowledged (now, or once its record is synced).
         func push(_ json: String, topic: String? = nil) -> Bool {
-            service.receive(topic: topic ?? self.topic, payload: Array(json.utf8))
+            let acked = Mutex<Bool?>(nil)
+            service.settle(service.receive(topic: topic ?? self.topic, payload: Array(json.utf8))) { ok in acked.withLock { $0 = ok } }
+            return acked.withLock { $0 } ?? false
         }
     }
 
@@ -91,6 +95,26 @@ import Testing
         rig.store.broken = true
         #expect(!rig.push(Self.silent))
         #expect(rig.ran.isEmpty)
+    }
+
+    @Test("a notification whose record cannot be synced is not acknowledged (its handler has started: it runs again on redelivery)")
+    func syncFails() throws {
+        let rig = try Rig()
+        rig.store.syncFails = true
+        #expect(!rig.push(Self.silent))
+        #expect(rig.ran.count == 1 && rig.store.rows.count == 1)
+        rig.store.syncFails = false
+        #expect(rig.push(#"{"aps": {"content-available": 1}, "id": "n2"}"#))
+    }
+
+    @Test("a fresh notification's handler is queued before its budget use is written; a released one's after")
+    func handlerFirst() {
+        typealias A = NotificationAdmission.Action
+        let fresh: [A] = [.chargeBudget(seq: 7, at: 1), .runHandler(seq: 7, app: "news"), .setTimer(at: 5)]
+        #expect(NotificationService.handlerFirst(fresh, seq: 7) == [.runHandler(seq: 7, app: "news"), .chargeBudget(seq: 7, at: 1), .setTimer(at: 5)])
+        // Another notification's charge (a deferred one released by this arrival) keeps its place.
+        let other: [A] = [.chargeBudget(seq: 3, at: 1), .runHandler(seq: 3, app: "news")]
+        #expect(NotificationService.handlerFirst(other, seq: 7) == other)
     }
 
     @Test("past the hourly budget a notification waits, and runs when the hour has room again")

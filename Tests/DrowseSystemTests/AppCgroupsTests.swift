@@ -312,3 +312,33 @@ struct SignalFreezerTests {
         #expect(await run.outcome().ending == .signaled(SIGTERM))
     }
 }
+
+@Suite("Leaves of another drowsed")
+struct LeafOwnerTests {
+    @Test("a leaf named for a live process called drowsed is another agent's; ours, a dead pid's or another program's are not")
+    func owner() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("drowse-owner-\(getpid())")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        // A process whose name (comm: its executable's file name) is "drowsed".
+        let fake = dir.appendingPathComponent("drowsed").path
+        try FileManager.default.copyItem(atPath: "/bin/sleep", toPath: fake)
+        var pid: pid_t = 0
+        let args = [strdup(fake), strdup("30"), nil]
+        defer { for a in args { free(a) } }
+        #expect(posix_spawn(&pid, fake, nil, nil, args, environ) == 0)
+        defer {
+            kill(pid, SIGKILL)
+            var status: Int32 = 0
+            while waitpid(pid, &status, 0) < 0, errno == EINTR {}
+        }
+        // Named once it has exec'd.
+        for _ in 0..<400 where (try? FileSystem.readText("/proc/\(pid)/comm")) != "drowsed\n" { usleep(5000) }
+        #expect(AppCgroups.ownedByAnotherLiveDrowsed("run-\(pid)-7"), "\((try? FileSystem.readText("/proc/\(pid)/comm")) ?? "unreadable")")
+        #expect(AppCgroups.ownedByAnotherLiveDrowsed("resident-\(pid)-1"))
+        #expect(!AppCgroups.ownedByAnotherLiveDrowsed("run-\(getpid())-7"), "this drowsed's own")
+        #expect(!AppCgroups.ownedByAnotherLiveDrowsed("run-1-7"), "pid 1 is not a drowsed")
+        #expect(!AppCgroups.ownedByAnotherLiveDrowsed("run-999999999-7"), "no such process")
+        #expect(!AppCgroups.ownedByAnotherLiveDrowsed("resident") && !AppCgroups.ownedByAnotherLiveDrowsed("run-x-1"))
+    }
+}

@@ -1,0 +1,88 @@
+@testable import DrowseStore
+import Foundation
+import Synchronization
+import Testing
+
+/// The journal's group commit: each answer comes from a sync that began after its request.
+@Suite("Journal syncer")
+struct JournalSyncerTests {
+    /// A sync the test holds open: it counts its calls and blocks until released.
+    final class HeldSync: Sendable {
+        let calls = Atomic<Int>(0)
+        let released = Atomic<Int>(0)
+        let result = Atomic<Bool>(true)
+        func sync() -> Bool {
+            let n = calls.add(1, ordering: .acquiringAndReleasing).newValue
+            while released.load(ordering: .acquiring) < n { usleep(200) }
+            return result.load(ordering: .acquiring)
+        }
+    }
+
+    /// The answers received: (which request, ok, how many syncs had begun when it came).
+    final class Answers: Sendable {
+        let list = Mutex<[(String, Bool, Int)]>([])
+        func count() -> Int { list.withLock { $0.count } }
+    }
+
+    static func waitUntil(_ condition: () -> Bool) {
+        for _ in 0..<10_000 where !condition() { usleep(500) }
+    }
+
+    @Test("a request made during a sync is answered by the next one; those waiting meanwhile share it")
+    func groupCommit() {
+        let held = HeldSync()
+        let answers = Answers()
+        let syncer = JournalSyncer { held.sync() }
+        func ask(_ name: String) {
+            syncer.afterSync { ok in answers.list.withLock { $0.append((name, ok, held.calls.load(ordering: .acquiring))) } }
+        }
+        ask("a")
+        Self.waitUntil { held.calls.load(ordering: .acquiring) == 1 }
+        // The first sync has begun: these were written after it, so it must not answer them.
+        ask("b")
+        ask("c")
+        ask("d")
+        usleep(20_000)
+        #expect(answers.count() == 0, "nothing is answered before its sync returns")
+        held.released.store(1, ordering: .releasing)
+        Self.waitUntil { answers.count() >= 1 && held.calls.load(ordering: .acquiring) == 2 }
+        #expect(answers.list.withLock { $0.map(\.0) } == ["a"])
+        held.released.store(2, ordering: .releasing)
+        Self.waitUntil { answers.count() == 4 }
+        let all = answers.list.withLock { $0 }
+        #expect(all.map(\.0) == ["a", "b", "c", "d"] && all.allSatisfy(\.1))
+        #expect(all.dropFirst().allSatisfy { $0.2 == 2 }, "b, c and d share the second sync")
+        usleep(20_000)
+        #expect(held.calls.load(ordering: .acquiring) == 2, "no sync without a request")
+    }
+
+    @Test("a failed sync answers false; the next request gets a sync of its own")
+    func failure() {
+        let held = HeldSync()
+        held.released.store(100, ordering: .releasing)
+        held.result.store(false, ordering: .releasing)
+        let answers = Answers()
+        let syncer = JournalSyncer { held.sync() }
+        syncer.afterSync { ok in answers.list.withLock { $0.append(("a", ok, 0)) } }
+        Self.waitUntil { answers.count() == 1 }
+        held.result.store(true, ordering: .releasing)
+        syncer.afterSync { ok in answers.list.withLock { $0.append(("b", ok, 0)) } }
+        Self.waitUntil { answers.count() == 2 }
+        #expect(answers.list.withLock { $0.map(\.1) } == [false, true])
+    }
+
+    @Test("the store's WAL: a record written without a sync is answered once synced; a missing WAL has nothing to sync")
+    func storeWAL() throws {
+        try withStorePath { path in
+            let store = try Store(path: path)
+            _ = try store.recordNotification(app: "a", dedupeKey: "k", payload: "{}", at: 1, durable: false)
+            let answers = Answers()
+            store.afterJournalSync { ok in answers.list.withLock { $0.append(("a", ok, 0)) } }
+            Self.waitUntil { answers.count() == 1 }
+            #expect(answers.list.withLock { $0.map(\.1) } == [true])
+            #expect(FileManager.default.fileExists(atPath: path + "-wal"))
+            #expect(WALFile(path: path + "-nothing").sync(), "no WAL: nothing waits")
+            #expect(!WALFile(path: path + "/under-a-file-wal").sync(), "a WAL that cannot be reached is not synced")
+        }
+    }
+}
