@@ -32,7 +32,9 @@
 # handler started by a minimal C posix_spawn loop (no MQTT at all): its own start, which no
 # consumer avoids.
 #
-# Goal (the issue): Drowse's p99 <= 0.5 x the baseline's p99.
+# Goals (issue #24), printed met or not for each run: drowsed's p50 and p99 at or below the
+# baseline's, and drowsed's p50 within 1 ms of the floor's. drowsed records each notification in
+# state.db (WAL) before its handler starts; the baseline records nothing.
 #
 # Env: HANDLER         stamp (default) or sh
 #      CC              the C compiler for the stamp handler and the floor (default: cc, else clang)
@@ -373,6 +375,10 @@ def read(path):
 def pct(xs, p):
     return xs[max(0, math.ceil(p / 100 * len(xs)) - 1)]
 
+floor_sent = {s: ts[0] for s, ts in read(f"{out}/sent-floor.txt").items()}
+floor_starts = read(f"{out}/floor.txt")
+floor_lat = sorted((min(floor_starts[s]) - t) * 1000 for s, t in floor_sent.items() if s in floor_starts)
+
 print()
 print(f"{'run':<22}{'consumer':<26}{'handled':>9}{'missing':>9}{'twice':>7}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}")
 ratios = []
@@ -380,14 +386,14 @@ for name, n, spacing in (("fast", n_fast, "30 ms"), ("slow", n_slow, "1 s")):
     if n == 0:
         continue
     sent = {s: ts[0] for s, ts in read(f"{out}/sent-{name}.txt").items() if s >= 0}
-    p99 = {}
+    p99, p50 = {}, {}
     for who, label in (("drowse", "drowsed"), ("base", "mosquitto_sub | xargs")):
         starts = read(f"{out}/{who}-{name}.txt")
         lat = sorted((min(starts[s]) - t) * 1000 for s, t in sent.items() if s in starts)
         twice = sum(1 for s, ts in starts.items() if s >= 0 and len(ts) > 1)
         missing = len(sent) - len(lat)
         if lat:
-            p99[who] = pct(lat, 99)
+            p99[who], p50[who] = pct(lat, 99), pct(lat, 50)
             print(f"{(name + f' ({n} x {spacing})') if who == 'drowse' else '':<22}{label:<26}{len(lat):>9}{missing:>9}"
                   f"{twice:>7}{pct(lat, 50):>9.1f}{pct(lat, 99):>9.1f}{lat[-1]:>9.1f}")
         else:
@@ -395,13 +401,14 @@ for name, n, spacing in (("fast", n_fast, "30 ms"), ("slow", n_slow, "1 s")):
     if "drowse" in p99 and "base" in p99 and p99["base"] > 0:
         r = p99["drowse"] / p99["base"]
         ratios.append(r)
-        print(f"{'':<22}p99 drowsed / baseline = {r:.2f}  (goal <= 0.50: {'met' if r <= 0.5 else 'NOT met'})")
-sent = {s: ts[0] for s, ts in read(f"{out}/sent-floor.txt").items()}
-starts = read(f"{out}/floor.txt")
-lat = sorted((min(starts[s]) - t) * 1000 for s, t in sent.items() if s in starts)
-if lat:
-    print(f"{'floor (200 x 30 ms)':<22}{'handler spawned directly':<26}{len(lat):>9}{len(sent) - len(lat):>9}{0:>7}"
-          f"{pct(lat, 50):>9.1f}{pct(lat, 99):>9.1f}{lat[-1]:>9.1f}")
+        goals = [("p50 <= baseline", p50["drowse"] <= p50["base"]), ("p99 <= baseline", p99["drowse"] <= p99["base"])]
+        if floor_lat:
+            goals.append(("p50 <= floor + 1 ms", p50["drowse"] <= pct(floor_lat, 50) + 1.0))
+        print(f"{'':<22}p99 drowsed / baseline = {r:.2f}; goals: "
+              + ", ".join(f"{g} {'met' if ok else 'NOT met'}" for g, ok in goals))
+if floor_lat:
+    print(f"{'floor (200 x 30 ms)':<22}{'handler spawned directly':<26}{len(floor_lat):>9}{len(floor_sent) - len(floor_lat):>9}{0:>7}"
+          f"{pct(floor_lat, 50):>9.1f}{pct(floor_lat, 99):>9.1f}{floor_lat[-1]:>9.1f}")
 if n_burst:
     sent = {s: ts[0] for s, ts in read(f"{out}/sent-burst.txt").items() if s >= 0}
     t0 = min(sent.values())

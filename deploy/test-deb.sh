@@ -63,7 +63,7 @@ lintian --fail-on error "$DEB" || fail "lintian reports errors"
 say "dpkg -i $DEB"
 dpkg -i "$DEB" || fail "dpkg -i failed"
 [ "$(status_of)" = installed ] || fail "drowse is '$(status_of)' after dpkg -i, not installed"
-present /usr/bin/drowsed /usr/bin/drowse /usr/lib/systemd/system/drowsed.service \
+present /usr/bin/drowsed /usr/bin/drowse /usr/libexec/drowse/drowse-spawner /usr/lib/systemd/system/drowsed.service \
     /usr/lib/sysusers.d/drowse.conf /etc/drowse/drowse.toml /etc/drowse/apps.d \
     /usr/share/man/man1/drowse.1.gz /usr/share/man/man8/drowsed.8.gz \
     /usr/share/bash-completion/completions/drowse /usr/share/bash-completion/completions/drowsed \

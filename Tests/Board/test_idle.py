@@ -81,4 +81,9 @@ def test_idle_drowsed_does_not_wake_and_its_pss(configured):
     # Still connected at the end: the quiet was not a dead connection.
     rc, out, _ = b.run("drowse status --json")
     assert rc == 0 and json.loads(out)["mqtt"]["connected"] is True, out
+    # The spawn helper is the packaged program (a few pages), not drowse's own binary again.
+    if spawner := json.loads(out)["lifecycle"].get("spawner_pid"):
+        assert b.sh(f"readlink /proc/{spawner}/exe").strip() == "/usr/libexec/drowse/drowse-spawner"
+        helper = b.sh(f"cat /proc/{spawner}/smaps_rollup")
+        figure("spawn helper PSS KiB", next(int(line.split()[1]) for line in helper.splitlines() if line.startswith("Pss:")))
     assert switches == 0 and not woke, f"drowsed woke {switches} times in {IDLE_SECONDS} s while idle: {woke}"
