@@ -367,6 +367,12 @@ print(f"{'throughput, curl + sync':<34}{tp_cs:>10.1f}{tp_d:>10.1f}{tp_d / tp_cs:
 print(f"throughput range over the rounds: curl {size_mib / max(c_wall):.0f}..{size_mib / min(c_wall):.0f}, "
       f"drowse {size_mib / max(d_wall):.0f}..{size_mib / min(d_wall):.0f} MiB/s; "
       f"drowse until `transfer wait` returned: {size_mib / med(d_wait):.1f} MiB/s")
+# CPU time on a shared 2-core machine moves with what else runs (caches, frequency, other
+# processes' interrupts): the spread says how far one round's figure can be trusted.
+ratios = sorted(d / c for d, c in zip(d_cpu, c_cpu) if c)
+print(f"CPU s per GiB over the rounds: curl {min(c_cpu) / gib:.3f}..{max(c_cpu) / gib:.3f}, "
+      f"drowse {min(d_cpu) / gib:.3f}..{max(d_cpu) / gib:.3f}; drowse/curl per round "
+      + (f"{ratios[0]:.2f}..{ratios[-1]:.2f} (median {med(ratios):.2f})" if ratios else "n/a"))
 if sha:
     s_wall, s_cpu = sha[1] - sha[0], sha[3]
     s_tail = sha[1] - last_byte["sha"] if "sha" in last_byte else float("nan")

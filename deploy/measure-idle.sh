@@ -18,7 +18,8 @@
 #                      script's own `drowse status` calls, still fires once after they closed)
 #      DEB             also print the size of this .deb and its Installed-Size (deploy/build-deb.sh)
 #      DETAIL=1        also list the mappings holding the most private dirty memory (a malloc
-#                      arena is an anonymous mapping starting on a 64 MiB boundary)
+#                      arena is an anonymous mapping starting on a 64 MiB boundary), and Pss, Rss
+#                      and private dirty by file (those with 64 kB resident or more)
 #      AFTER           seconds between the end of the work and the measurement (default 60)
 #
 # The work (what an idle agent still does now and then; the memory it leaves behind is what this
@@ -138,6 +139,11 @@ measure() {
         echo "private dirty by mapping (kB, the largest):"
         awk '/^[0-9a-f]+-[0-9a-f]+ / { r = $1 " " $2 " " ($6 == "" ? "[anon]" : $6) }
              /^Private_Dirty:/ { if ($2 >= 32) print "  " $2, r }' "/proc/$pid/smaps" | sort -rn | head -n 12
+        echo "by file (kB: Pss, Rss, private dirty; [anon] is every anonymous mapping, the heap and stacks):"
+        awk '/^[0-9a-f]+-[0-9a-f]+ / { n = ($6 == "" ? "[anon]" : $6); sub(/.*\//, "", n); next }
+             /^Rss:/ { r[n] += $2 } /^Pss:/ { p[n] += $2 } /^Private_Dirty:/ { d[n] += $2 }
+             END { for (n in p) if (r[n] >= 64) printf "  %6d %6d %6d %s\n", p[n], r[n], d[n], n }' \
+            "/proc/$pid/smaps" | sort -rn
     fi
     [ ${#woke[@]} -eq 0 ] || echo "woke:      ${woke[*]}   (name[tid]:switches)"
     [ "$born" -eq 0 ] || echo "note: $born thread(s) started during the window"

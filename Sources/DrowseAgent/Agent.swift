@@ -171,6 +171,7 @@ package struct AgentParts {
             commitInterval: config.transfers.commitInterval.seconds, commitBytes: Int64(config.transfers.commitBytes))
         (opts.lowSpeedLimit, opts.lowSpeedTime) = config.transfers.lowSpeed
         opts.maxUnknownSize = config.transfers.maxUnknownSize
+        opts.releaseCodeAfter = config.transfers.releaseCodeAfter.seconds
         return opts
     }
 

@@ -138,6 +138,10 @@ package struct MainConfig: Sendable, Equatable {
         /// `stallTimeout`, no byte at all, ends one).
         package var minSpeed: Int = 0
         package var minSpeedWindow: Duration = .seconds(60)
+        /// After this long without a transfer, drowsed gives back the resident pages of the shared
+        /// libraries' code (libcurl's, what it loaded, libcrypto's): once per quiet spell after
+        /// a transfer, never periodically.
+        package var releaseCodeAfter: Duration = .seconds(30)
 
         /// libcurl's one speed check (LOW_SPEED_LIMIT bytes/s for LOW_SPEED_TIME seconds). Off:
         /// 1 byte/s for `stallTimeout`, the stall check. On: `minSpeed` for `minSpeedWindow`, which
@@ -257,6 +261,7 @@ package struct MainConfig: Sendable, Equatable {
             transfers.maxUnknownSize = Int64(try t.integer("max_unknown_size", in: 1...(1 << 50)) ?? (2 << 30))
             transfers.minSpeed = try t.integer("min_speed", in: 0...(1 << 40)) ?? 0
             transfers.minSpeedWindow = try t.duration("min_speed_window", minimum: .seconds(1)) ?? .seconds(60)
+            transfers.releaseCodeAfter = try t.duration("release_code_after", minimum: .milliseconds(100)) ?? .seconds(30)
             try t.rejectUnknown()
         }
         var notifications = NotificationsConfig()

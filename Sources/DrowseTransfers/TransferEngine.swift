@@ -21,6 +21,10 @@ package final class TransferEngine: Sendable {
         package var userAgent: String = "drowsed"
         /// The byte cap for a body whose length was not announced (chunked, or no Content-Length).
         package var maxUnknownSize: Int64 = 2 << 30
+        /// Seconds without a transfer after which the engine thread gives back the resident pages
+        /// of the shared libraries' code and constants, libcurl's and what it loaded among them
+        /// (`LibraryCode.release`): once, not again until another transfer ran. nil: never.
+        package var releaseCodeAfter: Double? = 30
 
         package init(maxConnectionsPerHost: Int, commitInterval: Double, commitBytes: Int64) {
             self.maxConnectionsPerHost = maxConnectionsPerHost
@@ -119,6 +123,11 @@ package final class TransferEngine: Sendable {
         var uploadOf: [UnsafeMutableRawPointer: Upload] = [:]
         var cancelling: [UnsafeMutableRawPointer: Upload] = [:]
         var stillRunning: Int32 = 0
+        /// A command ran since the last release of libcurl's code pages (libcurl's code with it).
+        var usedSinceRelease = false
+        /// When the code pages are given back, if the engine stays idle until then: one timeout
+        /// of the poll below, armed when the last transfer ended, never a periodic one.
+        var releaseAt: Double?
         func add(_ u: Upload, _ easy: UnsafeMutableRawPointer?) {
             // Resources the upload gave up on: ended with a fire-and-forget DELETE of their own.
             for (url, proto) in u.toAbandon {
@@ -145,6 +154,7 @@ package final class TransferEngine: Sendable {
         }
         while true {
             let pending = commands.withLock { q -> [Command] in defer { q.removeAll() }; return q }
+            if !pending.isEmpty { usedSinceRelease = true }
             for c in pending {
                 switch c {
                 case .start(let job):
@@ -224,10 +234,22 @@ package final class TransferEngine: Sendable {
                 if d.cadence.dueForTime(uncommitted: d.uncommittedBytes, now: now) { d.commit(force: false) }
                 if let due = d.cadence.nextDue(uncommitted: d.uncommittedBytes) { nextCommit = min(nextCommit, due) }
             }
+            let idle = active.isEmpty && uploads.isEmpty && cancelling.isEmpty
+            if !idle {
+                releaseAt = nil
+            } else if usedSinceRelease, let after = options.releaseCodeAfter {
+                if releaseAt == nil { releaseAt = now + after }
+                if let due = releaseAt, now >= due {
+                    releaseCode(idleFor: after)
+                    usedSinceRelease = false
+                    releaseAt = nil
+                }
+            }
             var timeout: Int = -1
             if !CurlCheck.multi(ccurl_multi_timeout(multi, &timeout), "curl_multi_timeout", logger) { timeout = 1000 }
-            if timeout < 0 { timeout = active.isEmpty && uploads.isEmpty && cancelling.isEmpty ? Int(Int32.max) : 1000 }
+            if timeout < 0 { timeout = idle ? Int(Int32.max) : 1000 }
             if nextCommit.isFinite { timeout = min(timeout, CommitCadence.waitMilliseconds(until: nextCommit, now: now)) }
+            if let due = releaseAt { timeout = min(timeout, CommitCadence.waitMilliseconds(until: due, now: now)) }
             var numfds: Int32 = 0
             let wait = Int32(min(timeout, Int(Int32.max)))
             if !CurlCheck.multi(ccurl_multi_poll(multi, nil, 0, wait, &numfds), "curl_multi_poll", logger) {
@@ -235,6 +257,16 @@ package final class TransferEngine: Sendable {
                 // does not hear curl_multi_wakeup, so at most 1 s, for queued commands.
                 CurlCheck.multi(ccurl_multi_wait(multi, nil, 0, min(wait, 1000), &numfds), "curl_multi_wait", logger)
             }
+        }
+    }
+
+    /// Gives back the resident code of the shared libraries (`LibraryCode`): after a transfer,
+    /// libcurl's, what it loaded and the libcrypto OpenSSL's start-up touched stay resident,
+    /// about 6 MB of an idle daemon's memory that only the next transfer needs. Runs on this
+    /// thread, so no transfer runs meanwhile; the next one faults back what it runs.
+    private func releaseCode(idleFor seconds: Double) {
+        if let bytes = LibraryCode.release() {
+            logger.debug("no transfer for \(seconds) s: released the resident code of the shared libraries (\(bytes / 1024) KiB mapped)")
         }
     }
 

@@ -79,4 +79,11 @@ struct UntrustedTextTests {
         #expect(throws: ConfigError.self) { try MainConfig.parse("[transfers]\nmin_speed = -1\n", file: "/x/d.toml", machineID: "abc") }
         #expect(throws: ConfigError.self) { try MainConfig.parse("[transfers]\nmin_speed_window = \"0s\"\n", file: "/x/d.toml", machineID: "abc") }
     }
+
+    @Test("release_code_after: 30 s by default, at least 100 ms")
+    func releaseCodeAfter() throws {
+        #expect(try MainConfig.parse("", file: "/x/d.toml", machineID: "abc").transfers.releaseCodeAfter == .seconds(30))
+        #expect(try MainConfig.parse("[transfers]\nrelease_code_after = \"500ms\"\n", file: "/x/d.toml", machineID: "abc").transfers.releaseCodeAfter == .milliseconds(500))
+        #expect(throws: ConfigError.self) { try MainConfig.parse("[transfers]\nrelease_code_after = \"0s\"\n", file: "/x/d.toml", machineID: "abc") }
+    }
 }

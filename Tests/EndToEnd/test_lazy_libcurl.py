@@ -2,7 +2,9 @@
 does not map libcurl and its dependencies; a download loads it and works as before, and a
 restart with a transfer to resume loads it again."""
 
-from drowse_e2e import sha256_file
+import re
+
+from drowse_e2e import sha256_file, wait_until
 
 MiB = 1 << 20
 
@@ -10,6 +12,19 @@ MiB = 1 << 20
 def mapped_libcurl(pid: int) -> bool:
     with open(f"/proc/{pid}/maps") as f:
         return any("libcurl" in line for line in f)
+
+
+def resident_code_kb(pid: int, library: str) -> int:
+    """Rss (kB) of the executable mappings of the library whose file name starts with `library`."""
+    total, current = 0, False
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            fields = line.split()
+            if re.match(r"[0-9a-f]+-[0-9a-f]+ ", line):
+                current = len(fields) >= 6 and "x" in fields[1] and fields[5].rsplit("/", 1)[-1].startswith(library)
+            elif current and fields[0] == "Rss:":
+                total += int(fields[1])
+    return total
 
 
 def test_idle_drowsed_maps_no_libcurl_until_a_transfer(nginx, make_drowse):
@@ -32,3 +47,36 @@ def test_idle_drowsed_maps_no_libcurl_until_a_transfer(nginx, make_drowse):
     d.restart()
     d.json("status")
     assert not mapped_libcurl(d.proc.pid)
+
+
+def test_library_code_is_given_back_after_transfers_and_faults_back(nginx, make_drowse):
+    """README "Measuring": release_code_after without a transfer, the shared libraries' code pages
+    (libcurl's, libssl's, libcrypto's) are no longer resident in drowsed; a download right after
+    works and brings them back. The engine thread's own wait (curl_multi_poll) faults a little
+    of libcurl back at once (64 kB around each page it runs), so libcurl's is only smaller."""
+    d = make_drowse(extra_config='[transfers]\nrelease_code_after = "4s"')
+    d.add_app("dl")
+    d.start()
+    libraries = ("libcurl.so", "libssl.so", "libcrypto.so")
+
+    def resident():
+        return {lib: resident_code_kb(d.proc.pid, lib) for lib in libraries}
+
+    def released(before) -> bool:
+        now = resident()
+        # libssl and libcrypto: nothing but the page a code segment may share with its neighbour.
+        return now["libcurl.so"] <= before["libcurl.so"] // 2 and now["libssl.so"] + now["libcrypto.so"] <= 16
+
+    url, digest, _ = nginx.add_file("release.bin", 3 * MiB + 11)
+    for round_ in (1, 2):
+        dest = d.base / f"release-{round_}.bin"
+        tid = d.download(url, "dl", "--sha256", digest, "--to", str(dest))
+        r = d.cli("transfer", "wait", tid, "--timeout", "60s", timeout=90)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert sha256_file(dest) == digest
+        # Before the release (4 s after the transfer ended): the code the download ran is resident.
+        before = resident()
+        assert before["libcurl.so"] >= 128 and before["libcrypto.so"] >= 256, before
+        wait_until(lambda: released(before), timeout=30,
+                   what=f"the libraries' code pages given back (round {round_}; before: {before} kB)")
+    assert d.proc.poll() is None

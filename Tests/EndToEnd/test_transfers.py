@@ -184,3 +184,31 @@ def test_sha256_mismatch_fails_without_file(nginx, make_drowse):
     assert t["state"] == "failed", t
     assert isinstance(t["reason"], str) and t["reason"].strip(), t
     assert not dest.exists()
+
+
+def write_calls(pid: int) -> int:
+    """write(2)-family system calls the process made so far (syscw of /proc/PID/io)."""
+    with open(f"/proc/{pid}/io") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("syscw:"))
+
+
+def test_body_is_written_in_large_writes(nginx, make_drowse):
+    """libcurl hands the body over 16 KiB at a time; drowsed gathers it into 256 KiB writes
+    (Download.writeSize): a 16 MiB download is about 64 write calls, not 1024, and arrives whole."""
+    d = make_drowse()
+    d.add_app("dl")
+    d.start()
+    size = 16 * (1 << 20) + 12345  # not a multiple of the gathering size: the tail is written at the end
+    url, digest, _ = nginx.add_file("gathered.bin", size)
+    warm = d.download(url + "?warm", "dl", "--to", str(d.base / "warm.bin"))  # loads libcurl first
+    assert d.cli("transfer", "wait", warm, "--timeout", "60s", timeout=90).returncode == 0
+    before = write_calls(d.proc.pid)
+    dest = d.base / "gathered.bin"
+    tid = d.download(url, "dl", "--sha256", digest, "--to", str(dest))
+    r = d.cli("transfer", "wait", tid, "--timeout", "60s", timeout=90)
+    assert r.returncode == 0, r.stdout + r.stderr
+    writes = write_calls(d.proc.pid) - before
+    assert sha256_file(dest) == digest and dest.stat().st_size == size
+    # 65 body writes, and the API's answers, the log and the database's: well under the 1024
+    # that one write per 16 KiB would take.
+    assert writes < 400, f"{writes} write calls for a 16 MiB download"

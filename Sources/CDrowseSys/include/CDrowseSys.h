@@ -5,6 +5,15 @@
 #include <sys/types.h>
 #include <malloc.h>   /* mallopt, malloc_trim (DrowseSystem's MallocBounds); not in the Glibc module */
 
+/// Gives back this process's resident pages of the read-only segments (code and constants) of
+/// every shared library it has loaded, with MADV_DONTNEED: not the program's own, not the vDSO.
+/// Those pages hold the file's bytes and were never written (a library with text relocations
+/// is skipped; RELRO lies in writable segments, which are never touched), so the next use
+/// faults them back from the page cache, or from the disk if the kernel reclaimed them
+/// meanwhile: nothing is lost. A debugger's breakpoints in a library are. Safe from any thread
+/// at any time. Returns the bytes advised (resident or not), or -1.
+long drowse_release_library_code(void);
+
 /// Starts `path` in a new process group with the given stdio descriptors, working
 /// directory and (when `set_ids` is non-zero) user, group and supplementary groups.
 /// The child is made with clone(CLONE_VM | CLONE_VFORK), as posix_spawn does (no copy of the
