@@ -32,12 +32,16 @@ package enum SpawnHelper {
         return own
     }
 
-    /// A regular executable file owned by root or this user, writable by nobody else.
+    /// A regular executable file owned by root or this user, writable by nobody else, in a
+    /// folder that nobody else may change either (or the file could be swapped after the check).
     static func trusted(_ path: String) -> Bool {
-        var st = stat()
-        guard stat(path, &st) == 0, st.st_mode & S_IFMT == S_IFREG, st.st_mode & 0o111 != 0,
-              st.st_mode & 0o022 == 0, st.st_uid == 0 || st.st_uid == geteuid() else { return false }
-        return true
+        func ownedAndClosed(_ p: String, file: Bool) -> Bool {
+            var st = stat()
+            guard stat(p, &st) == 0, st.st_mode & 0o022 == 0, st.st_uid == 0 || st.st_uid == geteuid() else { return false }
+            return file ? st.st_mode & S_IFMT == S_IFREG && st.st_mode & 0o111 != 0 : st.st_mode & S_IFMT == S_IFDIR
+        }
+        guard let slash = path.lastIndex(of: "/") else { return false }
+        return ownedAndClosed(path, file: true) && ownedAndClosed(String(path[..<slash]), file: false)
     }
 
     /// Its pid while it runs.
