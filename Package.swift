@@ -29,6 +29,9 @@ let package = Package(
         // libcurl's API through a table filled by dlopen when the first transfer starts: an idle
         // drowsed does not map libcurl and its dependencies (headers: libcurl4-openssl-dev).
         .target(name: "CCurl", linkerSettings: [.linkedLibrary("dl")]),
+        // The MQTT session's inbound gate: bounds each packet libmosquitto reads before it
+        // allocates for it (docs/architecture.md, "The MQTT inbound gate").
+        .target(name: "CMQTTGate", linkerSettings: [.linkedLibrary("dl")]),
 
         // No I/O, no C: models, config, planner, state machines.
         .target(name: "DrowseCore"),
@@ -48,7 +51,7 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ]),
         .target(name: "DrowseMQTT", dependencies: [
-            "DrowseCore", "DrowseSystem", "CMosquitto",
+            "DrowseCore", "DrowseSystem", "CMosquitto", "CMQTTGate",
             .product(name: "Logging", package: "swift-log"),
         ]),
         .target(name: "DrowseAgent", dependencies: [

@@ -112,6 +112,7 @@ package struct AgentParts {
             logger: logger)
         notifications.metrics = metrics
         notifications.groups = config.mqtt?.groups ?? []
+        notifications.maxPayload = config.notifications.maxPayload
         notifications.runs = handlers
         notifications.downloads = transfers
         notifications.windows = fetch

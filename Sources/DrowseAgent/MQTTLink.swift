@@ -86,11 +86,12 @@ struct FleetStatusState {
             }
         }
         let statusTopic = Topics.status(prefix: m.topicPrefix, device: config.deviceID)
-        let options = MQTTSessionOptions(
+        var options = MQTTSessionOptions(
             host: m.host, port: m.port, clientID: m.clientID, keepalive: Int(m.keepalive.seconds), tls: m.tls,
             username: m.username, password: password, caFile: m.caFile, certFile: m.certFile, keyFile: m.keyFile,
             will: (statusTopic, Array(FleetStatus.offlineJSON(apps: registry.ids, version: Agent.version, groups: m.groups).serialized.utf8)),
             moreBrokers: m.brokers.dropFirst().map { ($0.host, $0.port) })
+        options.maxPacket = MQTTSessionOptions.packetBound(maxPayload: config.notifications.maxPayload)
         let (stream, continuation) = AsyncStream<MQTTSessionEvent>.makeStream()
         sessionEvents = continuation
         let session = MQTTSession(options: options, logger: logger) { continuation.yield($0) }
@@ -131,6 +132,8 @@ struct FleetStatusState {
         case .message(let topic, let payload, let receipt):
             // The PUBACK leaves only after the record is on disk (or a refusal, which is final).
             notifications.settle(notifications.receive(topic: topic, payload: payload)) { $0 ? receipt.acknowledge() : receipt.reject() }
+        case .oversized(let topic, let bytes, let receipt):
+            notifications.settle(notifications.receiveOversized(topic: topic, bytes: bytes)) { $0 ? receipt.acknowledge() : receipt.reject() }
         }
     }
 

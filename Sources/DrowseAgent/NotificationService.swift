@@ -53,6 +53,8 @@ extension Store: NotificationStore {}
     let deviceID: String
     /// `[mqtt] groups`: notifications on these groups' topics are the device's too.
     package var groups: [String] = []
+    /// `[notifications] max_payload`.
+    package var maxPayload = Notification.maxBytes
     let logger: Logger
     /// Notifications by outcome and refusals by reason are counted here (the agent hands over its own).
     package var metrics = AgentMetrics()
@@ -99,8 +101,8 @@ extension Store: NotificationStore {}
             refuse("no valid app '\(LogText.escape(appID))'", app: nil, .unknownApp)
             return .acknowledge
         }
-        guard payload.count <= Notification.maxBytes else {
-            refuse("payload of \(payload.count) bytes is over the \(Notification.maxBytes)-byte limit", app: appID, .tooLarge)
+        guard payload.count <= maxPayload else {
+            refuse("payload of \(payload.count) bytes is over the \(maxPayload)-byte limit", app: appID, .tooLarge)
             return .acknowledge
         }
         // Signed notifications: when the app has a public key, nothing else is accepted.
@@ -126,7 +128,7 @@ extension Store: NotificationStore {}
             return .acknowledge
         }
         let note: Notification
-        do { note = try Notification.parse(body) } catch {
+        do { note = try Notification.parse(body, maxBytes: maxPayload) } catch {
             refuse(error.description, app: appID, .malformed)
             return .acknowledge
         }
@@ -202,6 +204,18 @@ extension Store: NotificationStore {}
                 ack(ok)
             }
         }
+    }
+
+    /// A PUBLISH over the session's packet bound: its payload was dropped as it arrived
+    /// (`MQTTSessionEvent.oversized`). Refused for good, so the broker does not send it again.
+    package func receiveOversized(topic: String, bytes: Int) -> Settlement {
+        guard let appID = Topics.app(inNotifyTopic: topic, prefix: topicPrefix, device: deviceID, groups: groups) else {
+            unexpected(topic: topic)
+            return .acknowledge
+        }
+        metrics.notification(.received)
+        refuse("payload of \(bytes) bytes is over the \(maxPayload)-byte limit (dropped as it arrived, never held)", app: appID, .tooLarge)
+        return .acknowledge
     }
 
     func refuse(_ why: String, app: String?, _ reason: AgentMetrics.RefusalReason) {

@@ -54,6 +54,9 @@ package struct MainConfig: Sendable, Equatable {
         /// Notifications one app may have waiting (deferred, or waiting for their rollout delay);
         /// past it the oldest lowest-priority one is dropped, as APNs keeps only the latest.
         package var maxDeferred: Int = 64
+        /// The largest notification payload (bytes, as published: a signed one whole). It also
+        /// bounds every MQTT packet before it is read (`MQTTSessionOptions.packetBound`).
+        package var maxPayload: Int = Notification.maxBytes
     }
 
     package struct MQTTConfig: Sendable, Equatable {
@@ -268,6 +271,7 @@ package struct MainConfig: Sendable, Equatable {
         if var n = try r.table("notifications") {
             notifications.maxPerHour = try n.integer("max_per_hour", in: 1...10000) ?? 12
             notifications.maxDeferred = try n.integer("max_deferred", in: 1...10000) ?? 64
+            notifications.maxPayload = try n.integer("max_payload", in: 256...65536) ?? Notification.maxBytes
             try n.rejectUnknown()
         }
         var lifecycle = LifecycleConfig()

@@ -1,5 +1,6 @@
 /// A notification payload as received over MQTT, checked (docs/contract.md, "Notifications over MQTT").
 package struct Notification: Sendable, Equatable {
+    /// The default of `[notifications] max_payload`.
     package static let maxBytes = 4096
 
     package var payload: JSON
@@ -22,14 +23,14 @@ package struct Notification: Sendable, Equatable {
     }
 
     package enum Refusal: Error, Equatable, CustomStringConvertible {
-        case tooLarge(Int)
+        case tooLarge(Int, limit: Int)
         case notJSON(String)
         case notAnObject
         case badKey(String, String)
 
         package var description: String {
             switch self {
-            case .tooLarge(let n): "payload of \(n) bytes is over the \(Notification.maxBytes)-byte limit"
+            case .tooLarge(let n, let limit): "payload of \(n) bytes is over the \(limit)-byte limit"
             case .notJSON(let why): "payload is not JSON (\(why))"
             case .notAnObject: "payload is not a JSON object"
             case .badKey(let key, let why): "key '\(key)' \(why)"
@@ -38,8 +39,8 @@ package struct Notification: Sendable, Equatable {
     }
 
     /// Checks a raw payload strictly.
-    package static func parse(_ bytes: [UInt8]) throws(Refusal) -> Notification {
-        guard bytes.count <= maxBytes else { throw .tooLarge(bytes.count) }
+    package static func parse(_ bytes: [UInt8], maxBytes: Int = Notification.maxBytes) throws(Refusal) -> Notification {
+        guard bytes.count <= maxBytes else { throw .tooLarge(bytes.count, limit: maxBytes) }
         let json: JSON
         do { json = try JSON.parse(bytes: bytes, maxDepth: 32) } catch { throw .notJSON(error.description) }
         guard case .object = json else { throw .notAnObject }

@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import CMosquitto
+import CMQTTGate
 import DrowseCore
 import DrowseSystem
 import Logging
@@ -65,7 +66,9 @@ extension MQTTSession {
                 }
                 let probeAt = fds.count
                 if probeFD >= 0 { fds.append(pollfd(fd: probeFD, events: Int16(POLLOUT), revents: 0)) }
-                let timeoutMS: Int32 = timerAt.map { Int32(max(0, min(Double(Int32.max / 2), ($0 - now()) * 1000)).rounded(.up)) } ?? -1
+                // What the gate already holds is read at once: the socket may have nothing more.
+                let held = sock >= 0 && ctx.gate.map { drowse_mqtt_gate_ready($0) > 0 } == true
+                let timeoutMS: Int32 = held ? 0 : timerAt.map { Int32(max(0, min(Double(Int32.max / 2), ($0 - now()) * 1000)).rounded(.up)) } ?? -1
                 let n = poll(&fds, nfds_t(fds.count), timeoutMS)
                 if n < 0 && errno != EINTR { logger.error("mqtt: poll failed: \(String(cString: strerror(errno)))"); break }
 
@@ -90,8 +93,8 @@ extension MQTTSession {
                 if probeFD >= 0, fds.count > probeAt, fds[probeAt].revents != 0 { probeFinished() }
                 if sock >= 0, fds.count > 1, machine.isOpen {
                     let re = fds[1].revents
-                    if re & Int16(POLLIN | POLLHUP | POLLERR) != 0 {
-                        let rc = mosquitto_loop_read(mosq, 1)
+                    if held || re & Int16(POLLIN | POLLHUP | POLLERR) != 0 {
+                        let rc = gatedRead(sock)
                         perform(machine.packetReceived(now: now()))
                         // A refused CONNACK also fails the read: the refusal says more.
                         if let connack = ctx.connack {
@@ -130,6 +133,14 @@ extension MQTTSession {
             stopDone?()
         }
 
+        /// `mosquitto_loop_read` with the inbound gate between libmosquitto and the socket.
+        func gatedRead(_ sock: Int32) -> Int32 {
+            guard let gate = ctx.gate else { return mosquitto_loop_read(mosq, 1) }
+            drowse_mqtt_gate_enter(gate, sock, options.tls ? 1 : 0)
+            defer { drowse_mqtt_gate_leave() }
+            return mosquitto_loop_read(mosq, 1)
+        }
+
         /// Carries out `actions`; what an action's I/O reports back is fed to the machine and its
         /// actions run after the rest of the batch (so a later `setTimer` wins).
         func perform(_ actions: [MQTTConnectionMachine.Action]) {
@@ -148,6 +159,8 @@ extension MQTTSession {
             case .connect:
                 ctx.connack = nil
                 ctx.lostReason = nil
+                ctx.delivered = 0
+                if let gate = ctx.gate { drowse_mqtt_gate_reset(gate) }
                 let broker = options.brokers[machine.brokerToConnect]
                 session.brokerInUse.store(machine.brokerToConnect, ordering: .relaxed)
                 // Non-blocking: the TCP connect completes (or fails) in this loop's poll, and the

@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import CMosquitto
+import CMQTTGate
 import DrowseCore
 import DrowseSystem
 import Logging
@@ -23,6 +24,14 @@ package struct MQTTSessionOptions: Sendable {
     /// Every broker, the preferred (`host`, `port`) first; the others are used when it is lost
     /// (see `MQTTConnectionMachine`). One client id, credentials and TLS setting for all.
     package var brokers: [(host: String, port: Int)]
+    /// The largest remaining length of a packet from the broker that libmosquitto may read
+    /// (`[notifications] max_payload` plus room for the topic): a PUBLISH over it is cut to its
+    /// topic and refused, anything else over it fails the connection (`CMQTTGate`).
+    package var maxPacket: Int = MQTTSessionOptions.packetBound(maxPayload: 4096)
+
+    /// The bound for notifications of up to `maxPayload` bytes: the payload, the topic (up to
+    /// 1 KiB: drowse's own topics are far shorter) and the packet id.
+    package static func packetBound(maxPayload: Int) -> Int { maxPayload + 1024 + 4 }
 
     package init(host: String, port: Int, clientID: String, keepalive: Int, tls: Bool = false, username: String? = nil,
                 password: String? = nil, caFile: String? = nil, certFile: String? = nil, keyFile: String? = nil,
@@ -50,6 +59,9 @@ package enum MQTTSessionEvent: Sendable {
     /// message is recorded (or refused), so the broker never counts as delivered what a crash
     /// could still lose.
     case message(topic: String, payload: [UInt8], receipt: MQTTReceipt)
+    /// A PUBLISH whose packet was over `maxPacket`: its payload (`bytes` long) was dropped as it
+    /// arrived, never held. Settle the receipt like a message's (a refusal acknowledges it).
+    case oversized(topic: String, bytes: Int, receipt: MQTTReceipt)
     /// The keepalive was due and libmosquitto was asked to send PINGREQ (for the metrics).
     case pingSent
 }
@@ -206,11 +218,24 @@ package final class MQTTSession: Sendable {
         var lostReason: String?
         /// SUBACKs that arrived during the last loop call: message id and granted QoS codes.
         var subacks: [(mid: Int32, granted: [Int32])] = []
-        init(_ s: MQTTSession) { session = s }
+        /// The inbound gate of the connection, and the QoS 0/1 messages delivered on it so far.
+        let gate: OpaquePointer?
+        var delivered: UInt64 = 0
+        init(_ s: MQTTSession) {
+            session = s
+            gate = drowse_mqtt_gate_new(UInt32(clamping: s.options.maxPacket))
+        }
+        deinit { if let gate { drowse_mqtt_gate_free(gate) } }
     }
 
     private func run() {
         let ctx = Context(self)
+        guard ctx.gate != nil else {
+            // Without the gate one packet could take all the board's memory: no session.
+            logger.error("mqtt: cannot allocate the inbound gate; MQTT is off")
+            waitForStop()
+            return
+        }
         guard let mosq = makeClient(ctx) else {
             // Nothing to connect with: still answer `stop`, so the owner's shutdown does not hang.
             waitForStop()
@@ -250,7 +275,11 @@ package final class MQTTSession: Sendable {
             let ctx = Unmanaged<Context>.fromOpaque(obj!).takeUnretainedValue()
             guard let m = msg?.pointee else { return }
             let topic = String(cString: m.topic)
-            let payload = m.payloadlen > 0 ? Array(UnsafeRawBufferPointer(start: m.payload, count: Int(m.payloadlen))) : []
+            var oversized: UInt64 = 0
+            if m.qos < 2 {
+                ctx.delivered += 1
+                if let gate = ctx.gate, drowse_mqtt_gate_take_oversized(gate, ctx.delivered, &oversized) == 0 { oversized = 0 }
+            }
             let receipt: MQTTReceipt
             if m.qos > 0 {
                 let connection = ctx.session.receipts.withLock { r -> Int in r.unsettled += 1; return r.connection }
@@ -258,6 +287,11 @@ package final class MQTTSession: Sendable {
             } else {
                 receipt = MQTTReceipt(nil, connection: 0)
             }
+            if oversized > 0 {
+                ctx.session.onEvent(.oversized(topic: topic, bytes: Int(clamping: oversized), receipt: receipt))
+                return
+            }
+            let payload = m.payloadlen > 0 ? Array(UnsafeRawBufferPointer(start: m.payload, count: Int(m.payloadlen))) : []
             ctx.session.onEvent(.message(topic: topic, payload: payload, receipt: receipt))
         }
         return mosq

@@ -60,20 +60,20 @@ struct NotificationTests {
         #expect(atLimit.count == 4096)
         #expect(try Notification.parse(atLimit).raw.count == 4096)
         let over = Self.payload(ofSize: 4097)
-        #expect(refusal(bytes: over) == .tooLarge(4097))
+        #expect(refusal(bytes: over) == .tooLarge(4097, limit: 4096))
     }
 
     @Test("the size is checked before parsing, so huge junk is refused as too large")
     func sizeBeforeParsing() {
         let junk = [UInt8](repeating: 0xFF, count: 1 << 20)
-        #expect(refusal(bytes: junk) == .tooLarge(1 << 20))
+        #expect(refusal(bytes: junk) == .tooLarge(1 << 20, limit: 4096))
     }
 
     @Test("the limit counts bytes, not characters")
     func sizeInBytes() {
         // 1400 three-byte characters: 1400 characters, but 4200 + 10 bytes.
         let text = "{\"pad\":\"" + String(repeating: "€", count: 1400) + "\"}"
-        #expect(refusal(text) == .tooLarge(text.utf8.count))
+        #expect(refusal(text) == .tooLarge(text.utf8.count, limit: 4096))
     }
 
     // MARK: - Not JSON / not an object
@@ -212,7 +212,7 @@ struct NotificationTests {
 
     @Test("refusals read as one line")
     func descriptions() {
-        #expect(Notification.Refusal.tooLarge(5000).description == "payload of 5000 bytes is over the 4096-byte limit")
+        #expect(Notification.Refusal.tooLarge(5000, limit: 4096).description == "payload of 5000 bytes is over the 4096-byte limit")
         #expect(Notification.Refusal.notJSON("x").description == "payload is not JSON (x)")
         #expect(Notification.Refusal.notAnObject.description == "payload is not a JSON object")
         #expect(Notification.Refusal.badKey("priority", "must be 5 or 10").description == "key 'priority' must be 5 or 10")

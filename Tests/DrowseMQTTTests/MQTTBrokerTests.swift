@@ -14,6 +14,7 @@ final class SessionEvents: Sendable {
         case connected
         case disconnected
         case message(topic: String, payload: String)
+        case oversized(topic: String, bytes: Int)
     }
 
     let seen = Mutex<[Seen]>([])
@@ -25,8 +26,13 @@ final class SessionEvents: Sendable {
         case .connected: seen.withLock { $0.append(.connected) }
         case .disconnected: seen.withLock { $0.append(.disconnected) }
         case .pingSent: break
+        case .oversized(let topic, let bytes, let receipt):
+            seen.withLock { $0.append(.oversized(topic: topic, bytes: bytes)) }
+            receipt.acknowledge()
         case .message(let topic, let payload, let receipt):
-            seen.withLock { $0.append(.message(topic: topic, payload: String(decoding: payload, as: UTF8.self))) }
+            // A long payload is kept as its size: a failed expectation prints what was seen.
+            let text = payload.count > 256 ? "<\(payload.count) bytes>" : String(decoding: payload, as: UTF8.self)
+            seen.withLock { $0.append(.message(topic: topic, payload: text)) }
             if rejectNext.load(ordering: .relaxed) > 0 {
                 rejectNext.subtract(1, ordering: .relaxed)
                 receipt.reject()
@@ -120,6 +126,62 @@ struct MQTTBrokerTests {
         // Acknowledged the second time: it is not delivered a third time.
         try await Task.sleep(for: .milliseconds(500))
         #expect(events.count(m) == 2)
+        await session.stop()
+        broker.stop()
+    }
+
+    /// The peak resident memory of this process since the last `resetPeak` (VmHWM, bytes).
+    static func peakResident() throws -> Int {
+        let status = try String(contentsOfFile: "/proc/self/status", encoding: .utf8)
+        let line = status.split(separator: "\n").first { $0.hasPrefix("VmHWM:") } ?? ""
+        return (Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0) * 1024
+    }
+
+    static func resetPeak() throws { try "5".write(toFile: "/proc/self/clear_refs", atomically: false, encoding: .utf8) }
+
+    @Test("a PUBLISH over the packet bound is cut as it arrives: refused once, never held in memory, the rest served")
+    func oversizedIsCutNotHeld() async throws {
+        let port = try freePort()
+        let broker = try Broker(port: port)
+        try await broker.start()
+        let events = SessionEvents()
+        let (logger, _) = CapturingLogHandler.logger()
+        let topic = "drowse/test/notify/big"
+        let session = makeSession(port: port, events: events, logger: logger, topics: [topic])
+        session.start()
+        try await waitUntil(10, "the connection") { session.connected }
+        try await waitUntil(5, "the subscription") { broker.log.contains(topic) }
+        // The big one comes from another process (mosquitto_pub), so this process's peak is the session's.
+        let dir = try makeTempDir()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let file = dir + "/big"
+        try Data(repeating: UInt8(ascii: "x"), count: 48 << 20).write(to: URL(fileURLWithPath: file))
+        try publish(port, topic, "before")
+        try await waitUntil(10, "the first message") { events.count(.message(topic: topic, payload: "before")) == 1 }
+        try Self.resetPeak()
+        let before = try Self.peakResident()
+        let pub = Process()
+        pub.executableURL = URL(fileURLWithPath: "/usr/bin/mosquitto_pub")
+        pub.arguments = ["-h", "127.0.0.1", "-p", String(port), "-q", "1", "-t", topic, "-f", file]
+        try pub.run()
+        pub.waitUntilExit()
+        #expect(pub.terminationStatus == 0)
+        try publish(port, topic, "after")
+        try await waitUntil(30, "the message after the big one") { events.count(.message(topic: topic, payload: "after")) == 1 }
+        let grown = try Self.peakResident() - before
+        #expect(events.all.filter { $0 != .connected } == [
+            .message(topic: topic, payload: "before"), .oversized(topic: topic, bytes: 48 << 20), .message(topic: topic, payload: "after"),
+        ])
+        // Without the gate libmosquitto holds the whole packet, and the session a copy of it.
+        #expect(grown < 4 << 20, "peak resident memory grew by \(grown) bytes")
+        // Acknowledged: a new connection does not get it again.
+        broker.stop()
+        try await waitUntil(10, "the session to notice the broker is gone") { !session.connected }
+        try await broker.start()
+        try await waitUntil(20, "the reconnect") { session.connected }
+        try publish(port, topic, "later")
+        try await waitUntil(10, "a message after the reconnect") { events.count(.message(topic: topic, payload: "later")) == 1 }
+        #expect(events.all.filter { if case .oversized = $0 { return true } else { return false } }.count == 1)
         await session.stop()
         broker.stop()
     }
