@@ -81,8 +81,9 @@ struct FleetStatusState {
         guard let m = config.mqtt else { return }
         var password: String?
         if let file = m.passwordFile {
-            do { password = String(try FileSystem.readText(file, limit: 4096).trimmingSpaces()) } catch {
-                logger.error("mqtt: cannot read password_file: \(error)")
+            // Checked at start too (drowsed refuses to start); read again here the same way.
+            do { password = String(String(decoding: try FileSystem.readSecretFile(file, limit: 4096).bytes, as: UTF8.self).trimmingSpaces()) } catch {
+                logger.error("mqtt: password_file \(file) \(error.reason); connecting without it")
             }
         }
         let statusTopic = Topics.status(prefix: m.topicPrefix, device: config.deviceID)

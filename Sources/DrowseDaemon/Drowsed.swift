@@ -112,6 +112,17 @@ struct Drowsed: AsyncParsableCommand {
         } catch let e as RefusedFile {
             Self.fail("\(path): \(e.reason)")
         }
+        // The MQTT password file: refused here, at start and by --check-config alike.
+        if let file = mainConfig.mqtt?.passwordFile {
+            do {
+                if try FileSystem.readSecretFile(file, limit: 4096).othersMayRead {
+                    let warning = "\(file): [mqtt] password_file may be read by every user; chmod o-r it"
+                    if checkConfig { StandardStream.error("drowsed: warning: \(LogText.escape(warning))\n") } else { logger.warning("\(warning)") }
+                }
+            } catch {
+                Self.fail("\(path): [mqtt] password_file \(file) \(error.reason)")
+            }
+        }
         if checkConfig {
             Self.checkApps(mainConfig)
             return

@@ -44,7 +44,7 @@ extension FileSystem {
         return out
     }
 
-    private static func checkRegular(_ st: stat, limit: Int) throws(RefusedFile) {
+    static func checkRegular(_ st: stat, limit: Int) throws(RefusedFile) {
         let kind: String
         switch st.st_mode & S_IFMT {
         case S_IFREG:
@@ -67,5 +67,43 @@ extension FileSystem {
         if n >= 1 << 20, n % (1 << 20) == 0 { return "\(n >> 20) MiB" }
         if n >= 1 << 10, n % (1 << 10) == 0 { return "\(n >> 10) KiB" }
         return "\(n) bytes"
+    }
+}
+
+extension FileSystem {
+    /// A secret drowsed reads for itself (`[mqtt] password_file`), as sshd's StrictModes would
+    /// have it: the name itself may not be a symlink (O_NOFOLLOW: root must not send
+    /// /etc/shadow because a user linked it), it must be a regular file (opened non-blocking, so
+    /// a FIFO cannot hold the daemon), owned by root or drowsed's own user, and writable by
+    /// nobody else. Returns the bytes and whether others may read the file (worth a warning).
+    package static func readSecretFile(_ path: String, limit: Int) throws(RefusedFile) -> (bytes: [UInt8], othersMayRead: Bool) {
+        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)
+        guard fd >= 0 else {
+            if errno == ELOOP { throw RefusedFile("is a symbolic link; a secret must be the file itself") }
+            throw RefusedFile("cannot read: \(String(cString: strerror(errno)))")
+        }
+        defer { Sys.close(fd, ignoringErrors: .nothingToFlush) }
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { throw RefusedFile("cannot read: \(String(cString: strerror(errno)))") }
+        try checkRegular(st, limit: limit)
+        guard st.st_uid == 0 || st.st_uid == geteuid() else {
+            throw RefusedFile("is owned by uid \(st.st_uid); a secret must belong to root or to drowsed's user (uid \(geteuid()))")
+        }
+        guard st.st_mode & (S_IWGRP | S_IWOTH) == 0 else {
+            throw RefusedFile("may be written by others (mode \(String(st.st_mode & 0o7777, radix: 8))); chmod go-w it")
+        }
+        var out: [UInt8] = []
+        var buf = [UInt8](repeating: 0, count: 4096)
+        while out.count <= limit {
+            let n = buf.withUnsafeMutableBytes { read(fd, $0.baseAddress, min($0.count, limit + 1 - out.count)) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw RefusedFile("cannot read: \(String(cString: strerror(errno)))")
+            }
+            if n == 0 { break }
+            out.append(contentsOf: buf[0..<n])
+        }
+        guard out.count <= limit else { throw RefusedFile("larger than \(byteCount(limit)); refused rather than read in part") }
+        return (out, st.st_mode & S_IROTH != 0)
     }
 }
