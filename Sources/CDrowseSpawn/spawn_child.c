@@ -38,7 +38,11 @@ int drowse_internal_spawn_child(void *p) {
     } else {
         for (int s = 1; s < NSIG; s++) sigaction(s, &dfl, NULL);
     }
-    if (setpgid(0, 0) != 0) SPAWN_FAIL(a);
+    if (a->set_ids & DROWSE_SPAWN_NEW_SESSION) {
+        if (setsid() < 0) SPAWN_FAIL(a);
+    } else if (setpgid(0, 0) != 0) {
+        SPAWN_FAIL(a);
+    }
     if (dup2(a->stdin_fd, 0) < 0 || dup2(a->stdout_fd, 1) < 0 || dup2(a->stderr_fd, 2) < 0) SPAWN_FAIL(a);
     /* Into the run's cgroup before anything of the handler runs, and while still privileged
        (the app's user may not write cgroup.procs): from here on its whole tree is in the leaf. */
@@ -47,7 +51,7 @@ int drowse_internal_spawn_child(void *p) {
         if (write(a->cgroup_fd, "0", 1) != 1) SPAWN_FAIL(a);
         a->step = DROWSE_SPAWN_STEP_OTHER;
     }
-    if (a->set_ids) {
+    if (a->set_ids & 1) {
 #if defined(SYS_setresuid32)
         /* 32-bit ARM and x86: the plain calls take 16-bit ids. */
         if (syscall(SYS_setgroups32, (size_t)a->ngroups, a->groups) != 0) SPAWN_FAIL(a);
@@ -94,6 +98,7 @@ int drowse_internal_spawn_child(void *p) {
         if (syscall(SYS_prlimit64, 0, RLIMIT_DATA, &rl, NULL) != 0) SPAWN_FAIL(a);
     }
     a->step = DROWSE_SPAWN_STEP_OTHER;
+    if ((a->set_ids & DROWSE_SPAWN_NO_NEW_PRIVS) && syscall(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1UL, 0UL, 0UL, 0UL) != 0) SPAWN_FAIL(a);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);

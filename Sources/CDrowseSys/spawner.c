@@ -176,7 +176,7 @@ static int spawner_call(struct spawn_args *a, int cgroup_dir, pid_t *pid) {
     req.set_ids = a->set_ids;
     req.uid = a->uid;
     req.gid = a->gid;
-    req.ngroups = a->set_ids ? a->ngroups : 0;
+    req.ngroups = (a->set_ids & 1) ? a->ngroups : 0;
     req.has_cwd = a->cwd != NULL;
     req.nproc_limit = a->nproc_limit;
     req.data_limit = a->data_limit;

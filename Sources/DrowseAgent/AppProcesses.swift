@@ -189,6 +189,7 @@ import Logging
     /// A process of the app is about to start: its own cgroup leaf (returned) and the app's
     /// limits, on the cgroup where the tree can hold them, else as rlimits in the request.
     func prepare(_ app: AppDefinition, _ request: inout LaunchRequest, name: String) -> String? {
+        request.allowPrivilegeGain = app.allowPrivilegeGain
         // The spare, unless it has gone meanwhile (a stat costs far less than making a leaf).
         let spare = name == "run" ? spareLeaves.removeValue(forKey: app.id).flatMap { access($0, F_OK) == 0 ? $0 : nil } : nil
         let leaf = spare ?? newLeaf(app.id, name)

@@ -36,6 +36,9 @@ package struct AppDefinition: Sendable, Equatable {
     package var alwaysActive = false
     /// `[limits]`: overrides of drowse.toml's `[limits]` for this app.
     package var limits = AppLimits.Setting()
+    /// `[process] allow_privilege_gain`: the app's processes may gain privileges through setuid
+    /// programs or file capabilities (no `no_new_privs`). Only for an app whose user is not root.
+    package var allowPrivilegeGain = false
 
     package var isResident: Bool { processCommand != nil }
 
@@ -77,7 +80,7 @@ package struct AppDefinition: Sendable, Equatable {
                 }
             }
             try f.rejectUnknown()
-            if interval != .never, fetchCommand == nil, r.table["process"] == nil {
+            if interval != .never, fetchCommand == nil, !Self.hasProcessCommand(table) {
                 throw f.error("command", "missing, but minimum_interval asks for fetches (and there is no [process] to send them to)")
             }
         }
@@ -102,10 +105,16 @@ package struct AppDefinition: Sendable, Equatable {
         }
         var process: [String]?
         var alwaysActive = false
+        var allowPrivilegeGain = false
         if var p = try r.table("process") {
-            guard let c = try p.command("command") else { throw p.error("command", "missing: [process] needs the command to run") }
-            process = c
-            alwaysActive = try p.bool("always_active") ?? false
+            // A [process] of only allow_privilege_gain applies to handlers; anything else is a resident process.
+            allowPrivilegeGain = try p.bool("allow_privilege_gain") ?? false
+            if let c = try p.command("command") {
+                process = c
+                alwaysActive = try p.bool("always_active") ?? false
+            } else if try p.bool("always_active") != nil {
+                throw p.error("command", "missing: [process] needs the command to run")
+            }
             try p.rejectUnknown()
         }
         var limits = AppLimits.Setting()
@@ -124,7 +133,17 @@ package struct AppDefinition: Sendable, Equatable {
             id: id, file: file, idLine: table.line(of: "id"), user: user, workingDirectory: wd, fetchCommand: resolved(fetchCommand),
             fetchInterval: interval, notificationCommand: resolved(notificationCommand),
             notificationPublicKey: publicKey, allowDownload: allowDownload, eventsCommand: resolved(events),
-            sendsLaunchEvents: launchEvents, processCommand: resolved(process), alwaysActive: alwaysActive, limits: limits)
+            sendsLaunchEvents: launchEvents, processCommand: resolved(process), alwaysActive: alwaysActive, limits: limits,
+            allowPrivilegeGain: allowPrivilegeGain)
+    }
+}
+
+extension AppDefinition {
+    /// Whether the file has `[process] command` (a [process] of only allow_privilege_gain does not
+    /// make a resident app).
+    static func hasProcessCommand(_ table: TOMLTable) -> Bool {
+        guard case .table(let p)? = table["process"] else { return false }
+        return p["command"] != nil
     }
 }
 

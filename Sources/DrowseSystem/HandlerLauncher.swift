@@ -26,6 +26,9 @@ package struct LaunchRequest: Sendable {
     /// (per user) and RLIMIT_DATA (bytes); nil leaves them as inherited.
     package var processLimit: Int?
     package var dataLimit: Int64?
+    /// `[process] allow_privilege_gain`: without it a handler not run as root starts with
+    /// `no_new_privs` (setuid programs and file capabilities give it nothing).
+    package var allowPrivilegeGain = false
 
     package init(app: String, event: HandlerEvent, argv: [String], user: String?, workingDirectory: String?,
                 environment: [String: String], stdin: [UInt8], deadline: Double, killGrace: Double = 2,
@@ -201,6 +204,11 @@ package struct ProcessLauncher: HandlerLaunching {
             }
         }
 
+        // Every handler leads a session of its own, with no controlling terminal (it cannot open
+        // drowsed's /dev/tty); one not run as root cannot gain privileges unless its app allows it.
+        setIDs |= DROWSE_SPAWN_NEW_SESSION
+        let runsAsRoot = setIDs & 1 != 0 ? uid == 0 : geteuid() == 0
+        if !runsAsRoot, !req.allowPrivilegeGain { setIDs |= DROWSE_SPAWN_NO_NEW_PRIVS }
         let envStrings = env.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
         var pid: pid_t = 0
         var failedStep: Int32 = 0

@@ -20,6 +20,9 @@
 #ifndef CLONE_PARENT
 #define CLONE_PARENT 0x00008000
 #endif
+#ifndef PR_SET_NO_NEW_PRIVS
+#define PR_SET_NO_NEW_PRIVS 38
+#endif
 #ifndef PR_SET_CHILD_SUBREAPER
 #define PR_SET_CHILD_SUBREAPER 36
 #endif
@@ -32,6 +35,10 @@ enum {
     /// Setting the handler's rlimits failed.
     DROWSE_SPAWN_STEP_LIMITS = 2,
 };
+
+/* Bits of spawn_args.set_ids beside 1 (switch to uid, gid and groups). */
+#define DROWSE_SPAWN_NEW_SESSION 2  /* setsid(): a session of its own, no controlling terminal */
+#define DROWSE_SPAWN_NO_NEW_PRIVS 4 /* PR_SET_NO_NEW_PRIVS before execve */
 
 /* What the child of drowse_spawn needs; it lives on the parent's (suspended) stack. */
 struct spawn_args {
