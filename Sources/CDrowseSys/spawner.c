@@ -19,6 +19,8 @@
 #include "CDrowseSys.h"
 #include "spawn_internal.h"
 #include <errno.h>
+#include <stdio.h>
+#include <sys/stat.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
@@ -39,6 +41,73 @@ static int spawner_fd = -1;
 static pid_t spawner_pid = -1;
 static char spawner_exe[4096];
 static int spawner_restarts; /* in a row without a successful spawn */
+static unsigned long long spawner_refused, spawner_fallbacks;
+static char spawner_refused_why[512];
+
+int drowse_spawner_path_trusted(const char *path, char *why, size_t why_size) {
+    char p[4096];
+    struct stat st;
+    if (!path || path[0] != '/' || strlen(path) >= sizeof p) {
+        snprintf(why, why_size, "not an absolute path");
+        return 0;
+    }
+    strcpy(p, path);
+    uid_t me = geteuid();
+    /* Every folder from / down, then the file: lstat, so a symbolic link anywhere is refused. */
+    for (char *slash = p;; slash = strchr(slash + 1, '/')) {
+        int last = slash == NULL;
+        char saved = 0;
+        if (!last) {
+            saved = slash[1];
+            slash[1] = 0; /* "/", "/usr/", "/usr/libexec/", ... */
+        }
+        const char *at = p;
+        if (lstat(at, &st) != 0) {
+            snprintf(why, why_size, "%s: %s", at, strerror(errno));
+            return 0;
+        }
+        if (st.st_uid != 0 && st.st_uid != me) {
+            snprintf(why, why_size, "%s is owned by uid %u, neither root nor drowsed's user", at, (unsigned)st.st_uid);
+            return 0;
+        }
+        if (last) {
+            if (!S_ISREG(st.st_mode) || !(st.st_mode & 0111)) {
+                snprintf(why, why_size, "%s is not an executable regular file", at);
+                return 0;
+            }
+            if (st.st_mode & 022) {
+                snprintf(why, why_size, "%s may be written by others (mode %o)", at, (unsigned)(st.st_mode & 07777));
+                return 0;
+            }
+            return 1;
+        }
+        if (!S_ISDIR(st.st_mode)) {
+            snprintf(why, why_size, "%s is not a folder (a symbolic link?)", at);
+            return 0;
+        }
+        if ((st.st_mode & 022) && !(st.st_mode & S_ISVTX)) {
+            snprintf(why, why_size, "%s may be changed by others (mode %o)", at, (unsigned)(st.st_mode & 07777));
+            return 0;
+        }
+        slash[1] = saved;
+        if (!saved) {
+            snprintf(why, why_size, "%s names a folder", path);
+            return 0;
+        }
+    }
+}
+
+unsigned long long drowse_spawner_refusals(char *last_why, size_t why_size) {
+    pthread_mutex_lock(&drowse_internal_children_lock);
+    unsigned long long n = spawner_refused;
+    if (last_why && why_size) snprintf(last_why, why_size, "%s", spawner_refused_why);
+    pthread_mutex_unlock(&drowse_internal_children_lock);
+    return n;
+}
+
+unsigned long long drowse_spawner_fallbacks(void) {
+    return __atomic_load_n(&spawner_fallbacks, __ATOMIC_RELAXED);
+}
 
 static int send_request(int fd, const void *buf, size_t len, const int *fds, int nfds) {
     struct iovec iov = { (void *)buf, len };
@@ -76,6 +145,14 @@ static void spawner_drop_locked(void) {
    drowsed's own in-process spawn. Called with the children lock held. 0 or errno. */
 static int spawner_start_locked(void) {
     if (!spawner_exe[0]) return ENOENT;
+    /* Checked before every start: the path is run as root, and a folder on it could have been
+       opened to others since the last start. */
+    char why[sizeof spawner_refused_why];
+    if (!drowse_spawner_path_trusted(spawner_exe, why, sizeof why)) {
+        spawner_refused++;
+        memcpy(spawner_refused_why, why, sizeof why);
+        return EPERM;
+    }
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) return errno;
     char *argv[] = { SPAWNER_NAME, NULL };
@@ -224,6 +301,7 @@ int drowse_internal_spawner_clone3(struct spawn_args *a, int cgroup_dir, pid_t *
     if (a->stdin_fd < 0 || a->stdout_fd < 0 || a->stderr_fd < 0 || cgroup_dir < 0) return 1;
     if (spawner_fd < 0) {
         spawner_restart_locked();
+        if (spawner_exe[0]) __atomic_add_fetch(&spawner_fallbacks, 1, __ATOMIC_RELAXED);
         return 1;
     }
     int rc = spawner_call(a, cgroup_dir, pid);
@@ -231,6 +309,7 @@ int drowse_internal_spawner_clone3(struct spawn_args *a, int cgroup_dir, pid_t *
         /* The helper died, or stopped answering: end it and start another. */
         spawner_drop_locked();
         spawner_restart_locked();
+        __atomic_add_fetch(&spawner_fallbacks, 1, __ATOMIC_RELAXED);
         return 1;
     }
     if (rc == 0) spawner_restarts = 0;

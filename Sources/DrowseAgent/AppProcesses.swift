@@ -34,6 +34,8 @@ import Logging
     var spareLeaves: [String: String] = [:]
     var residentsStopped: [CheckedContinuation<Void, Never>] = []
     var seq = 0
+    /// The spawn helper's refusals and in-process fallbacks already logged.
+    var seenSpawner = (refused: 0, fallbacks: 0)
     var pressureMonitor: MemoryPressureMonitor?
     /// "psi", or why memory pressure is not watched.
     var memoryPressureStatus = "unavailable: not started"
@@ -73,7 +75,13 @@ import Logging
         // tables at each start); without cgroups drowsed's own start shares its memory anyway.
         // DROWSE_SPAWN_HELPER=0 turns it off (deploy/bench-notifications.sh measures both ways).
         if suspension.cgroupBase != nil, launcher is ProcessLauncher, (getenv("DROWSE_SPAWN_HELPER").map { String(cString: $0) } ?? "1") != "0" {
-            if let error = SpawnHelper.start() { logger.warning("handlers start in-process: \(error)") }
+            let chosen = SpawnHelper.choose()
+            for r in chosen.refused { logger.warning("spawn helper refused: \(r)") }
+            if !chosen.refused.isEmpty { logger.warning("spawn helper: running \(chosen.program) in its place") }
+            if let error = SpawnHelper.start(executable: chosen.program) {
+                logger.warning("handlers start in-process: \(error)\(SpawnHelper.refusals.count > 0 ? " (\(SpawnHelper.refusals.last))" : "")")
+            }
+            seenSpawner = (SpawnHelper.refusals.count, SpawnHelper.fallbacks)
         }
     }
 
@@ -216,6 +224,7 @@ import Logging
 
     func handlerStarted(_ app: String, _ run: HandlerRun, leaf: String?) {
         handlerRuns[app, default: [:]][ObjectIdentifier(run)] = run
+        noteSpawnHelper()
         // The next run's leaf, made now that this one has started in its own (off the path to a
         // start); not where runs get no leaf (no cgroups).
         if leaf != nil, spareLeaves[app] == nil { spareLeaves[app] = newLeaf(app, "run") }
@@ -287,6 +296,19 @@ import Logging
         lifecycle.memoryPressure()
     }
 
+    /// Logs what the spawn helper did since the last start: a restart refused (its path no
+    /// longer checks out), handlers started in-process without it. Two counter reads a start.
+    func noteSpawnHelper() {
+        let refusals = SpawnHelper.refusals, fallbacks = SpawnHelper.fallbacks
+        if refusals.count > seenSpawner.refused {
+            logger.warning("spawn helper refused: \(refusals.last); handlers start in-process")
+        }
+        if fallbacks > seenSpawner.fallbacks {
+            logger.warning("spawn helper unavailable: \(fallbacks - seenSpawner.fallbacks) handler(s) started in-process (\(fallbacks) in all)")
+        }
+        seenSpawner = (refusals.count, fallbacks)
+    }
+
     /// `lifecycle` of `drowse status --json`.
     func statusJSON() -> JSON {
         .object([
@@ -294,6 +316,8 @@ import Logging
             ("memory_pressure", .string(memoryPressureStatus)),
             // The spawn helper's pid while it runs (null: handlers start in-process).
             ("spawner_pid", JSON(SpawnHelper.pid.map(Int.init))),
+            ("spawner_refused", JSON(SpawnHelper.refusals.count)),
+            ("spawner_fallbacks", JSON(SpawnHelper.fallbacks)),
         ])
     }
 }

@@ -20,29 +20,42 @@ package enum SpawnHelper {
     /// `bin` folder) or in `../libexec/drowse/` (the package), when it is a regular executable
     /// file only root or this user may change; else this executable itself, run under the
     /// helper's name (the same loop, in a process that maps all of drowsed's libraries).
-    package static func program(self own: String = "/proc/self/exe") -> String {
-        guard let real = realpath(own, nil) else { return own }
+    package static func program(self own: String = "/proc/self/exe") -> String { choose(self: own).program }
+
+    /// The helper's program, and the candidates that exist but were refused, with why (for the log).
+    package static func choose(self own: String = "/proc/self/exe") -> (program: String, refused: [String]) {
+        guard let real = realpath(own, nil) else { return (own, []) }
         defer { free(real) }
         let path = String(cString: real)
-        guard let slash = path.lastIndex(of: "/") else { return own }
+        guard let slash = path.lastIndex(of: "/") else { return (own, []) }
         let dir = String(path[..<slash])
-        for candidate in [dir + "/drowse-spawner", dir + "/../libexec/drowse/drowse-spawner"] where trusted(candidate) {
-            return candidate
+        var refused: [String] = []
+        for candidate in [dir + "/drowse-spawner", dir + "/../libexec/drowse/drowse-spawner"] {
+            guard let resolved = realpath(candidate, nil) else { continue }
+            let canonical = String(cString: resolved)
+            free(resolved)
+            if let why = untrusted(canonical) { refused.append("\(canonical): \(why)") } else { return (canonical, refused) }
         }
-        return own
+        return (path, refused)
     }
 
-    /// A regular executable file owned by root or this user, writable by nobody else, in a
-    /// folder that nobody else may change either (or the file could be swapped after the check).
-    static func trusted(_ path: String) -> Bool {
-        func ownedAndClosed(_ p: String, file: Bool) -> Bool {
-            var st = stat()
-            guard stat(p, &st) == 0, st.st_mode & 0o022 == 0, st.st_uid == 0 || st.st_uid == geteuid() else { return false }
-            return file ? st.st_mode & S_IFMT == S_IFREG && st.st_mode & 0o111 != 0 : st.st_mode & S_IFMT == S_IFDIR
-        }
-        guard let slash = path.lastIndex(of: "/") else { return false }
-        return ownedAndClosed(path, file: true) && ownedAndClosed(String(path[..<slash]), file: false)
+    /// Why `path` may not be run as root for the helper (`drowse_spawner_path_trusted`: the
+    /// file and every folder above it closed to others, no symbolic link), or nil. drowsed
+    /// checks again before every start of the helper.
+    package static func untrusted(_ path: String) -> String? {
+        var why = [CChar](repeating: 0, count: 512)
+        return drowse_spawner_path_trusted(path, &why, why.count) == 1 ? nil : String(cString: why)
     }
+
+    /// Starts refused by that check since drowsed started, and the last reason.
+    package static var refusals: (count: Int, last: String) {
+        var why = [CChar](repeating: 0, count: 512)
+        let n = drowse_spawner_refusals(&why, why.count)
+        return (Int(n), String(cString: why))
+    }
+
+    /// Handlers started in-process while a helper was wanted (it had died or was refused).
+    package static var fallbacks: Int { Int(drowse_spawner_fallbacks()) }
 
     /// Its pid while it runs.
     package static var pid: pid_t? {

@@ -123,3 +123,44 @@ def test_the_helper_is_the_small_program_beside_drowse_else_drowse_itself(make_d
     os.chmod(lone / "drowse-spawner", 0o777)
     d, pid = started_helper(make_drowse, "open")
     assert os.readlink(f"/proc/{pid}/exe") == str(lone / "drowse")
+
+
+def test_a_helper_whose_folder_was_opened_to_others_is_not_restarted(make_drowse, tmp_path, monkeypatch):
+    """The helper is run as root again after it dies: its path is checked before every start, not
+    only the first. A folder on the way that others may change (they could have swapped the
+    program) is refused, logged and counted; handlers start in-process."""
+    program = drowse_e2e.BIN_DIR / "drowse-spawner"
+    if not program.is_file():
+        pytest.skip(f"no {program} (deploy/common.sh build_spawner makes it)")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    os.chmod(tmp_path, 0o755)
+    os.chmod(bin_dir, 0o755)
+    shutil.copy2(drowse_e2e.BIN_DIR / "drowse", bin_dir / "drowse")
+    shutil.copy2(program, bin_dir / "drowse-spawner")
+    os.symlink("drowse", bin_dir / "drowsed")
+    monkeypatch.setattr(drowse_e2e, "DROWSED", bin_dir / "drowsed")
+    d, first = started_helper(make_drowse, "swap")
+    assert os.readlink(f"/proc/{first}/exe") == str(bin_dir / "drowse-spawner")
+    status = d.json("status")["lifecycle"]
+    assert status["spawner_refused"] == 0 and status["spawner_fallbacks"] == 0, status
+
+    # Someone opens the folder and swaps the program; the helper dies.
+    marker = tmp_path / "swapped-program-ran"
+    os.chmod(bin_dir, 0o777)
+    (bin_dir / "drowse-spawner").unlink()
+    (bin_dir / "drowse-spawner").write_text(f"#!/bin/sh\ntouch {marker}\nexit 0\n")
+    os.chmod(bin_dir / "drowse-spawner", 0o755)
+    os.kill(first, signal.SIGKILL)
+    wait_until(lambda: not Path(f"/proc/{first}/comm").exists() or "Z" in Path(f"/proc/{first}/stat").read_text().split(")")[1][:3],
+               5, what="the helper to die")
+    out = d.out_dir("swap")
+    for _ in range(3):
+        assert fetch_ppid(d, "sp", out) == d.proc.pid  # handlers still run
+    time.sleep(0.5)
+    assert not marker.exists(), "the swapped program was run as the helper"
+    status = d.json("status")["lifecycle"]
+    assert status["spawner_pid"] is None, status
+    assert status["spawner_refused"] >= 1, status
+    assert status["spawner_fallbacks"] >= 3, status
+    d.stop()

@@ -49,6 +49,18 @@ void drowse_spawner_stop(void);
 /// The spawn helper's pid, or -1 when none runs.
 pid_t drowse_spawner_pid(void);
 
+/// Whether `path` may be run as root for the helper: absolute, a regular executable file owned
+/// by root or this process's user and writable by nobody else, under folders that are all the
+/// same (a folder others may write is accepted only with the sticky bit: they cannot rename what
+/// is not theirs), with no symbolic link on the way. 1, or 0 with the reason in `why`.
+int drowse_spawner_path_trusted(const char *path, char *why, size_t why_size);
+
+/// Helper starts refused by drowse_spawner_path_trusted (checked before every start, restarts
+/// included), the last reason, and handlers started in-process because no helper ran although
+/// one was wanted. For `drowse status` and the log.
+unsigned long long drowse_spawner_refusals(char *last_why, size_t why_size);
+unsigned long long drowse_spawner_fallbacks(void);
+
 /// Makes this process the subreaper of its descendants (PR_SET_CHILD_SUBREAPER): a handler's
 /// orphans (e.g. a child that called setsid and outlived the handler) become its children, so it
 /// can kill and reap them. Returns 0 or errno.
