@@ -71,7 +71,12 @@ extension TransferService {
         }
         if let d = req.destination {
             guard d.hasPrefix("/") else { throw .badRequest("--to must be an absolute path") }
-            guard FileSystem.isDirectory(ConfigPath.directory(of: d)) else { throw .badRequest("folder of '\(d)' does not exist") }
+            // Whether the folder exists is said only to a caller who could see it anyway: in a
+            // folder closed to the caller, a missing one and a closed one answer alike.
+            let folder = ConfigPath.directory(of: d)
+            if Permissions.canLookUp(folder, by: caller.subject), !FileSystem.isDirectory(folder) {
+                throw .badRequest("folder of '\(d)' does not exist")
+            }
             guard deciders.allSatisfy({ Permissions.canWrite(d, by: $0) }) else {
                 throw APIError(403, "forbidden", "you or the app's user cannot write '\(d)'")
             }

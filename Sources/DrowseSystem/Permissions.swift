@@ -43,6 +43,11 @@ package enum Permissions {
         return d.isEmpty ? "/" : d
     }
 
+    /// `who` could learn by itself whether `path` exists: it may search every folder above it.
+    package static func canLookUp(_ path: String, by who: Subject) -> Bool {
+        path.hasPrefix("/") && canTraverse(parent(path), who)
+    }
+
     /// `who` could open this regular file for reading.
     package static func canRead(_ path: String, by who: Subject) -> Bool {
         guard path.hasPrefix("/") else { return false }

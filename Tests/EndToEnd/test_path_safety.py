@@ -210,3 +210,26 @@ def test_nobody_cannot_upload_root_file_or_write_root_folder(world):
                   "--app", "dl", "--to", str(vault / "x"), check=False)
     assert r.returncode != 0, r.stdout
     assert sorted(p.name for p in vault.iterdir()) == ["secret"]
+
+
+def test_a_closed_folder_answers_alike_whether_what_is_inside_exists(world):
+    """In a folder the caller cannot search, a missing folder and an existing one it cannot write
+    get the same answer (no oracle for what root's folders hold); where the caller can look
+    itself, a missing folder is named as missing."""
+    d, home, vault, secret = world
+    closed = d.base / "closed"
+    (closed / "exists").mkdir(parents=True)
+    os.chmod(closed, 0o700)
+
+    def answer(to: str) -> str:
+        r = as_nobody(str(DROWSE), "--socket", str(d.socket), "transfer", "download", "http://127.0.0.1:9/x",
+                      "--app", "dl", "--to", to, check=False)
+        assert r.returncode != 0, r.stdout
+        return r.stderr.replace(to, "PATH")
+
+    there = answer(str(closed / "exists" / "f"))
+    missing = answer(str(closed / "missing" / "f"))
+    assert there == missing, (there, missing)
+    assert "does not exist" not in there
+    # nobody's own home: it can see for itself that the folder is missing, and is told so.
+    assert "does not exist" in answer(str(home / "no-such-folder" / "f"))
