@@ -181,11 +181,19 @@ final class APIHandler: ChannelInboundHandler, RemovableChannelHandler {
             body = []
             tooLarge = false
         case .body(var buf):
-            if body.count + buf.readableBytes > Self.maxBody { tooLarge = true } else {
+            guard !tooLarge else { return }
+            if body.count + buf.readableBytes > Self.maxBody {
+                // Answered and closed at once, whatever the framing: a chunked body that never
+                // ends must not keep the connection (and drowsed's reading) going.
+                tooLarge = true
+                body = []
+                disarmIdleTimer()
+                serve(context: context)
+            } else {
                 body += buf.readBytes(length: buf.readableBytes) ?? []
             }
         case .end:
-            guard head != nil else { return }
+            guard head != nil, !tooLarge else { return }
             disarmIdleTimer()  // the request is whole: its answer may take as long as a fetch does
             guard context.channel.isWritable else {
                 waitingForWritable = true

@@ -131,3 +131,25 @@ def test_no_busy_accept_loop_when_descriptors_run_out(make_drowse):
         s.close()
     wait_until(lambda: request(d.socket, "GET", "/v1/status", timeout=2)[0] == 200, 10,
                what="the API to answer once clients closed")
+
+
+def test_a_chunked_body_is_cut_at_the_same_limit(make_drowse):
+    """A chunked request body is refused (413) and its connection closed as soon as it passes
+    256 KiB, as a body with a Content-Length is: it cannot stream on for ever."""
+    d = make_drowse()
+    d.start()
+    s = connect(d.socket, timeout=10)
+    assert send_all(s, b"POST /v1/apps/x/report HTTP/1.1\r\nHost: drowse\r\nContent-Type: application/json\r\n"
+                       b"Transfer-Encoding: chunked\r\n\r\n")
+    chunk = b"%x\r\n" % 65536 + b" " * 65536 + b"\r\n"
+    sent = 0
+    # Up to 16 MiB; the server must answer and close long before.
+    while sent < 16 << 20 and send_all(s, chunk):
+        sent += 65536
+        if sent >= 320 << 10:
+            break
+    status, body = read_response(s, time.monotonic() + 10)
+    assert status == 413, (status, body[:200])
+    assert closed_by_server(s, 5)
+    s.close()
+    assert d.status()["version"]  # still serving
