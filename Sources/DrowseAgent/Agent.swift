@@ -42,6 +42,9 @@ package struct AgentParts {
     nonisolated let timeline: Timeline
     package let parts: AgentParts
 
+    /// After the stop: empty cgroup folders drowsed made are removed (`AppSuspension.removeLeftovers`).
+    package func removeLeftovers() { parts.processes.suspension.removeLeftovers() }
+
     /// `launcher`: by default a `ProcessLauncher` on the clock's timeline.
     package init(config: MainConfig, logger: Logger, launcher: HandlerLaunching? = nil, schedulerTrace: String? = nil,
                  clock: AgentClock = SystemClock()) throws {

@@ -15,7 +15,7 @@ import Logging
     let launcher: HandlerLaunching
     let registry: AppRegistry
     /// How apps are frozen and killed: their cgroups, or signals where there are none.
-    let suspension: AppSuspension
+    package let suspension: AppSuspension
     /// App lifecycles: states, suspension, resident processes' events, background tasks.
     package let lifecycle: LifecycleService
     /// The handler runner: whether launching has stopped, and where an overrun task is recorded.

@@ -10,6 +10,8 @@ import Logging
 /// where no cgroup v2 is writable, SIGSTOP/SIGCONT of the process groups drowsed started
 /// (`SignalSuspension`).
 package protocol AppSuspension: AnyObject {
+    /// drowsed stops: whatever it made and nothing uses any more goes (empty cgroup folders).
+    func removeLeftovers()
     /// "cgroup-v2", "sigstop" or "none".
     var mechanism: String { get }
     /// The cgroup drowsed's apps live under, if any.
@@ -45,6 +47,8 @@ package protocol AppSuspension: AnyObject {
 /// leads its own group). A child that left its group (setsid) is not stopped: this is the
 /// fallback, and `drowse status` says it is in use.
 final class SignalSuspension: AppSuspension {
+    func removeLeftovers() {}
+
     var mechanism: String { "sigstop" }
     var cgroupBase: String? { nil }
     func adopt(apps: [String]) -> Set<String> { [] }

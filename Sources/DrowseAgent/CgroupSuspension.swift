@@ -8,6 +8,8 @@ import Logging
 /// Suspension through each app's cgroup v2 (`AppCgroups`): `cgroup.freeze` stops every process
 /// of the app, children that called setsid included, and `cgroup.kill` ends them.
 final class CgroupSuspension: AppSuspension {
+    func removeLeftovers() { tree.removeEmptyTree() }
+
     let tree: AppCgroups
     let logger: Logger
     /// Adopted residents' cgroups being watched for their end.

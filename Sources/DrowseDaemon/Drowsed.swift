@@ -150,6 +150,8 @@ struct Drowsed: AsyncParsableCommand {
                 logger: logger))
         logger.info("drowsed \(Agent.version) starting", metadata: ["config": "\(path)", "device_id": "\(mainConfig.deviceID)"])
         try await group.run()
+        // Every part has stopped: nothing of drowsed's runs in its app cgroups any more.
+        await agent.removeLeftovers()
     }
 
     /// `--check-config` after drowse.toml passed: every app file too (and that its user and

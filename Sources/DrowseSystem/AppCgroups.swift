@@ -230,6 +230,21 @@ package final class AppCgroups: Sendable {
         return path
     }
 
+    /// At drowsed's stop: removes every empty leaf and app folder, `<base>/apps`, and `<base>`
+    /// itself unless this process lives in it (under systemd, `<base>/daemon`: systemd removes
+    /// the unit's cgroup once drowsed has exited). What still runs keeps its folders.
+    package func removeEmptyTree() {
+        let apps = base + "/apps"
+        for app in FileSystem.listDirectory(apps) where FileSystem.isDirectory(apps + "/" + app) {
+            for leaf in leaves(app: app) { rmdir(appPath(app) + "/" + leaf) }
+            rmdir(appPath(app))
+        }
+        rmdir(apps)
+        let own = (try? FileSystem.readText("/proc/self/cgroup")).flatMap { Self.ownCgroup(procSelfCgroup: $0) }
+        if let own, (mount + own + "/").hasPrefix(base + "/") { return }
+        rmdir(base)
+    }
+
     /// Removes a leaf once nothing runs in it; false while populated (EBUSY) or when already gone.
     @discardableResult
     package func removeLeafIfEmpty(_ path: String) -> Bool { rmdir(path) == 0 }

@@ -59,3 +59,23 @@ def test_the_api_answers_handlers_that_finish_during_shutdown(make_drowse):
     d.start()
     history = d.app("late")["history"]
     assert [h["event"] for h in history] == ["fetch"], history
+
+
+def test_a_stopped_drowsed_leaves_no_cgroup_folders(make_drowse):
+    """The app cgroups drowsed made (its configured subtree, each app's folder, the runs'
+    leaves) are removed when it stops, not left behind for the next one to find."""
+    from drowse_e2e import cgroup2_mount
+    import pytest
+    d = make_drowse()
+    d.add_app("a", fetch=["/bin/true"], minimum_interval="1h")
+    d.add_app("b", fetch=["/bin/true"], minimum_interval="1h")
+    d.start()
+    if d.json("status")["lifecycle"]["suspension"] != "cgroup-v2":
+        pytest.skip("no writable cgroup v2 here")
+    top = cgroup2_mount() / d.cgroup
+    d.cli_ok("fetch", "a")
+    d.cli_ok("fetch", "b")
+    assert (top / "apps" / "a").is_dir() and (top / "apps" / "b").is_dir()
+    assert d.stop(signal.SIGTERM) == 0
+    left = sorted(str(p.relative_to(top)) for p in top.rglob("*") if p.is_dir()) if top.exists() else []
+    assert not top.exists(), f"left behind under {top}: {left}"
