@@ -43,6 +43,19 @@ package enum Permissions {
         return d.isEmpty ? "/" : d
     }
 
+    /// `who` could make `dir` its working directory (search every folder down to it and it).
+    package static func canEnter(_ dir: String, by who: Subject) -> Bool {
+        dir.hasPrefix("/") && canTraverse(dir, who)
+    }
+
+    /// `who` could execute the regular file at `path` (root too needs an execute bit).
+    package static func canExecute(_ path: String, by who: Subject) -> Bool {
+        guard path.hasPrefix("/") else { return false }
+        var st = stat()
+        guard stat(path, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG, st.st_mode & 0o111 != 0 else { return false }
+        return canTraverse(parent(path), who) && allows(st, who, read: false, write: false, exec: true)
+    }
+
     /// `who` could learn by itself whether `path` exists: it may search every folder above it.
     package static func canLookUp(_ path: String, by who: Subject) -> Bool {
         path.hasPrefix("/") && canTraverse(parent(path), who)

@@ -232,3 +232,37 @@ def test_check_config_checks_every_app_file(make_drowse):
         f"{d.apps_dir}/bad-type.toml:3: key 'fetch.command': expected an array of strings, found a string",
     ], err
     assert "ok" not in out
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: apps run as another user")
+def test_check_config_checks_what_the_apps_user_can_enter_and_execute(make_drowse):
+    """As the app's user: its working directory can be entered, and each handler command
+    exists and can be executed (else the first handler would fail at 3 a.m., not the deploy)."""
+    d = make_drowse()
+    os.chmod(d.base, 0o755)
+    open_dir = d.base / "open"
+    open_dir.mkdir(mode=0o755)
+    os.chmod(open_dir, 0o755)
+    closed = d.base / "closed"
+    closed.mkdir(mode=0o700)
+    good = open_dir / "fetch.sh"
+    good.write_text("#!/bin/sh\nexit 0\n")
+    os.chmod(good, 0o755)
+    private = open_dir / "private.sh"
+    private.write_text("#!/bin/sh\nexit 0\n")
+    os.chmod(private, 0o700)
+    d.add_app("ok", fetch=[str(good)], user="nobody", working_directory=str(open_dir))
+    rc, out, err = check_config(d)
+    assert rc == 0, (rc, out, err)
+
+    d.add_app("cannot-enter", fetch=[str(good)], user="nobody", working_directory=str(closed))
+    d.add_app("cannot-run", fetch=[str(private)], user="nobody", working_directory=str(open_dir))
+    d.add_app("no-such", notification=["no-such-program-anywhere"], user="nobody", working_directory=str(open_dir))
+    rc, out, err = check_config(d)
+    assert rc == 78, (rc, out, err)
+    assert lines(err) == [
+        f"{d.apps_dir}/cannot-enter.toml: key 'working_directory': user 'nobody' cannot enter '{closed}'",
+        f"{d.apps_dir}/cannot-run.toml: key 'fetch.command': user 'nobody' cannot execute '{private}'",
+        f"{d.apps_dir}/no-such.toml: key 'notification.command': user 'nobody' cannot execute 'no-such-program-anywhere'"
+        " in PATH (/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin)",
+    ], err
