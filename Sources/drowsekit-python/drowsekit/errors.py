@@ -37,7 +37,7 @@ class DrowseError(Exception):
                 code = err["code"]
             if isinstance(err.get("message"), str):
                 message = err["message"]
-        except (ValueError, TypeError, KeyError, AttributeError):
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
             pass
         return cls(status, code, message)
 

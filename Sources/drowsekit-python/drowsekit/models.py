@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import enum
 import json
+import math
+import reprlib
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -31,11 +33,34 @@ FINISHED_STATES = ("completed", "failed", "cancelled")
 
 
 def _num(v: Any) -> Optional[float]:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    """A finite number; None for anything else (a float cannot hold 1e400, NaN, Infinity)."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return None
+    try:
+        f = float(v)
+    except OverflowError:
+        return None
+    return f if math.isfinite(f) else None
 
 
 def _str(v: Any) -> Optional[str]:
     return v if isinstance(v, str) else None
+
+
+def _list(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else []
+
+
+_PREVIEW = reprlib.Repr()
+_PREVIEW.maxlevel, _PREVIEW.maxdict, _PREVIEW.maxlist, _PREVIEW.maxstring, _PREVIEW.maxother = 3, 6, 6, 60, 60
+
+
+def preview(value: Any) -> str:
+    """A JSON value as a message quotes it: a few levels and members of it, however big or deep."""
+    try:
+        return _PREVIEW.repr(value)
+    except (RecursionError, ValueError):
+        return f"a {type(value).__name__}"
 
 
 @dataclass
@@ -61,12 +86,12 @@ class Transfer:
     @classmethod
     def from_json(cls, j: Any) -> "Transfer":
         if not isinstance(j, dict) or not isinstance(j.get("id"), str):
-            raise DrowseProtocolError(f"a transfer without an id: {j!r:.200}")
-        total = j.get("bytes_total")
+            raise DrowseProtocolError(f"a transfer without an id: {preview(j)}")
+        total = _num(j.get("bytes_total"))
         return cls(id=j["id"], app=_str(j.get("app")) or "", session=_str(j.get("session")) or "default",
                    kind=_str(j.get("kind")), state=_str(j.get("state")), url=_str(j.get("url")) or "",
                    bytes_done=int(_num(j.get("bytes_done")) or 0),
-                   bytes_total=int(total) if _num(total) is not None else None,
+                   bytes_total=None if total is None else int(total),
                    reason=_str(j.get("reason")), location=_str(j.get("location")), raw=j)
 
 
@@ -89,7 +114,7 @@ class BackgroundTask:
     @classmethod
     def from_json(cls, j: Any) -> "BackgroundTask":
         if not isinstance(j, dict) or not isinstance(j.get("id"), str):
-            raise DrowseProtocolError(f"a task without an id: {j!r:.200}")
+            raise DrowseProtocolError(f"a task without an id: {preview(j)}")
         return cls(id=j["id"], app=_str(j.get("app")) or "", name=_str(j.get("name")), state=_str(j.get("state")) or "",
                    expires_at=_num(j.get("expires_at")), time_remaining=_num(j.get("time_remaining")), raw=j)
 
@@ -130,7 +155,7 @@ def parse_event_line(line: bytes) -> "Event | Hello | None":
         return None
     try:
         j = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than Python's parser goes
         return None
     if not isinstance(j, dict) or not isinstance(j.get("event"), str):
         return None
@@ -139,7 +164,7 @@ def parse_event_line(line: bytes) -> "Event | Hello | None":
         return Hello(app=_str(j.get("app")), state=_str(j.get("state")))
     if kind not in KINDS or not isinstance(j.get("id"), str):
         return None
-    transfers = [Transfer.from_json(t) for t in j.get("transfers") or [] if isinstance(t, dict) and isinstance(t.get("id"), str)]
+    transfers = [Transfer.from_json(t) for t in _list(j.get("transfers")) if isinstance(t, dict) and isinstance(t.get("id"), str)]
     e = Event(kind=kind, id=j["id"], deadline=_num(j.get("deadline")), reason=_str(j.get("reason")), payload=j.get("payload"),
               session=_str(j.get("session")), transfers=transfers, task=_str(j.get("task")),
               expires_at=_num(j.get("expires_at")), time_remaining=_num(j.get("time_remaining")), raw=j)
@@ -163,7 +188,7 @@ class AppStatus:
     @classmethod
     def from_json(cls, j: Any) -> "AppStatus":
         if not isinstance(j, dict) or not isinstance(j.get("id"), str):
-            raise DrowseProtocolError(f"an app without an id: {j!r:.200}")
-        history = [h for h in j.get("history") or [] if isinstance(h, dict)]
+            raise DrowseProtocolError(f"an app without an id: {preview(j)}")
+        history = [h for h in _list(j.get("history")) if isinstance(h, dict)]
         return cls(id=j["id"], state=_str(j.get("state")), state_reason=_str(j.get("state_reason")),
                    last_result=_str(j.get("last_result")), resident=j.get("resident") is True, history=history, raw=j)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import socket
 import threading
 import time
@@ -20,6 +21,7 @@ from .models import TASK_EXPIRING, BackgroundTask, Event, Hello, Transfer, parse
 DEFAULT_SOCKET = "/run/drowse/drowse.sock"
 #: The largest answer read into memory (a transfer list page is well under this).
 MAX_BODY = 16 * 1024 * 1024
+#: The most an answer's heads take: its own, interim (1xx) ones before it, and chunked trailers.
 MAX_HEAD = 64 * 1024
 #: A stream line longer than this is dropped whole (drowsed's lines are far shorter).
 MAX_LINE = 1 << 20
@@ -52,8 +54,13 @@ def request_bytes(method: str, target: str, body: Optional[Any] = None, accept: 
     return ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + data
 
 
+_CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
+_CONTENT_LENGTH = re.compile(r"[0-9]{1,18}")
+
+
 class ResponseParser:
-    """One HTTP/1.1 response, fed in pieces of any size; ``feed`` returns the body bytes decoded so far."""
+    """One HTTP/1.1 response, fed in pieces of any size; ``feed`` returns the body bytes decoded
+    so far. Whatever the bytes, it raises nothing but DrowseProtocolError."""
 
     def __init__(self, method: str = "GET", max_body: Optional[int] = MAX_BODY) -> None:
         self._method = method
@@ -62,6 +69,7 @@ class ResponseParser:
         self._left = 0
         self._max_body = max_body
         self._body_size = 0
+        self._head_size = 0
         self.status: Optional[int] = None
         self.reason = ""
         self.version = ""
@@ -108,12 +116,9 @@ class ResponseParser:
                     break
                 line = bytes(self._buf[:i]).split(b";", 1)[0].strip()
                 del self._buf[:i + 2]
-                try:
-                    size = int(line, 16)
-                except ValueError:
-                    raise DrowseProtocolError(f"a bad chunk size {line[:40]!r}") from None
-                if size < 0:
-                    raise DrowseProtocolError("a negative chunk size")
+                if not _CHUNK_SIZE.fullmatch(line):
+                    raise DrowseProtocolError(f"a bad chunk size {line[:40]!r}")
+                size = int(line, 16)
                 self._mode, self._left = ("trailers", 0) if size == 0 else ("chunk-data", size)
                 self._count(size)
             elif self._mode == "chunk-end":
@@ -126,7 +131,9 @@ class ResponseParser:
             elif self._mode == "trailers":
                 i = self._buf.find(b"\r\n")
                 if i < 0:
+                    self._count_head(len(self._buf), taken=False)
                     break
+                self._count_head(i + 2)
                 empty = i == 0
                 del self._buf[:i + 2]
                 if empty:
@@ -151,16 +158,24 @@ class ResponseParser:
         if self._max_body is not None and self._body_size > self._max_body:
             raise DrowseProtocolError(f"an answer over {self._max_body} bytes")
 
+    def _count_head(self, n: int, taken: bool = True) -> None:
+        """``n`` more bytes of heads or trailers: taken, or (``taken=False``) waiting for their end."""
+        if self._head_size + n > MAX_HEAD:
+            raise DrowseProtocolError("answer heads and trailers over 64 KiB")
+        if taken:
+            self._head_size += n
+
     def _head(self) -> bool:
         i = self._buf.find(b"\r\n\r\n")
         if i < 0:
-            if len(self._buf) > MAX_HEAD:
-                raise DrowseProtocolError("an answer head over 64 KiB")
+            self._count_head(len(self._buf), taken=False)
             return False
+        self._count_head(i + 4)
         lines = bytes(self._buf[:i]).decode("latin-1").split("\r\n")
         del self._buf[:i + 4]
         parts = lines[0].split(" ", 2)
-        if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit() or len(parts[1]) != 3:
+        if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not (parts[1].isascii() and parts[1].isdigit()) \
+                or len(parts[1]) != 3:
             raise DrowseProtocolError(f"not an HTTP/1.x status line: {lines[0][:80]!r}")
         status = int(parts[1])
         headers: dict[str, str] = {}
@@ -178,12 +193,9 @@ class ResponseParser:
         elif "chunked" in headers.get("transfer-encoding", "").lower():
             self._mode = "chunk-size"
         elif "content-length" in headers:
-            try:
-                self._left = int(headers["content-length"])
-            except ValueError:
-                raise DrowseProtocolError(f"a bad Content-Length {headers['content-length'][:40]!r}") from None
-            if self._left < 0:
-                raise DrowseProtocolError("a negative Content-Length")
+            if not _CONTENT_LENGTH.fullmatch(headers["content-length"]):
+                raise DrowseProtocolError(f"a bad Content-Length {headers['content-length'][:40]!r}")
+            self._left = int(headers["content-length"])
             self._count(self._left)
             self._mode = "length"
             self.complete = self._left == 0
@@ -211,6 +223,8 @@ def answer_json(status: int, body: bytes) -> Any:
         return json.loads(body)
     except ValueError as e:
         raise DrowseProtocolError(f"the answer is not JSON: {e}") from None
+    except RecursionError:
+        raise DrowseProtocolError("the answer is JSON nested too deep to read") from None
 
 
 class LineSplitter:
@@ -491,4 +505,4 @@ def local_expiry_delay(time_remaining: Optional[float], margin: float) -> Option
     """Seconds until the local expiration timer of a task just begun (``margin`` before its end)."""
     if time_remaining is None:
         return None
-    return max(0.0, time_remaining - margin)
+    return min(max(0.0, time_remaining - margin), threading.TIMEOUT_MAX)

@@ -4,11 +4,12 @@ the same bytes give the same answer, and a cut answer is never taken for a whole
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 
 from drowsekit import DrowseError, DrowseProtocolError
-from drowsekit.protocol import EventStreamDecoder, LineSplitter, ResponseParser, Routes, request_bytes
+from drowsekit.protocol import EventStreamDecoder, LineSplitter, ResponseParser, Routes, answer_json, request_bytes
 from scripted_server import chunk, line
 
 STREAM = (b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -128,3 +129,47 @@ def test_requests_and_routes():
     raw = request_bytes("POST", "/v1/x", {"a": 1})
     assert raw.startswith(b"POST /v1/x HTTP/1.1\r\n") and raw.endswith(b'\r\nContent-Length: 8\r\n\r\n{"a": 1}')
     assert b"Content-Length: 0" in request_bytes("POST", "/v1/x")
+
+
+ANSWERS = [
+    b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\n{\"a\": 123}\n",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3;ext=1\r\n{\"a\r\n8\r\n\": 123}\n\r\n0\r\nX-Trailer: 1\r\n\r\n",
+    b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 409 Conflict\r\nContent-Length: 2\r\n\r\n{}",
+    b"HTTP/1.0 200 OK\r\n\r\n[1, 2]",
+    STREAM,
+]
+#: What a mutation puts in: digits of other scripts, signs, prefixes, separators, controls.
+PIECES = [b"\xb2", b"\xb9", b"-", b"+", b"0x", b"_", b" ", b"\r\n", b"\r\n\r\n", b":", b";", b"\x00", b"\x1b", b"\xff",
+          b"9" * 30, b"f" * 30, b"[" * 3000, b"{\"event\": " * 2000, b"\"", b"1e999", b"NaN"]
+
+
+def mutated(rng: random.Random, raw: bytes) -> bytes:
+    data = bytearray(raw)
+    for _ in range(rng.randint(1, 4)):
+        i = rng.randrange(len(data) + 1)
+        op = rng.random()
+        if op < 0.5:
+            data[i:i] = rng.choice(PIECES)
+        elif op < 0.8:
+            del data[i:i + rng.randint(1, 8)]
+        else:
+            data[i:i + 1] = bytes([rng.randrange(256)])
+    return bytes(data)
+
+
+def test_any_bytes_are_an_answer_or_a_protocol_error():
+    rng = random.Random(7)
+    for n in range(4000):
+        raw = mutated(rng, rng.choice(ANSWERS))
+        cut = rng.randrange(len(raw) + 1)
+        for parser in (ResponseParser("GET"), EventStreamDecoder()):
+            try:
+                body = parser.feed(raw[:cut]) + parser.feed(raw[cut:])
+                http = parser.http if isinstance(parser, EventStreamDecoder) else parser
+                http.eof()
+                if isinstance(body, bytes) and http.status is not None:
+                    answer_json(http.status, body)
+            except DrowseError:
+                pass
+            except Exception as e:  # noqa: BLE001 - the test is which exceptions come out
+                pytest.fail(f"{type(e).__name__}: {e} for {raw[:200]!r} split at {cut} (case {n})")
