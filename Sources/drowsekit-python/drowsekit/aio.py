@@ -224,13 +224,14 @@ class AsyncDrowseApp:
         return [Transfer.from_json(t) for t in page]
 
     async def all_transfers(self, page_size: int = 500) -> AsyncIterator[Transfer]:
-        after: Optional[str] = None
+        """As ``DrowseApp.all_transfers``."""
+        walk = P.PageWalk(page_size)
         while True:
-            page = await self.transfers(page_size, after)
+            page = await self.transfers(page_size, walk.after)
+            more = walk.follow(page)
             for t in page:
                 yield t
-            after = P.next_page(page, page_size, after)
-            if after is None:
+            if not more:
                 return
 
     async def wait_transfer(self, transfer_id: str, timeout: Optional[float] = None, interval: float = 0.2) -> Transfer:

@@ -239,13 +239,14 @@ class DrowseApp:
         return [Transfer.from_json(t) for t in page]
 
     def all_transfers(self, page_size: int = 500) -> Iterator[Transfer]:
-        """Every transfer of the app, following the pages."""
-        after: Optional[str] = None
+        """Every transfer of the app, following the pages; DrowseProtocolError when drowsed's pages
+        go round (a page ends where an earlier one did)."""
+        walk = P.PageWalk(page_size)
         while True:
-            page = self.transfers(page_size, after)
+            page = self.transfers(page_size, walk.after)
+            more = walk.follow(page)
             yield from page
-            after = P.next_page(page, page_size, after)
-            if after is None:
+            if not more:
                 return
 
     def wait_transfer(self, transfer_id: str, timeout: Optional[float] = None, interval: float = 0.2) -> Transfer:

@@ -470,11 +470,28 @@ class TaskBook:
             return sorted(t for t in self._handlers if t not in self._ending)
 
 
-def next_page(page: list[Transfer], page_size: int, after: Optional[str]) -> Optional[str]:
-    """The ``after`` of the page following ``page``; None when it was the last."""
-    if len(page) < page_size or not page or page[-1].id == after:
-        return None
-    return page[-1].id
+class PageWalk:
+    """One walk through the transfer pages: the ``after`` of each page. Each page's last id moves
+    the walk on; one the walk had already (pages that go round) ends it with a DrowseProtocolError."""
+
+    def __init__(self, page_size: int) -> None:
+        self.page_size = page_size
+        #: The ``after`` of the page to ask for next (None: the first).
+        self.after: Optional[str] = None
+        self._seen: set[str] = set()
+
+    def follow(self, page: list[Transfer]) -> bool:
+        """Whether a page follows ``page`` (then ``after`` is its cursor); raises, before the
+        page is handed out, when its cursor came before in this walk."""
+        if len(page) < self.page_size or not page:
+            return False
+        cursor = page[-1].id
+        if cursor == self.after or cursor in self._seen:
+            raise DrowseProtocolError(f"the transfer pages go round: the page after {self.after} ends with "
+                                      f"{cursor}, which came before")
+        self._seen.add(cursor)
+        self.after = cursor
+        return True
 
 
 class TransferWait:
