@@ -9,7 +9,7 @@ import reprlib
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from .errors import DrowseProtocolError
+from .errors import DrowseProtocolError, clip
 
 JSONObject = dict[str, Any]
 
@@ -56,9 +56,10 @@ _PREVIEW.maxlevel, _PREVIEW.maxdict, _PREVIEW.maxlist, _PREVIEW.maxstring, _PREV
 
 
 def preview(value: Any) -> str:
-    """A JSON value as a message quotes it: a few levels and members of it, however big or deep."""
+    """A JSON value as a message quotes it: a few levels and members of it, however big or deep,
+    escaped and cut."""
     try:
-        return _PREVIEW.repr(value)
+        return clip(_PREVIEW.repr(value))
     except (RecursionError, ValueError):
         return f"a {type(value).__name__}"
 

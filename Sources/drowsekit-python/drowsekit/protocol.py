@@ -15,7 +15,7 @@ import time
 from typing import Any, Callable, Optional
 from urllib.parse import quote
 
-from .errors import DrowseConnectionError, DrowseError, DrowseProtocolError
+from .errors import DrowseConnectionError, DrowseError, DrowseProtocolError, clip
 from .models import TASK_EXPIRING, BackgroundTask, Event, Hello, Transfer, parse_event_line
 
 DEFAULT_SOCKET = "/run/drowse/drowse.sock"
@@ -117,7 +117,7 @@ class ResponseParser:
                 line = bytes(self._buf[:i]).split(b";", 1)[0].strip()
                 del self._buf[:i + 2]
                 if not _CHUNK_SIZE.fullmatch(line):
-                    raise DrowseProtocolError(f"a bad chunk size {line[:40]!r}")
+                    raise DrowseProtocolError(f"a bad chunk size '{clip(line.decode('latin-1'))}'")
                 size = int(line, 16)
                 self._mode, self._left = ("trailers", 0) if size == 0 else ("chunk-data", size)
                 self._count(size)
@@ -176,13 +176,13 @@ class ResponseParser:
         parts = lines[0].split(" ", 2)
         if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not (parts[1].isascii() and parts[1].isdigit()) \
                 or len(parts[1]) != 3:
-            raise DrowseProtocolError(f"not an HTTP/1.x status line: {lines[0][:80]!r}")
+            raise DrowseProtocolError(f"not an HTTP/1.x status line: '{clip(lines[0])}'")
         status = int(parts[1])
         headers: dict[str, str] = {}
         for line in lines[1:]:
             name, sep, value = line.partition(":")
             if not sep:
-                raise DrowseProtocolError(f"a bad header line: {line[:80]!r}")
+                raise DrowseProtocolError(f"a bad header line: '{clip(line)}'")
             key = name.strip().lower()
             headers[key] = f"{headers[key]}, {value.strip()}" if key in headers else value.strip()
         if 100 <= status < 200:  # an interim answer: the real one follows
@@ -194,7 +194,7 @@ class ResponseParser:
             self._mode = "chunk-size"
         elif "content-length" in headers:
             if not _CONTENT_LENGTH.fullmatch(headers["content-length"]):
-                raise DrowseProtocolError(f"a bad Content-Length {headers['content-length'][:40]!r}")
+                raise DrowseProtocolError(f"a bad Content-Length '{clip(headers['content-length'])}'")
             self._left = int(headers["content-length"])
             self._count(self._left)
             self._mode = "length"
@@ -487,8 +487,8 @@ class PageWalk:
             return False
         cursor = page[-1].id
         if cursor == self.after or cursor in self._seen:
-            raise DrowseProtocolError(f"the transfer pages go round: the page after {self.after} ends with "
-                                      f"{cursor}, which came before")
+            raise DrowseProtocolError(f"the transfer pages go round: the page after {clip(self.after or '')} ends "
+                                      f"with {clip(cursor)}, which came before")
         self._seen.add(cursor)
         self.after = cursor
         return True
@@ -513,7 +513,7 @@ class TransferWait:
         if self.deadline is not None:
             left = self.deadline - time.monotonic()
             if left <= 0:
-                raise TimeoutError(f"transfer {t.id} is still {t.state} after {self.timeout}s")
+                raise TimeoutError(f"transfer {clip(t.id)} is still {clip(str(t.state))} after {self.timeout}s")
             d = min(d, left)
         return d
 
