@@ -16,10 +16,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -893,6 +896,80 @@ static void test_through_helper(const char *label, const char *exe) {
 #undef WHAT
 }
 
+/* ---- clone3 refused by a seccomp filter, as systemd's RestrictNamespaces= (since systemd 251)
+   refuses it to drowsed.service: ENOSYS, so that callers fall back to clone. */
+
+static int refuse_clone3(void) {
+    struct sock_filter code[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone3, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = { (unsigned short)(sizeof code / sizeof code[0]), code };
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1UL, 0UL, 0UL, 0UL) != 0) return errno;
+    return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0UL, 0UL) == 0 ? 0 : errno;
+}
+
+/* Last: the filter stays on this process and every child it starts from here on. */
+static void test_clone3_refused(void) {
+    const char *label = "clone3 refused by seccomp (ENOSYS)";
+    char what[256];
+#define WHAT(s) (snprintf(what, sizeof what, "%s: %s", label, s), what)
+    if (emulator) {
+        pid_t pid = fork();
+        if (pid == 0) _exit(refuse_clone3());
+        int status = 0;
+        waitpid(pid, &status, 0);
+        int e = WIFEXITED(status) ? WEXITSTATUS(status) : EIO;
+        if (e != 0) {
+            char why[160];
+            snprintf(why, sizeof why, "qemu-user refuses seccomp filters (%s); it has no clone3 anyway, so the fallback ran above", strerror(e));
+            skip(label, why);
+            return;
+        }
+    }
+    if (clone3_errno) {
+        skip(label, "clone3 is missing here already: the fallback ran above");
+        return;
+    }
+    if (cg_dir < 0) {
+        skip(label, "no writable cgroup2 here");
+        return;
+    }
+    int rc = refuse_clone3();
+    check(rc == 0 && syscall(SYS_clone3, NULL, 0) < 0 && errno == ENOSYS, WHAT("the filter is in place"), "%s", strerror(rc));
+    if (rc != 0) return;
+    /* The helper, started under the filter as drowsed's is, is asked first and answers ENOSYS. */
+    set_core(0);
+    rc = drowse_spawner_start(spawner_prog);
+    long long raised = (long long)set_core(4096);
+    check(rc == 0 && drowse_spawner_pid() > 0, WHAT("drowse_spawner_start"), "%d (%s)", rc, strerror(rc));
+    struct opts o = { .cwd = tmp_dir, .cgroup = 1, .nproc = 55, .data = 88 << 20 };
+    struct obs ob;
+    observe(&o, &ob);
+    check_handler("clone3 refused by seccomp, drowse_spawn into a cgroup (cgroup.procs fallback)", &o, &ob);
+    long long soft = core_soft(&ob);
+    if (raised > 0)
+        check(soft == raised, WHAT("the handler was cloned by this process, not by the helper (whose clone3 is refused too)"),
+              "core soft limit %lld, this process's %lld", soft, raised);
+    if (is_root) {
+        struct opts u = { .cwd = tmp_dir, .cgroup = 1, .set_ids = 1, .nproc = -1, .data = -1 };
+        observe(&u, &ob);
+        check_handler("clone3 refused by seccomp, drowse_spawn into a cgroup (cgroup.procs fallback), user nobody", &u, &ob);
+    }
+    struct opts f = { .path = "/nonexistent/handler", .cwd = "/", .cgroup = 1, .nproc = -1, .data = -1 };
+    expect_failure(WHAT("a failing execve reported as ENOENT, step OTHER"), &f, ENOENT, DROWSE_SPAWN_STEP_OTHER, NULL);
+    int notcg = open(tmp_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int saved = cg_dir;
+    cg_dir = notcg;
+    expect_failure(WHAT("a directory that is no cgroup reported as ENOENT, step CGROUP"), &f, ENOENT, DROWSE_SPAWN_STEP_CGROUP, NULL);
+    cg_dir = saved;
+    close(notcg);
+    drowse_spawner_stop();
+#undef WHAT
+}
+
 /* ---- setup */
 
 static void setup_cgroup(void) {
@@ -1140,6 +1217,9 @@ int main(int argc, char **argv) {
         test_through_helper("drowse_spawn through drowse-spawner", spawner_prog);
         test_through_helper("drowse_spawn through this program as the helper", self_exe);
     }
+
+    /* 6. What drowsed.service gets from systemd: clone3 refused, the cgroup.procs fallback. */
+    test_clone3_refused();
 
     cleanup();
     check(!cg_path[0] || access(cg_path, F_OK) != 0, "the cgroup leaf is empty and removed afterwards", "%s is still there", cg_path);
