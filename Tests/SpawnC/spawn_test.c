@@ -161,8 +161,7 @@ static const char *why_no_vm(void) {
 }
 static const char *why_no_clone3(void) {
     if (!clone3_errno) return NULL;
-    return emulator ? "qemu-user does not emulate clone3 (ENOSYS): drowse_spawn took the cgroup.procs fallback"
-                    : "clone3 returns ENOSYS here (this kernel, or a seccomp filter): drowse_spawn took the cgroup.procs fallback";
+    return emulator ? "qemu-user does not emulate clone3 (ENOSYS)" : "clone3 returns ENOSYS here (this kernel, or a seccomp filter)";
 }
 
 /* ---- small helpers */
@@ -880,7 +879,9 @@ static void test_through_helper(const char *label, const char *exe) {
                    clone3_errno ? why_no_vm() : NULL);
     /* A helper killed between two starts: that start is made here, and a new helper started. */
     if (clone3_errno) {
-        skip(WHAT("a killed helper is replaced"), "drowsed stops asking the helper once clone3 returned ENOSYS (qemu-user has no clone3)");
+        char why[160];
+        snprintf(why, sizeof why, "drowsed stops asking the helper once clone3 returned ENOSYS (%s)", why_no_clone3());
+        skip(WHAT("a killed helper is replaced"), why);
     } else {
         kill(helper, SIGKILL);
         usleep(100 * 1000);
@@ -1179,7 +1180,11 @@ int main(int argc, char **argv) {
        cgroup.procs fallback where clone3 is missing. */
     if (cg_dir >= 0) {
         const char *label = clone3_errno ? "drowse_spawn into a cgroup (cgroup.procs fallback)" : "drowse_spawn into a cgroup (clone3)";
-        if (clone3_errno) skip("drowse_spawn into a cgroup with clone3(CLONE_INTO_CGROUP)", why_no_clone3());
+        if (clone3_errno) {
+            char why[160];
+            snprintf(why, sizeof why, "%s; the cgroup.procs fallback is checked instead", why_no_clone3());
+            skip("drowse_spawn into a cgroup with clone3(CLONE_INTO_CGROUP)", why);
+        }
         struct opts c = { .cwd = tmp_dir, .cgroup = 1, .nproc = 66, .data = 96 << 20 };
         observe(&c, &ob);
         check_handler(label, &c, &ob);
