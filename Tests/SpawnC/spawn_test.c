@@ -250,6 +250,18 @@ static int stat_ids(pid_t pid, pid_t *ppid, pid_t *pgrp, pid_t *sid) {
     return 0;
 }
 
+/* The controlling terminal of /proc/PID/stat (0: none), or -1. */
+static int stat_tty(pid_t pid) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    if (read_file(path, buf, sizeof buf, NULL) != 0) return -1;
+    char *p = strrchr(buf, ')');
+    char state;
+    int a, b, c, tty;
+    if (!p || sscanf(p + 1, " %c %d %d %d %d", &state, &a, &b, &c, &tty) != 5) return -1;
+    return tty;
+}
+
 /* The state letter of /proc/PID/stat (Z: ended, not yet reaped), or 0 when there is no such process. */
 static char proc_state(pid_t pid) {
     char path[64], buf[1024];
@@ -307,6 +319,9 @@ struct opts {
     const char *cwd;
     int cgroup; /* start in the test's cgroup leaf */
     int set_ids;
+    /* DROWSE_SPAWN_NEW_SESSION, DROWSE_SPAWN_NO_NEW_PRIVS: as drowsed asks for its handlers
+       (a session for every one, no_new_privs for those not run as root) */
+    int flags;
     long long nproc, data;
     char *const *argv; /* NULL: handler_argv */
     /* the child's side alone, in a forked child: its cgroup.procs written by the child, fds
@@ -322,6 +337,7 @@ struct obs {
     char environ_[1024], cmdline[1024];
     size_t environ_len, cmdline_len;
     pid_t ppid, pgrp, sid, orphan;
+    int tty;
     char out[512], err[512];
     int wstatus;
 };
@@ -367,7 +383,7 @@ static int start(const struct opts *o, int in, int out, int err, pid_t *pid, int
         a.argv = o->argv ? o->argv : handler_argv;
         a.envp = handler_envp;
         a.cwd = o->cwd;
-        a.set_ids = o->set_ids;
+        a.set_ids = (o->set_ids ? 1 : 0) | o->flags;
         a.uid = NOBODY;
         a.gid = gid;
         a.groups = handler_groups;
@@ -390,7 +406,7 @@ static int start(const struct opts *o, int in, int out, int err, pid_t *pid, int
         return rc;
     }
     *step = DROWSE_SPAWN_STEP_OTHER;
-    return drowse_spawn_limited(path, o->argv ? o->argv : handler_argv, handler_envp, o->cwd, o->set_ids, NOBODY, gid, handler_groups, ngroups,
+    return drowse_spawn_limited(path, o->argv ? o->argv : handler_argv, handler_envp, o->cwd, (o->set_ids ? 1 : 0) | o->flags, NOBODY, gid, handler_groups, ngroups,
                                 in, out, err, o->cgroup ? cg_dir : -1, o->nproc, o->data, step, pid);
 }
 
@@ -434,6 +450,7 @@ static void observe(const struct opts *o, struct obs *ob) {
         for (int i = 0; i < nfd; i++)
             snprintf(ob->fds + strlen(ob->fds), sizeof ob->fds - strlen(ob->fds), "%s%d", i ? " " : "", fdlist[i]);
         stat_ids(pid, &ob->ppid, &ob->pgrp, &ob->sid);
+        ob->tty = stat_tty(pid);
         ob->orphan = child_of(pid);
         static const char line[] = "hello from the test\n";
         ssize_t w = write(in[1], line, sizeof line - 1);
@@ -511,9 +528,22 @@ static void check_handler(const char *label, const struct opts *o, const struct 
     check(strcmp(ob->out, HANDLER_OUT) == 0 && strcmp(ob->err, HANDLER_ERR) == 0, WHAT("stdin, stdout and stderr wired (bytes read back)"),
           "stdout \"%s\", stderr \"%s\"", ob->out, ob->err);
     check(WIFEXITED(ob->wstatus) && WEXITSTATUS(ob->wstatus) == 7, WHAT("exit status 7 seen by waitpid"), "wait status 0x%x", ob->wstatus);
-    check(ob->pgrp == ob->pid && ob->sid == getsid(0) && ob->ppid == getpid(), WHAT("its own process group, this session, this process's child"),
-          "pgrp %d (pid %d), session %d (ours %d), parent %d (us %d)", (int)ob->pgrp, (int)ob->pid, (int)ob->sid, (int)getsid(0),
-          (int)ob->ppid, (int)getpid());
+    if (o->flags & DROWSE_SPAWN_NEW_SESSION) {
+        check(ob->pgrp == ob->pid && ob->sid == ob->pid && ob->tty == 0 && ob->ppid == getpid(),
+              WHAT("leads a session of its own (no controlling terminal) and its process group, this process's child"),
+              "pgrp %d, session %d (pid %d), tty %d, parent %d (us %d)", (int)ob->pgrp, (int)ob->sid, (int)ob->pid, ob->tty, (int)ob->ppid,
+              (int)getpid());
+    } else {
+        check(ob->pgrp == ob->pid && ob->sid == getsid(0) && ob->ppid == getpid(), WHAT("its own process group, this session, this process's child"),
+              "pgrp %d (pid %d), session %d (ours %d), parent %d (us %d)", (int)ob->pgrp, (int)ob->pid, (int)ob->sid, (int)getsid(0),
+              (int)ob->ppid, (int)getpid());
+    }
+    status_field(ob->status, "NoNewPrivs:", v, sizeof v);
+    if (o->flags & DROWSE_SPAWN_NO_NEW_PRIVS) {
+        check(strcmp(v, "1") == 0, WHAT("no_new_privs set"), "NoNewPrivs %s", v);
+    } else if (prctl(PR_GET_NO_NEW_PRIVS, 0UL, 0UL, 0UL, 0UL) == 0) {
+        check(strcmp(v, "0") == 0, WHAT("no_new_privs not set (not asked)"), "NoNewPrivs %s", v);
+    }
     char ign[64];
     status_field(ob->status, "SigIgn:", ign, sizeof ign);
     status_field(ob->status, "SigBlk:", v, sizeof v);
@@ -848,7 +878,7 @@ static void test_through_helper(const char *label, const char *exe) {
     pid_t helper = drowse_spawner_pid();
     check(rc == 0 && helper > 0, WHAT("drowse_spawner_start"), "%d (%s), pid %d", rc, strerror(rc), (int)helper);
     if (rc != 0) return;
-    struct opts o = { .cwd = tmp_dir, .cgroup = 1, .set_ids = 0, .nproc = 99, .data = 80 << 20 };
+    struct opts o = { .cwd = tmp_dir, .cgroup = 1, .flags = DROWSE_SPAWN_NEW_SESSION, .nproc = 99, .data = 80 << 20 };
     struct obs ob;
     observe(&o, &ob);
     check_handler(label, &o, &ob);
@@ -866,7 +896,7 @@ static void test_through_helper(const char *label, const char *exe) {
     check(drowse_spawner_pid() == helper && state != 0 && state != 'Z', WHAT("the helper still runs afterwards (same pid, not ended)"),
           "pid %d, was %d, state %c", (int)drowse_spawner_pid(), (int)helper, state ? state : '-');
     if (is_root) {
-        struct opts u = { .cwd = tmp_dir, .cgroup = 1, .set_ids = 1, .nproc = -1, .data = -1 };
+        struct opts u = { .cwd = tmp_dir, .cgroup = 1, .set_ids = 1, .flags = DROWSE_SPAWN_NEW_SESSION | DROWSE_SPAWN_NO_NEW_PRIVS, .nproc = -1, .data = -1 };
         char ulabel[128];
         snprintf(ulabel, sizeof ulabel, "%s, user nobody", label);
         observe(&u, &ob);
@@ -946,7 +976,7 @@ static void test_clone3_refused(void) {
     rc = drowse_spawner_start(spawner_prog);
     long long raised = (long long)set_core(4096);
     check(rc == 0 && drowse_spawner_pid() > 0, WHAT("drowse_spawner_start"), "%d (%s)", rc, strerror(rc));
-    struct opts o = { .cwd = tmp_dir, .cgroup = 1, .nproc = 55, .data = 88 << 20 };
+    struct opts o = { .cwd = tmp_dir, .cgroup = 1, .flags = DROWSE_SPAWN_NEW_SESSION, .nproc = 55, .data = 88 << 20 };
     struct obs ob;
     observe(&o, &ob);
     check_handler("clone3 refused by seccomp, drowse_spawn into a cgroup (cgroup.procs fallback)", &o, &ob);
@@ -955,7 +985,7 @@ static void test_clone3_refused(void) {
         check(soft == raised, WHAT("the handler was cloned by this process, not by the helper (whose clone3 is refused too)"),
               "core soft limit %lld, this process's %lld", soft, raised);
     if (is_root) {
-        struct opts u = { .cwd = tmp_dir, .cgroup = 1, .set_ids = 1, .nproc = -1, .data = -1 };
+        struct opts u = { .cwd = tmp_dir, .cgroup = 1, .set_ids = 1, .flags = DROWSE_SPAWN_NEW_SESSION | DROWSE_SPAWN_NO_NEW_PRIVS, .nproc = -1, .data = -1 };
         observe(&u, &ob);
         check_handler("clone3 refused by seccomp, drowse_spawn into a cgroup (cgroup.procs fallback), user nobody", &u, &ob);
     }
@@ -1117,7 +1147,7 @@ int main(int argc, char **argv) {
         close(ro);
     }
     if (is_root) {
-        struct opts u = { .cwd = tmp_dir, .set_ids = 1, .nproc = -1, .data = -1, .direct = 1 };
+        struct opts u = { .cwd = tmp_dir, .set_ids = 1, .flags = DROWSE_SPAWN_NEW_SESSION | DROWSE_SPAWN_NO_NEW_PRIVS, .nproc = -1, .data = -1, .direct = 1 };
         observe(&u, &ob);
         check_handler("child's side, user nobody", &u, &ob);
         u.cwd = closed_dir;
@@ -1146,7 +1176,7 @@ int main(int argc, char **argv) {
     }
 
     /* 2. drowse_spawn in this process: clone(CLONE_VM | CLONE_VFORK), no cgroup. */
-    struct opts inproc = { .cwd = tmp_dir, .nproc = 88, .data = 72 << 20 };
+    struct opts inproc = { .cwd = tmp_dir, .flags = DROWSE_SPAWN_NEW_SESSION, .nproc = 88, .data = 72 << 20 };
     observe(&inproc, &ob);
     check_handler("drowse_spawn (clone, CLONE_VM)", &inproc, &ob);
     struct opts f = { .path = "/nonexistent/handler", .cwd = "/", .nproc = -1, .data = -1 };
@@ -1157,7 +1187,7 @@ int main(int argc, char **argv) {
     expect_failure("drowse_spawn (clone, CLONE_VM): a missing working directory reported as ENOENT", &f, ENOENT, DROWSE_SPAWN_STEP_OTHER,
                    why_no_vm());
     if (is_root) {
-        struct opts u = { .cwd = tmp_dir, .set_ids = 1, .nproc = -1, .data = -1 };
+        struct opts u = { .cwd = tmp_dir, .set_ids = 1, .flags = DROWSE_SPAWN_NEW_SESSION | DROWSE_SPAWN_NO_NEW_PRIVS, .nproc = -1, .data = -1 };
         observe(&u, &ob);
         check_handler("drowse_spawn (clone, CLONE_VM), user nobody", &u, &ob);
         u.cwd = closed_dir;
@@ -1185,7 +1215,7 @@ int main(int argc, char **argv) {
             snprintf(why, sizeof why, "%s; the cgroup.procs fallback is checked instead", why_no_clone3());
             skip("drowse_spawn into a cgroup with clone3(CLONE_INTO_CGROUP)", why);
         }
-        struct opts c = { .cwd = tmp_dir, .cgroup = 1, .nproc = 66, .data = 96 << 20 };
+        struct opts c = { .cwd = tmp_dir, .cgroup = 1, .flags = DROWSE_SPAWN_NEW_SESSION, .nproc = 66, .data = 96 << 20 };
         observe(&c, &ob);
         check_handler(label, &c, &ob);
         char what[256];
@@ -1193,7 +1223,7 @@ int main(int argc, char **argv) {
         snprintf(what, sizeof what, "%s: a failing execve reported as ENOENT, step OTHER", label);
         expect_failure(what, &cf, ENOENT, DROWSE_SPAWN_STEP_OTHER, clone3_errno ? why_no_vm() : NULL);
         if (is_root) {
-            struct opts u = { .cwd = tmp_dir, .cgroup = 1, .set_ids = 1, .nproc = -1, .data = -1 };
+            struct opts u = { .cwd = tmp_dir, .cgroup = 1, .set_ids = 1, .flags = DROWSE_SPAWN_NEW_SESSION | DROWSE_SPAWN_NO_NEW_PRIVS, .nproc = -1, .data = -1 };
             snprintf(what, sizeof what, "%s, user nobody", label);
             observe(&u, &ob);
             check_handler(what, &u, &ob);
