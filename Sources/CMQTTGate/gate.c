@@ -22,6 +22,8 @@ struct drowse_mqtt_gate {
     uint64_t publishes;
     struct { uint64_t ordinal, bytes; } oversized[GATE_OVERSIZED_MAX];
     int noversized;
+    /* The DUP flag of the last GATE_DUP_RING PUBLISHes (QoS 0 and 1), by ordinal. */
+    uint8_t dup[1024];
     uint64_t cut, refused;
     uint8_t buf[GATE_CAPACITY];
 };
@@ -69,6 +71,11 @@ int drowse_mqtt_gate_take_oversized(drowse_mqtt_gate *g, uint64_t ordinal, uint6
         return 1;
     }
     return 0;
+}
+
+int drowse_mqtt_gate_dup(const drowse_mqtt_gate *g, uint64_t ordinal) {
+    if (ordinal == 0 || ordinal > g->publishes || g->publishes - ordinal >= sizeof g->dup) return 0;
+    return g->dup[ordinal % sizeof g->dup];
 }
 
 static size_t encode_length(uint32_t n, uint8_t out[4]) {
@@ -124,7 +131,10 @@ static void judge(drowse_mqtt_gate *g) {
         if (rl <= g->bound) {
             /* Counted as libmosquitto delivers them: at once for QoS 0 and 1 (the session
                subscribes with QoS 1, so a broker sends nothing higher). */
-            if (publish && qos < 2) g->publishes++;
+            if (publish && qos < 2) {
+                g->publishes++;
+                g->dup[g->publishes % sizeof g->dup] = (p[0] >> 3) & 1;
+            }
             g->pass = header + (uint64_t)rl;
             continue;
         }
@@ -143,6 +153,7 @@ static void judge(drowse_mqtt_gate *g) {
         g->ready_end += 1 + ln + variable;
         g->discard = rl - variable;
         g->publishes++;
+        g->dup[g->publishes % sizeof g->dup] = (p[0] >> 3) & 1;
         g->cut++;
         if (g->noversized == GATE_OVERSIZED_MAX) {
             memmove(&g->oversized[0], &g->oversized[1], (GATE_OVERSIZED_MAX - 1) * sizeof g->oversized[0]);

@@ -130,7 +130,23 @@ package enum QueuedRun: Sendable {
                 notifications?.notificationRunEnded(seq)
                 return .nothingToRun
             }
-            let started = start(app, event: .notification, stdin: payload, trigger: "notification", notification: seq)
+            // The start is counted before it happens (DROWSE_ATTEMPT). On disk before the start,
+            // unless this is the notification being received now: the sync its PUBACK waits for
+            // covers the mark, and a message whose PUBACK never left comes back marked DUP.
+            let attempt: Int
+            do {
+                guard let a = try store.notificationStarting(seq, durable: notifications?.arriving != seq) else {
+                    notifications?.notificationRunEnded(seq)
+                    return .nothingToRun
+                }
+                attempt = a
+            } catch {
+                // Not counted: the handler may run again after a restart without knowing. Start
+                // it anyway (the notification is recorded); the log says why.
+                logger.error("store: the start of a notification's handler not recorded: \(error)", metadata: ["app.id": "\(appID)"])
+                attempt = 1
+            }
+            let started = start(app, event: .notification, stdin: payload, trigger: "notification", notification: seq, attempt: attempt)
             if let err = started.run.resourceShortage { unstarted(started); return .shortage(err) }
             // The handler started first; then the bookkeeping: a notification woke the radio, so
             // due fetches may ride along.
@@ -193,14 +209,15 @@ package enum QueuedRun: Sendable {
 
     /// Starts a handler now (the process exists when this returns); `finish` waits for its end
     /// and records it. Synchronous, so a notification's handler starts without a hop.
-    func start(_ app: AppDefinition, event: HandlerEvent, stdin: [UInt8], trigger: String, notification: Int64? = nil) -> Started {
+    func start(_ app: AppDefinition, event: HandlerEvent, stdin: [UInt8], trigger: String, notification: Int64? = nil,
+               attempt: Int = 1) -> Started {
         let start = now()
         if app.isResident {
             // A resident app gets its events on its stream; `run` ends with its completion.
             let run = HandlerRun()
             let kind: AppLifecycle.EventKind = event == .fetch ? .fetch : event == .notification ? .notification : .transfers
             running += 1
-            processes.lifecycle.deliver(app.id, kind: kind, members: Self.eventMembers(event, stdin: stdin), run: run)
+            processes.lifecycle.deliver(app.id, kind: kind, members: Self.eventMembers(event, stdin: stdin) + [("attempt", JSON(attempt))], run: run)
             logger.info("delivered \(event.rawValue) event to the resident app", metadata: ["app.id": "\(app.id)", "trigger": "\(trigger)"])
             return Started(app: app, event: event, trigger: trigger, notification: notification, run: run, counted: true, delivered: true)
         }
@@ -212,6 +229,9 @@ package enum QueuedRun: Sendable {
         let deadline = start + config.scheduler.handlerDeadline.seconds
         var env = processes.environment(app, event: event)
         env["DROWSE_DEADLINE"] = format3(clock.timeline.wall(deadline))
+        // 1, or 2, 3 … when an earlier start of the same event is known and its end is not (a
+        // power cut between the two): the handler may have done its work already.
+        env["DROWSE_ATTEMPT"] = String(attempt)
         var request = LaunchRequest(
             app: app.id, event: event, argv: argv, user: app.user,
             workingDirectory: app.workingDirectory ?? ConfigPath.directory(of: app.file),
@@ -248,7 +268,13 @@ package enum QueuedRun: Sendable {
         // delivered again after the restart, as a handler's interrupted run is.
         var handled = started.notification
         if started.delivered, stopping, case .launchFailed = outcome.ending { handled = nil }
-        do { try store.record(run, fetch: record, handlingNotification: handled) } catch { logger.error("store: \(error)") }
+        // Written at once, on disk at the journal's next sync: it runs now on its own thread and
+        // takes every end written meanwhile along (docs/design.md, "A finished run stays finished").
+        do {
+            try store.record(run, fetch: record, handlingNotification: handled, durable: false)
+            let log = logger
+            store.afterJournalSync { ok in if !ok { log.error("store: a run's end not synced; it may run again after a power cut") } }
+        } catch { logger.error("store: \(error)") }
         fetch.finish(next)
         metrics.handlerEnded(app: app.id, event: event, result: outcome.result, seconds: outcome.endedAt - outcome.startedAt)
         events.post(.runEnded(app: app.id, failed: outcome.result == .failed))

@@ -132,7 +132,9 @@ struct FleetStatusState {
             metrics.mqttPinged()
         case .message(let topic, let payload, let receipt):
             // The PUBACK leaves only after the record is on disk (or a refusal, which is final).
-            notifications.settle(notifications.receive(topic: topic, payload: payload)) { $0 ? receipt.acknowledge() : receipt.reject() }
+            notifications.settle(notifications.receive(topic: topic, payload: payload, redelivered: receipt.redelivered)) {
+                $0 ? receipt.acknowledge() : receipt.reject()
+            }
         case .oversized(let topic, let bytes, let receipt):
             notifications.settle(notifications.receiveOversized(topic: topic, bytes: bytes)) { $0 ? receipt.acknowledge() : receipt.reject() }
         }

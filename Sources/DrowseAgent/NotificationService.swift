@@ -6,7 +6,7 @@ import Logging
 /// What the notification service needs of the store.
 package protocol NotificationStore: AnyObject {
     func recordNotification(app: String, dedupeKey: String, payload: String, at: Double, signed: Bool,
-                            collapseID: String?, durable: Bool) throws(StoreError) -> Int64?
+                            collapseID: String?, attempts: Int, durable: Bool) throws(StoreError) -> Int64?
     /// Calls `done` once every record written so far is durable (false: the sync failed).
     func afterJournalSync(_ done: @escaping @Sendable (Bool) -> Void)
     func markNotification(_ seq: Int64, state: String, at: Double) throws(StoreError)
@@ -55,6 +55,10 @@ extension Store: NotificationStore {}
     package var groups: [String] = []
     /// `[notifications] max_payload`.
     package var maxPayload = Notification.maxBytes
+    /// The notification being received now, while its handler may start: its start mark needs
+    /// no sync of its own (the PUBACK's sync covers it; without it the broker sends it again,
+    /// marked as a redelivery).
+    package private(set) var arriving: Int64?
     let logger: Logger
     /// Notifications by outcome and refusals by reason are counted here (the agent hands over its own).
     package var metrics = AgentMetrics()
@@ -91,7 +95,9 @@ extension Store: NotificationStore {}
 
     /// A notification arrived. It is recorded before anything acts on it, and deduplicated.
     @discardableResult
-    package func receive(topic: String, payload: [UInt8]) -> Settlement {
+    /// `redelivered`: the broker marked it as sent before (`MQTTReceipt.redelivered`); its
+    /// handler then starts as a possible repeat (DROWSE_ATTEMPT 2).
+    package func receive(topic: String, payload: [UInt8], redelivered: Bool = false) -> Settlement {
         guard let appID = Topics.app(inNotifyTopic: topic, prefix: topicPrefix, device: deviceID, groups: groups) else {
             unexpected(topic: topic)
             return .acknowledge
@@ -156,7 +162,7 @@ extension Store: NotificationStore {}
             do {
                 seq = try store.recordNotification(
                     app: appID, dedupeKey: key, payload: String(decoding: body, as: UTF8.self), at: t, signed: signed,
-                    collapseID: note.collapseID, durable: false)
+                    collapseID: note.collapseID, attempts: redelivered ? 1 : 0, durable: false)
             } catch {
                 logger.error("notification not recorded, left to the broker to deliver again: \(error)", metadata: ["app.id": "\(appID)"])
                 return .reject
@@ -169,6 +175,8 @@ extension Store: NotificationStore {}
             // A duplicate's first copy may not be on disk yet either (written, then the daemon was
             // killed before its sync): it too is acknowledged only once it is.
             let actions = admission.recorded(seq: seq, now: now(), uses: budgetUses(plus: appID), nextWindow: nextFetchWindow())
+            arriving = seq
+            defer { arriving = nil }
             carryOut(seq.map { Self.handlerFirst(actions, seq: $0) } ?? actions, notes: seq.map { [$0: note] } ?? [:])
             return .acknowledgeWhenSynced
         }

@@ -17,11 +17,15 @@ package final class MQTTReceipt: Sendable {
     private let settled = Atomic<Bool>(false)
     private let session: MQTTSession?
     private let connection: Int
+    /// The broker sent this message before (MQTT's DUP flag): an earlier copy may have been
+    /// received, recorded and run before a power cut lost the record.
+    package let redelivered: Bool
 
     /// `session` nil: nothing to settle (a QoS 0 message has no PUBACK).
-    init(_ session: MQTTSession?, connection: Int) {
+    init(_ session: MQTTSession?, connection: Int, redelivered: Bool = false) {
         self.session = session
         self.connection = connection
+        self.redelivered = redelivered
     }
 
     package func acknowledge() { settle(ack: true) }

@@ -276,14 +276,18 @@ package final class MQTTSession: Sendable {
             guard let m = msg?.pointee else { return }
             let topic = String(cString: m.topic)
             var oversized: UInt64 = 0
+            var redelivered = false
             if m.qos < 2 {
                 ctx.delivered += 1
-                if let gate = ctx.gate, drowse_mqtt_gate_take_oversized(gate, ctx.delivered, &oversized) == 0 { oversized = 0 }
+                if let gate = ctx.gate {
+                    if drowse_mqtt_gate_take_oversized(gate, ctx.delivered, &oversized) == 0 { oversized = 0 }
+                    redelivered = drowse_mqtt_gate_dup(gate, ctx.delivered) != 0
+                }
             }
             let receipt: MQTTReceipt
             if m.qos > 0 {
                 let connection = ctx.session.receipts.withLock { r -> Int in r.unsettled += 1; return r.connection }
-                receipt = MQTTReceipt(ctx.session, connection: connection)
+                receipt = MQTTReceipt(ctx.session, connection: connection, redelivered: redelivered)
             } else {
                 receipt = MQTTReceipt(nil, connection: 0)
             }

@@ -167,12 +167,15 @@ package final class SQLiteDatabase {
     /// the next ordinary commit does that instead.
     /// If putting `synchronous=FULL` back fails, that error is thrown even when `body` succeeded:
     /// the caller must not go on as if the connection were durable again.
-    package func withoutSync<T>(_ body: () throws(StoreError) -> T) throws(StoreError) -> T {
+    /// `checkpoint: true` keeps SQLite's automatic checkpoint (a full WAL is copied into the
+    /// database before the commit returns): for writes off the latency-critical path, so that a
+    /// stream of them alone still keeps the WAL bounded.
+    package func withoutSync<T>(checkpoint: Bool = false, _ body: () throws(StoreError) -> T) throws(StoreError) -> T {
         try exec("PRAGMA synchronous=NORMAL")
-        sqlite3_wal_autocheckpoint(db, 0)
+        if !checkpoint { sqlite3_wal_autocheckpoint(db, 0) }
         let result: Result<T, StoreError>
         do { result = .success(try body()) } catch { result = .failure(error) }
-        sqlite3_wal_autocheckpoint(db, Self.autocheckpointPages)
+        if !checkpoint { sqlite3_wal_autocheckpoint(db, Self.autocheckpointPages) }
         try exec("PRAGMA synchronous=FULL")
         return try result.get()
     }

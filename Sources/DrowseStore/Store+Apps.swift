@@ -82,7 +82,16 @@ extension Store {
 
     /// Records a finished run; with `fetch`, the app's fetch bookkeeping as the scheduler now has
     /// it, and with `seq`, that the notification's run handled it — one transaction, so one fsync.
-    package func record(_ run: RunRecord, fetch: FetchScheduler.Record? = nil, handlingNotification seq: Int64? = nil) throws(StoreError) {
+    /// `durable: false` writes it to the WAL without waiting for the disk (as
+    /// `recordNotification(durable:)`); the caller asks `afterJournalSync` for the sync, which
+    /// runs at once on the journal thread and is shared by every write made meanwhile.
+    package func record(_ run: RunRecord, fetch: FetchScheduler.Record? = nil, handlingNotification seq: Int64? = nil,
+                        durable: Bool = true) throws(StoreError) {
+        guard durable else {
+            return try db.withoutSync(checkpoint: true) { () throws(StoreError) in
+                try record(run, fetch: fetch, handlingNotification: seq, durable: true)
+            }
+        }
         try db.transaction { () throws(StoreError) in
             if let seq {
                 try handled(seq, state: run.result.rawValue, at: run.endedAt)

@@ -22,12 +22,15 @@ extension Store {
     /// `durable: false` writes it to the WAL without waiting for the disk: it survives a killed
     /// daemon at once, and a power cut only after `syncJournal()` or `afterJournalSync` (or any
     /// later commit).
+    /// `attempts`: starts of its handler that may already have happened (1 for a message the
+    /// broker marked as sent before, DUP: an earlier copy may have run before a power cut lost
+    /// its record).
     package func recordNotification(app: String, dedupeKey: String, payload: String, at: Double, signed: Bool = false,
-                                   collapseID: String? = nil, durable: Bool = true) throws(StoreError) -> Int64? {
+                                   collapseID: String? = nil, attempts: Int = 0, durable: Bool = true) throws(StoreError) -> Int64? {
         func insert() throws(StoreError) -> Int64? {
             try db.query(
-                "INSERT OR IGNORE INTO notifications(app, dedupe_key, payload, received_at, state, signed, collapse_id) VALUES (?,?,?,?, 'pending', ?, ?)",
-                [.text(app), .text(dedupeKey), .text(payload), .double(at), .int(signed ? 1 : 0), SQLValue(collapseID)])
+                "INSERT OR IGNORE INTO notifications(app, dedupe_key, payload, received_at, state, signed, collapse_id, attempts) VALUES (?,?,?,?, 'pending', ?, ?, ?)",
+                [.text(app), .text(dedupeKey), .text(payload), .double(at), .int(signed ? 1 : 0), SQLValue(collapseID), .int(Int64(attempts))])
             guard db.changes == 1 else { return nil }
             return db.lastInsertRowID
         }
@@ -85,6 +88,20 @@ extension Store {
     /// Records that the notification used its app's hourly budget at `at`, and is `pending` (to
     /// run). Written like the record itself (to the WAL, synced with it before the PUBACK), so
     /// that it costs no fsync on the way to the handler's start.
+    /// A notification's handler starts: its start is counted first (`attempts`). Returns the
+    /// attempt this start is (1 for the first), or nil when it no longer waits to run (handled,
+    /// collapsed, dropped). `durable: false` as for `recordNotification`.
+    package func notificationStarting(_ seq: Int64, durable: Bool) throws(StoreError) -> Int? {
+        guard let row = try db.query("SELECT state, attempts FROM notifications WHERE seq = ?", [.int(seq)]).first,
+              row[0].string == "pending" else { return nil }
+        let attempts = Int(min(max(row[1].int64 ?? 0, 0), 1_000_000))
+        func mark() throws(StoreError) {
+            try db.query("UPDATE notifications SET attempts = ? WHERE seq = ?", [.int(Int64(attempts + 1)), .int(seq)])
+        }
+        if durable { try mark() } else { try db.withoutSync(mark) }
+        return attempts + 1
+    }
+
     package func chargeBudget(_ seq: Int64, at: Double) throws(StoreError) {
         try db.withoutSync { () throws(StoreError) in
             // A deferred one is released to run; any other state stays (a fresh record's handler may

@@ -7,7 +7,7 @@ package final class Store {
     package let db: SQLiteDatabase
     /// Syncs the WAL off the caller's thread (`afterJournalSync`).
     package let journal: JournalSyncer
-    package static let schemaVersion: Int64 = 11
+    package static let schemaVersion: Int64 = 12
 
     package init(path: String) throws(StoreError) {
         db = try SQLiteDatabase(path: path)
@@ -193,6 +193,15 @@ package final class Store {
                         battery INTEGER, metered INTEGER NOT NULL);
                     CREATE INDEX condition_changes_at ON condition_changes(at);
                     UPDATE schema_version SET version = 11;
+                    """)
+            }
+            if current < 12 {
+                // How many times a notification's handler was started (DROWSE_ATTEMPT): a start
+                // known without its end is a possible repeat, and the next start says so.
+                try db.exec(
+                    """
+                    ALTER TABLE notifications ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0;
+                    UPDATE schema_version SET version = 12;
                     """)
             }
         }

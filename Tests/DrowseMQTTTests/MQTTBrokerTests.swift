@@ -18,6 +18,8 @@ final class SessionEvents: Sendable {
     }
 
     let seen = Mutex<[Seen]>([])
+    /// The DUP flag of each message, in order (`MQTTReceipt.redelivered`).
+    let redelivered = Mutex<[Bool]>([])
     /// Reject the next this-many QoS 1 messages instead of acknowledging them.
     let rejectNext = Atomic<Int>(0)
 
@@ -33,6 +35,7 @@ final class SessionEvents: Sendable {
             // A long payload is kept as its size: a failed expectation prints what was seen.
             let text = payload.count > 256 ? "<\(payload.count) bytes>" : String(decoding: payload, as: UTF8.self)
             seen.withLock { $0.append(.message(topic: topic, payload: text)) }
+            redelivered.withLock { $0.append(receipt.redelivered) }
             if rejectNext.load(ordering: .relaxed) > 0 {
                 rejectNext.subtract(1, ordering: .relaxed)
                 receipt.reject()
@@ -122,6 +125,8 @@ struct MQTTBrokerTests {
         let m = SessionEvents.Seen.message(topic: "drowse/test/notify/b", payload: "keep-me")
         try await waitUntil(15, "the redelivery") { events.count(m) >= 2 }
         #expect(logs.contains("a received message could not be recorded"))
+        // The broker marks the second copy as sent before (DUP): its handler starts as a possible repeat.
+        #expect(events.redelivered.withLock { Array($0.prefix(2)) } == [false, true])
         #expect(events.count(.connected) >= 2)
         // Acknowledged the second time: it is not delivered a third time.
         try await Task.sleep(for: .milliseconds(500))

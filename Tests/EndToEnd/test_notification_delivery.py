@@ -30,6 +30,7 @@ NOTE_LOG_SH = r"""#!/bin/sh
 log="$1"
 p="$(tr -d '\n')"
 printf 'started %s\n' "$p" >> "$log"
+printf 'attempt%s %s\n' "${DROWSE_ATTEMPT:-0}" "$p" >> "$log"
 if [ "${2:-0}" != 0 ]; then sleep "$2"; fi
 printf 'done %s\n' "$p" >> "$log"
 """
@@ -232,6 +233,9 @@ def test_kill_9_during_a_handler_reruns_that_notification_but_not_a_finished_one
     started = ids(log, "started")
     assert started["cut-2"] == 2, f"cut-2 should run exactly once more after the restart: {dict(started)}"
     assert started["finished-1"] == 1, f"a notification handled before the kill ran again: {dict(started)}"
+    # The rerun says it may be a repeat (DROWSE_ATTEMPT): its first start was recorded, its end was not.
+    assert ids(log, "attempt1") == Counter({"finished-1": 1, "cut-2": 1}), dict(ids(log, "attempt1"))
+    assert ids(log, "attempt2") == Counter({"cut-2": 1}), dict(ids(log, "attempt2"))
 
 
 # timed-log.sh LOG: "started <unix time> <payload>" when it starts, "done <unix time> <payload>" at its end.

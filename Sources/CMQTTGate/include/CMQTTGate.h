@@ -36,6 +36,9 @@ size_t drowse_mqtt_gate_ready(const drowse_mqtt_gate *g);
 /* Whether the ordinal-th PUBLISH of this connection (from 1, in the order libmosquitto
    delivers them) was oversized; if so, its payload's size in *bytes. */
 int drowse_mqtt_gate_take_oversized(drowse_mqtt_gate *g, uint64_t ordinal, uint64_t *bytes);
+/* Whether the ordinal-th PUBLISH had the DUP flag: the broker sent it before (a redelivery).
+   Known for the last 1024 PUBLISHes. */
+int drowse_mqtt_gate_dup(const drowse_mqtt_gate *g, uint64_t ordinal);
 /* PUBLISHes cut and other packets refused since the gate was made. */
 uint64_t drowse_mqtt_gate_cut_count(const drowse_mqtt_gate *g);
 uint64_t drowse_mqtt_gate_refused_count(const drowse_mqtt_gate *g);
