@@ -116,6 +116,7 @@ package struct AgentParts {
         notifications.metrics = metrics
         notifications.groups = config.mqtt?.groups ?? []
         notifications.maxPayload = config.notifications.maxPayload
+        notifications.heldStore = store
         notifications.runs = handlers
         notifications.downloads = transfers
         notifications.windows = fetch
@@ -138,7 +139,10 @@ package struct AgentParts {
             case .clockStepped(let step):
                 fetch.timeOfDayChanged(utcOffset: Double(localUTCOffset()) + timeline.skew)
                 notifications.wallClockStepped(by: step)
-            case .runEnded, .conditionsRead, .appsReloaded:
+            case .appsReloaded:
+                // Notifications held for an app whose file could not be used run once it can.
+                notifications.releaseHeld()
+            case .runEnded, .conditionsRead:
                 break
             }
         }
@@ -165,6 +169,7 @@ package struct AgentParts {
         parts.processes.start()
         // Recorded but unhandled notifications from before a crash or restart.
         parts.notifications.handlePendingNotifications()
+        parts.notifications.releaseHeld()
         startScheduler()
         parts.metricsFile.start(render: { [unowned self] in metricsExposition() })
     }

@@ -15,6 +15,7 @@ package protocol NotificationStore: AnyObject {
     func budgetUses(app: String, since: Double) throws(StoreError) -> [Double]
     func notificationPayload(_ seq: Int64) throws(StoreError) -> String?
     func pruneNotifications(before: Double) throws(StoreError) -> Double?
+    func holdRecorded(_ seq: Int64) throws(StoreError)
 }
 
 extension Store: NotificationStore {}
@@ -53,6 +54,8 @@ extension Store: NotificationStore {}
     let deviceID: String
     /// `[mqtt] groups`: notifications on these groups' topics are the device's too.
     package var groups: [String] = []
+    /// Where notifications of apps whose file cannot be used are held (`hold`); nil: refused.
+    package var heldStore: Store?
     /// `[notifications] max_payload`.
     package var maxPayload = Notification.maxBytes
     /// The notification being received now, while its handler may start: its start mark needs
@@ -94,16 +97,28 @@ extension Store: NotificationStore {}
     }
 
     /// A notification arrived. It is recorded before anything acts on it, and deduplicated.
-    @discardableResult
     /// `redelivered`: the broker marked it as sent before (`MQTTReceipt.redelivered`); its
     /// handler then starts as a possible repeat (DROWSE_ATTEMPT 2).
+    @discardableResult
     package func receive(topic: String, payload: [UInt8], redelivered: Bool = false) -> Settlement {
         guard let appID = Topics.app(inNotifyTopic: topic, prefix: topicPrefix, device: deviceID, groups: groups) else {
             unexpected(topic: topic)
             return .acknowledge
         }
         metrics.notification(.received)
+        return admit(appID, payload: payload, attempts: redelivered ? 1 : 0, checked: nil)
+    }
+
+    /// Whether `app` has a file that cannot be used now (invalid: being edited, or emptied by a
+    /// power cut): its notifications are held for when it is valid again. An app with no file
+    /// at all is gone, and its notifications are refused.
+    func mayHold(_ app: String) -> Bool { registry[app] == nil && registry.invalid.contains { $0.id == app } }
+
+    /// Checks, records and admits a notification for `appID`. `checked`: its signature was
+    /// checked when it arrived (the value says whether it was signed), for one held since.
+    func admit(_ appID: String, payload: [UInt8], attempts: Int, checked: Bool?) -> Settlement {
         guard let app = registry[appID] else {
+            if mayHold(appID) { return hold(appID, payload: payload, attempts: attempts) }
             refuse("no valid app '\(LogText.escape(appID))'", app: nil, .unknownApp)
             return .acknowledge
         }
@@ -113,8 +128,10 @@ extension Store: NotificationStore {}
         }
         // Signed notifications: when the app has a public key, nothing else is accepted.
         var body = payload
-        var signed = false
-        if JWS.looksCompact(payload) {
+        var signed = checked ?? false
+        if checked != nil {
+            // Checked when it arrived, against the key the app had then.
+        } else if JWS.looksCompact(payload) {
             do {
                 let jws = try JWS.parse(payload)
                 if let key = app.notificationPublicKey.flatMap(Base64.decode) {
@@ -162,7 +179,7 @@ extension Store: NotificationStore {}
             do {
                 seq = try store.recordNotification(
                     app: appID, dedupeKey: key, payload: String(decoding: body, as: UTF8.self), at: t, signed: signed,
-                    collapseID: note.collapseID, attempts: redelivered ? 1 : 0, durable: false)
+                    collapseID: note.collapseID, attempts: attempts, durable: false)
             } catch {
                 logger.error("notification not recorded, left to the broker to deliver again: \(error)", metadata: ["app.id": "\(appID)"])
                 return .reject
@@ -181,6 +198,59 @@ extension Store: NotificationStore {}
             return .acknowledgeWhenSynced
         }
         return .acknowledge
+    }
+
+    /// Holds a notification for an app whose file cannot be used now, within `max_deferred` per
+    /// app (the oldest held goes first) and the dedupe window (held ones are pruned with the
+    /// handled); `releaseHeld` admits them once the file is valid again.
+    func hold(_ appID: String, payload: [UInt8], attempts: Int) -> Settlement {
+        let key = "held:" + SHA256Hasher.hexDigest(of: payload)
+        guard let heldStore else {
+            refuse("no valid app '\(LogText.escape(appID))'", app: nil, .unknownApp)
+            return .acknowledge
+        }
+        do {
+            guard try heldStore.holdNotification(app: appID, dedupeKey: key, payload: String(decoding: payload, as: UTF8.self), at: now(),
+                                                   checked: false, signed: false, attempts: attempts) != nil else {
+                metrics.notification(.duplicate)
+                return .acknowledgeWhenSynced
+            }
+        } catch {
+            logger.error("notification not held, left to the broker to deliver again: \(error)", metadata: ["app.id": "\(appID)"])
+            return .reject
+        }
+        logger.warning("notification held: the app's file cannot be used now; it runs once the file is valid again (a reload)",
+                       metadata: ["app.id": "\(appID)"])
+        trimHeld(appID)
+        return .acknowledgeWhenSynced
+    }
+
+    /// Past `max_deferred` held for one app, the oldest go (counted as evicted).
+    func trimHeld(_ appID: String) {
+        guard let store = heldStore, let held = try? store.heldNotifications().filter({ $0.app == appID }),
+              held.count > admission.maxDeferred else { return }
+        for h in held.prefix(held.count - admission.maxDeferred) {
+            metrics.notification(.evicted)
+            logger.info("held notification dropped: \(admission.maxDeferred) already held (max_deferred)", metadata: ["app.id": "\(appID)"])
+            try? store.markNotification(h.seq, state: "evicted", at: now())
+        }
+    }
+
+    /// Apps were loaded (start) or reloaded: held notifications of apps valid again are admitted
+    /// (checked, recorded under their own key, run or deferred as any); those of apps that are
+    /// gone are dropped; those of apps still invalid wait on.
+    package func releaseHeld() {
+        guard let store = heldStore, let held = try? store.heldNotifications(), !held.isEmpty else { return }
+        for h in held {
+            if registry[h.app] != nil {
+                let settlement = admit(h.app, payload: Array(h.payload.utf8), attempts: h.attempts, checked: h.checked ? h.signed : nil)
+                // Recorded again (or refused for good): the held copy goes. A store failure keeps it.
+                if settlement != .reject { try? store.releaseHeld(h.seq) }
+            } else if !mayHold(h.app) {
+                logger.info("held notification dropped: the app is gone", metadata: ["app.id": "\(h.app)"])
+                try? store.markNotification(h.seq, state: "dropped", at: now())
+            }
+        }
     }
 
     /// A notification admitted as it arrives: its handler starts before its budget use is
@@ -385,7 +455,11 @@ extension Store: NotificationStore {}
     package func handlePendingNotifications() {
         let pending = (try? store.pendingNotifications()) ?? []
         var notes: [Int64: Notification] = [:]
-        let restored = pending.map { rec -> NotificationAdmission.Restored in
+        // Those of apps whose file cannot be used now wait for it (`releaseHeld`), not dropped.
+        let held = pending.filter { mayHold($0.app) }
+        for rec in held { try? store.holdRecorded(rec.seq) }
+        if !held.isEmpty { logger.warning("\(held.count) notification(s) held until their app's file is valid again") }
+        let restored = pending.filter { !mayHold($0.app) }.map { rec -> NotificationAdmission.Restored in
             var arrival: NotificationAdmission.Arrival?
             if let app = registry[rec.app], let note = try? Notification.parse(Array(rec.payload.utf8)) {
                 notes[rec.seq] = note

@@ -1,5 +1,18 @@
 import DrowseCore
 
+/// A notification kept for an app whose file cannot be used now.
+package struct HeldNotification: Sendable, Equatable {
+    package var seq: Int64
+    package var app: String
+    package var payload: String
+    package var receivedAt: Double
+    /// Its signature was checked when it arrived (`signed` says whether it was signed); else
+    /// `payload` is the message as it came, checked when it is admitted.
+    package var checked: Bool
+    package var signed: Bool
+    package var attempts: Int
+}
+
 /// A notification as recorded before its handler runs.
 package struct NotificationRecord: Sendable, Equatable {
     package var seq: Int64
@@ -35,6 +48,41 @@ extension Store {
             return db.lastInsertRowID
         }
         return durable ? try insert() : try db.withoutSync(insert)
+    }
+
+    /// A notification for an app whose file exists but cannot be used now (invalid, or emptied by
+    /// a power cut): kept as it came (`held`: its signature not checked yet), or as recorded
+    /// before the restart (`held-checked`: checked, its `signed` flag known), until the file is
+    /// valid again. nil when the same one is already held. Written without waiting for the disk.
+    package func holdNotification(app: String, dedupeKey: String, payload: String, at: Double, checked: Bool, signed: Bool,
+                                  attempts: Int) throws(StoreError) -> Int64? {
+        try db.withoutSync { () throws(StoreError) -> Int64? in
+            try db.query(
+                "INSERT OR IGNORE INTO notifications(app, dedupe_key, payload, received_at, state, signed, attempts) VALUES (?,?,?,?,?,?,?)",
+                [.text(app), .text(dedupeKey), .text(payload), .double(at), .text(checked ? "held-checked" : "held"),
+                 .int(signed ? 1 : 0), .int(Int64(attempts))])
+            return db.changes == 1 ? db.lastInsertRowID : nil
+        }
+    }
+
+    /// A recorded notification whose app cannot be used now is held (see `holdNotification`).
+    package func holdRecorded(_ seq: Int64) throws(StoreError) {
+        try db.query("UPDATE notifications SET state = 'held-checked' WHERE seq = ? AND state IN ('pending', 'deferred')", [.int(seq)])
+    }
+
+    /// The held notifications, oldest first.
+    package func heldNotifications() throws(StoreError) -> [HeldNotification] {
+        try db.query("SELECT seq, app, payload, received_at, state, signed, attempts FROM notifications WHERE state IN ('held', 'held-checked') ORDER BY seq")
+            .compactMap { r in
+                guard let seq = r[0].int64, let app = r[1].string, let payload = r[2].string else { return nil }
+                return HeldNotification(seq: seq, app: app, payload: payload, receivedAt: r[3].double ?? 0, checked: r[4].string == "held-checked",
+                                        signed: r[5].int64 == 1, attempts: Int(min(max(r[6].int64 ?? 0, 0), 1_000_000)))
+            }
+    }
+
+    /// Removes a held notification once it was admitted again under its own key.
+    package func releaseHeld(_ seq: Int64) throws(StoreError) {
+        try db.query("DELETE FROM notifications WHERE seq = ? AND state IN ('held', 'held-checked')", [.int(seq)])
     }
 
     /// Makes every record written so far durable (see `recordNotification(durable:)`).

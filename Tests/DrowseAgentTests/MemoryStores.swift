@@ -21,6 +21,7 @@ final class MemoryNotificationStore: NotificationStore {
     var keys: Set<String> = []
     var budget: [Int64: Double] = [:]
     var broken = false
+    func holdRecorded(_ seq: Int64) throws(StoreError) {}
     func recordNotification(app: String, dedupeKey: String, payload: String, at: Double, signed: Bool, collapseID: String?, attempts: Int,
                             durable: Bool) throws(StoreError) -> Int64? {
         if broken { throw StoreError(code: 13, message: "database or disk is full", sql: nil) }
