@@ -25,6 +25,9 @@ extension Agent {
             }.map { .string($0) })),
             ("apps", JSON(parts.registry.apps.count)), ("invalid_apps", JSON(parts.registry.invalid.count)),
             ("lifecycle", parts.processes.statusJSON()),
+            // How long records and run ends waited from their write to the disk (the journal's
+            // group commit): the bound of docs/design.md, "A finished run stays finished".
+            ("journal", Self.journalJSON(store.journal.stats)),
             // Every handler running now (fetch, notification, transfers), as drowse_running_handlers.
             ("running_handlers", JSON(parts.handlers.running)),
             ("queued_handlers", JSON(parts.handlers.waiting)),
@@ -87,5 +90,10 @@ extension Agent {
         let app = try app(id, for: caller)
         let plan = parts.fetch.plans().first { $0.id == id }
         return appJSON(app, plan: plan, history: true)
+    }
+
+    static func journalJSON(_ s: (syncs: Int, maxWait: Double, lastWait: Double)) -> JSON {
+        func ms(_ t: Double) -> JSON { JSON((t * 1000 * 10).rounded() / 10) }
+        return .object([("syncs", JSON(s.syncs)), ("max_wait_ms", ms(s.maxWait)), ("last_wait_ms", ms(s.lastWait))])
     }
 }

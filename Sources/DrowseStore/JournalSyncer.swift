@@ -22,7 +22,12 @@ import Synchronization
 /// commit covers it. The first sync of a newly opened WAL also syncs its folder (the file's
 /// entry), as SQLite does for a journal it created.
 package final class JournalSyncer: Sendable {
-    private let waiting = Mutex<[@Sendable (Bool) -> Void]>([])
+    private let waiting = Mutex<[(at: Double, done: @Sendable (Bool) -> Void)]>([])
+    /// From a request to its answer (the write on disk), in seconds: the longest and the last,
+    /// and how many syncs ran (`drowse status`: `journal`).
+    private let waits = Mutex<(syncs: Int, maxWait: Double, lastWait: Double)>((0, 0, 0))
+
+    package var stats: (syncs: Int, maxWait: Double, lastWait: Double) { waits.withLock { $0 } }
     /// The journal thread sleeps in a blocking read until a request arrives: no timer.
     private let wake = EventFD(blocking: true)
     private let started = Atomic<Bool>(false)
@@ -42,7 +47,8 @@ package final class JournalSyncer: Sendable {
     /// Calls `done` on the journal thread once a sync that began after this call returned: true
     /// when it succeeded (false: nothing may be acknowledged as durable).
     package func afterSync(_ done: @escaping @Sendable (Bool) -> Void) {
-        waiting.withLock { $0.append(done) }
+        let at = WallClock.monotonic()
+        waiting.withLock { $0.append((at, done)) }
         // Started at the first request: a daemon without notifications has no such thread.
         if !started.exchange(true, ordering: .acquiringAndReleasing) {
             let me = Unmanaged.passRetained(self)
@@ -56,13 +62,16 @@ package final class JournalSyncer: Sendable {
             wake.wait()
             while true {
                 // Taken before the sync begins: each of these was requested before it.
-                let batch = waiting.withLock { w -> [@Sendable (Bool) -> Void] in
+                let batch = waiting.withLock { w -> [(at: Double, done: @Sendable (Bool) -> Void)] in
                     defer { w.removeAll(keepingCapacity: true) }
                     return w
                 }
                 if batch.isEmpty { break }
                 let ok = syncNow()
-                for done in batch { done(ok) }
+                let end = WallClock.monotonic()
+                let longest = batch.map { end - $0.at }.max() ?? 0
+                waits.withLock { w in w = (w.syncs + 1, max(w.maxWait, longest), longest) }
+                for entry in batch { entry.done(ok) }
             }
         }
     }
