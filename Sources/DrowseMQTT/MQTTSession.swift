@@ -281,7 +281,8 @@ package final class MQTTSession: Sendable {
                 ctx.delivered += 1
                 if let gate = ctx.gate {
                     if drowse_mqtt_gate_take_oversized(gate, ctx.delivered, &oversized) == 0 { oversized = 0 }
-                    redelivered = drowse_mqtt_gate_dup(gate, ctx.delivered) != 0
+                    let dup = drowse_mqtt_gate_dup(gate, ctx.delivered)
+                    redelivered = dup != 0
                 }
             }
             let receipt: MQTTReceipt

@@ -235,14 +235,15 @@ package final class AppCgroups: Sendable {
     /// the unit's cgroup once drowsed has exited). What still runs keeps its folders.
     package func removeEmptyTree() {
         let apps = base + "/apps"
+        // A folder that will not go (still populated, or another drowsed's) stays: nothing to do.
         for app in FileSystem.listDirectory(apps) where FileSystem.isDirectory(apps + "/" + app) {
-            for leaf in leaves(app: app) { rmdir(appPath(app) + "/" + leaf) }
-            rmdir(appPath(app))
+            for leaf in leaves(app: app) { removeLeafIfEmpty(appPath(app) + "/" + leaf) }
+            removeLeafIfEmpty(appPath(app))
         }
-        rmdir(apps)
+        removeLeafIfEmpty(apps)
         let own = (try? FileSystem.readText("/proc/self/cgroup")).flatMap { Self.ownCgroup(procSelfCgroup: $0) }
         if let own, (mount + own + "/").hasPrefix(base + "/") { return }
-        rmdir(base)
+        removeLeafIfEmpty(base)
     }
 
     /// Removes a leaf once nothing runs in it; false while populated (EBUSY) or when already gone.
