@@ -80,7 +80,7 @@ def test_a_simulated_day_draws_the_reports_figures_and_renders(workdir):
 
 
 def test_the_docs_picture_is_what_the_command_draws(workdir):
-    """docs/timeline-twenty-apps.svg (shown in the README) is the command's output, not a stale copy."""
+    """docs/timeline-twenty-apps.svg (shown in docs/getting-started.md) is the command's output, not a stale copy."""
     drawn = simulate(str(REPO / "deploy" / "scenarios" / "twenty-apps-lte.toml"), "--svg", "-")
     assert drawn == (REPO / "docs" / "timeline-twenty-apps.svg").read_text()
 
