@@ -1,4 +1,4 @@
-"""The local API under hostile local users (issue #20, items 4, 5 and 9).
+"""The local API under hostile local users.
 
 - A client cannot make drowsed hold unbounded memory: one that pipelines requests and never reads
   the answers stops being read, then is closed; listings come a page at a time.

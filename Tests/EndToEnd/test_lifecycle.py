@@ -1,4 +1,4 @@
-"""App lifecycle (issue #11): a resident app run by drowsed moves between states, is frozen in its
+"""App lifecycle (docs/handlers.md, "App states"): a resident app run by drowsed moves between states, is frozen in its
 cgroup v2 when it has no reason to run (and gets no CPU then), is thawed for each event, is
 restarted after a crash, is adopted after a kill -9 of drowsed, and has finite background tasks;
 the SIGSTOP fallback does the same without cgroups. Real processes, the real cgroup tree."""

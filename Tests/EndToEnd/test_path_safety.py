@@ -1,4 +1,4 @@
-"""Root never follows an app user's path (issue "Security first", item 1).
+"""Root never follows an app user's path.
 
 drowsed runs as root and writes `--to` files and reads upload sources for API callers. The caller
 owns those paths, so it can swap them between two attempts of a transfer. Each test here is an

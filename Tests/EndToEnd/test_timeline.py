@@ -1,4 +1,4 @@
-"""Seeing what Drowse does (issue "Seeing what Drowse does"): `drowse simulate SCENARIO --svg FILE`
+"""Seeing what Drowse does: `drowse simulate SCENARIO --svg FILE`
 draws a day's radio timeline, and `drowse timeline --svg FILE` draws what a real agent recorded.
 These tests read the pictures as XML, check them against the figures they were drawn from, and
 render them to PNG with rsvg-convert (librsvg2-bin) to prove they render."""
