@@ -100,7 +100,9 @@ def test_the_shipped_shell_example_finds_the_checkouts_drowse_and_copies_the_dow
     copied = wait_until(lambda: [p for p in out.glob("*-firmware.bin")] if out.is_dir() else None, 30,
                         what="the events handler to copy the download")
     assert len(copied) == 1 and sha256_file(copied[0]) == digest
-    runs = d.app("shell")["history"]
+    # The events handler's run is recorded once it has exited, a moment after its copy.
+    runs = wait_until(lambda: (lambda h: h if len(h) == 2 else None)(d.app("shell")["history"]), 15,
+                      what="both runs recorded")
     assert sorted(h["event"] for h in runs) == ["notification", "transfers"], runs
     assert all(h["result"] == "new-data" for h in runs), runs
     # A notification without a url is "no data", not a failure.
