@@ -16,9 +16,9 @@
 # (`-m connbytes --connbytes RESET_BYTES: --connbytes-dir reply -j REJECT --reject-with tcp-reset`).
 # The other port is the clean link. drowsed runs in the namespace with default [transfers]
 # settings; its time is from `drowse transfer download --to FILE` until FILE is in place (polled
-# every 10 ms); curl's is its wall time. Every result's sha256 is checked. The goal (issue "Real
-# servers, flaky links", item 2): drowse on the flaky link ≤ 1.5× drowse on the clean link, and no
-# slower than curl on the flaky link.
+# every 10 ms); curl's is its wall time. Every result's sha256 is checked. The goals it prints met
+# or not: drowse on the flaky link ≤ 1.5× drowse on the clean link, and no slower than curl on the
+# flaky link.
 #
 # Needs root (ip netns, iptables); installs iproute2, iptables, nginx, curl and python3 when missing.
 # Stops everything it started, on every exit: each process in its namespace, then the namespace.
@@ -148,7 +148,7 @@ requests() { awk -v p="$1" '$1 == p { n++ } END { printf "%d\n", n }' "$TMP/ngin
 RESULTS=$TMP/results
 : >"$RESULTS"
 run_curl() {   # run_curl LABEL PORT [loop]
-    # Without "loop": the issue's baseline, curl --retry 20 --retry-all-errors -C - (bounded to
+    # Without "loop": the retrying baseline, curl --retry 20 --retry-all-errors -C - (bounded to
     # 120 s). curl 7.88 restarts a retried transfer from the size the file had when curl started,
     # so over this link it never gets past one connection's bytes: recorded as "dnf".
     # With "loop": `until curl -C - ...; do sleep 1; done`, which resumes from the file's size

@@ -17,7 +17,7 @@
 # socket, and take the time the app read the event from its stream (it stamps each line as it
 # arrives): delivery latency = thaw + the event on its stream. Percentiles are nearest-rank.
 #
-# Goals (issue #11): >= 100x fewer context switches while suspended; delivery p99 <= 5 ms.
+# Goals, printed beside the figures: >= 100x fewer context switches while suspended; delivery p99 <= 5 ms.
 #
 # Env: DROWSE_BIN_DIR  use the binaries there instead of the release build
 #      KEEP=1          keep the temp dir and print where it is

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Notification latency: from the moment a provider publishes a silent notification to the moment
-# the app's handler starts, through drowsed, next to the issue's shell baseline
+# the app's handler starts, through drowsed, next to a shell baseline
 # (`mosquitto_sub | xargs` starting the same handler), on loopback, in the same run.
 #
 #   deploy/bench-notifications.sh [N_FAST] [N_SLOW] [N_BURST]
@@ -32,7 +32,7 @@
 # handler started by a minimal C posix_spawn loop (no MQTT at all): its own start, which no
 # consumer avoids.
 #
-# Goals (issue #24), printed met or not for each run: drowsed's p50 and p99 at or below the
+# Goals, printed met or not for each run: drowsed's p50 and p99 at or below the
 # baseline's, and drowsed's p50 within 1 ms of the floor's. drowsed records each notification in
 # state.db (WAL) before its handler starts; the baseline records nothing.
 #

@@ -56,6 +56,6 @@ cat <<EOF
 Drowse is installed and running (journalctl -u drowsed -f shows its log).
   drowse status                     # as root, or as a member of the drowse group:
   sudo usermod -aG drowse $me      # then log in again
-Configure MQTT in /etc/drowse/drowse.toml, add apps as /etc/drowse/apps.d/<id>.toml
-(examples: deploy/apps.d), then: sudo systemctl restart drowsed
+Add apps as /etc/drowse/apps.d/<id>.toml (examples: deploy/apps.d), then: sudo systemctl reload drowsed
+Configure MQTT in /etc/drowse/drowse.toml, then: sudo systemctl restart drowsed (a reload applies apps only)
 EOF

@@ -1,5 +1,6 @@
 /// The retained status a device publishes at `<prefix>/<device_id>/status`, and how `drowse
-/// fleet` reads it back (docs/contract.md, "Notifications over MQTT"; issue #13, fleet status).
+/// fleet` reads it back (docs/contract.md, "Notifications over MQTT"; docs/fleets.md, "Fleet status and
+/// `drowse fleet`").
 ///
 /// Online: `{"online": true, "apps": [...], "version", "last_window", "app_count", "failed_apps",
 /// "groups", "time", "reports"}`. The last will (and the status at a clean stop) is `{"online": false}` with

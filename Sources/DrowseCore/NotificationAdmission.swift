@@ -2,7 +2,7 @@
 /// as expired, recorded under a dedupe key, run at once, deferred, collapsed into a newer one,
 /// expired while it waited, or released when a fetch window opens or the app's hourly budget has
 /// room again; and when the dedupe records of old notifications are pruned (docs/contract.md,
-/// "Notifications over MQTT"; README, "Notifications").
+/// "Notifications over MQTT"; docs/design.md, "Notifications").
 ///
 /// Pure: events in, each with the time, actions out; the agent carries the actions out and
 /// decides nothing itself. What lives in the store is passed in rather than copied here:

@@ -12,7 +12,7 @@ package enum SuspensionMechanism: String, Sendable, Equatable {
     case none
 }
 
-/// The cgroup v2 subtree drowsed owns (issue #11, "Cgroup layout"):
+/// The cgroup v2 subtree drowsed owns (docs/handlers.md, "Containment"):
 ///
 ///     <base>/daemon            drowsed itself, when <base> is the cgroup it was started in
 ///     <base>/apps/<app>/       one per app, frozen and thawed as a whole

@@ -202,8 +202,8 @@ import Testing
         #expect(fresh.engine.downloads.isEmpty)
     }
 
-    /// An app that runs as uid 4242 ("bob"), its rows queued by root (no owner stored, as rows
-    /// were before "Security, second pass").
+    /// An app that runs as uid 4242 ("bob"), its rows queued by root (no owner stored, as in
+    /// rows written by an older drowsed).
     func bobRig() throws -> Rig {
         let rig = try Rig()
         rig.files.accounts["bob"] = (4242, 4242)

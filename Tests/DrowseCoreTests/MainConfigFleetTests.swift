@@ -1,7 +1,7 @@
 import DrowseCore
 import Testing
 
-/// `[mqtt] groups` and `[mqtt] url` as a list (issue #13, fleets).
+/// `[mqtt] groups` and `[mqtt] url` as a list (docs/fleets.md).
 @Suite("MainConfig: fleets")
 struct MainConfigFleetTests {
     static let file = "/etc/drowse/drowse.toml"

@@ -1,7 +1,7 @@
 import DrowseCore
 import Testing
 
-/// Issue #20 items 8 and 10: text from others is escaped and bounded wherever it is shown, and
+/// Text from others is escaped and bounded wherever it is shown, and
 /// config files must be UTF-8 (TOML 1.0).
 @Suite("Untrusted text")
 struct UntrustedTextTests {

@@ -774,6 +774,35 @@ def cgroup2_mount() -> Path | None:
     return None
 
 
+def cgroup_unusable() -> str | None:
+    """Why the tests' drowsed cannot have app cgroups here, or None when it can. Each test's
+    drowsed makes its subtree at the top of the cgroup2 mount ([lifecycle] cgroup =
+    "drowse-e2e-…", relative to the mount), which takes root (or a tree delegated there): a
+    cgroup2 mount that exists is not enough. Probed by making and removing a cgroup there."""
+    mount = cgroup2_mount()
+    if mount is None:
+        return "no cgroup2 file system"
+    probe = mount / f"drowse-e2e-probe-{os.getpid()}"
+    try:
+        probe.mkdir()
+    except OSError as e:
+        return f"cannot make a cgroup in {mount} ({e.strerror}): needs root, or a cgroup tree delegated there"
+    try:
+        probe.rmdir()
+    except OSError:
+        pass
+    return None
+
+
+def netns_unusable() -> str | None:
+    """Why the tests cannot make a network namespace here (`ip netns add`), or None."""
+    if shutil.which("ip") is None:
+        return "no ip (iproute2) to make a network namespace"
+    if os.geteuid() != 0:
+        return "needs root to make a network namespace (ip netns add)"
+    return None
+
+
 def remove_cgroup_tree(relative: str) -> None:
     """Kills whatever is left in a test's cgroup subtree and removes it, leaves first."""
     mount = cgroup2_mount()

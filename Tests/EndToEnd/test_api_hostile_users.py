@@ -1,4 +1,4 @@
-"""The local API under hostile local users (issue #20, items 4, 5 and 9).
+"""The local API under hostile local users.
 
 - A client cannot make drowsed hold unbounded memory: one that pipelines requests and never reads
   the answers stops being read, then is closed; listings come a page at a time.
@@ -67,7 +67,7 @@ def timed_status(d) -> float:
     return time.monotonic() - started
 
 
-# ---- item 4: memory
+# ---- memory
 
 
 def test_a_pipelining_client_that_never_reads_cannot_grow_drowsed(make_drowse):
@@ -195,7 +195,7 @@ def test_big_listings_come_in_pages_and_pipelining_them_is_bounded(make_drowse):
     assert d.proc.poll() is None
 
 
-# ---- item 5: one uid cannot stall the API
+# ---- one uid cannot stall the API
 
 HOLDER = r"""
 import json, socket, sys, time
@@ -339,7 +339,7 @@ def test_max_connections_per_uid_is_read_from_config(make_drowse):
         holder.wait()
 
 
-# ---- item 9: smaller leaks
+# ---- smaller leaks
 
 
 def test_broker_credentials_in_a_url_are_refused(make_drowse, tmp_path):

@@ -1,4 +1,4 @@
-"""Limits on the local API (issue "Security first", item 3): a cap on open connections, idle
+"""Limits on the local API: a cap on open connections, idle
 connections closed, bounded headers, and no busy accept loop when file descriptors run out
 (seen: 100 % CPU, and MQTT unable to reconnect for want of a descriptor)."""
 

@@ -1,4 +1,4 @@
-"""Numbers and query strings are checked at the API's edge (issue "Security first", item 2):
+"""Numbers and query strings are checked at the API's edge:
 a bad value is a 400 with the contract's error shape, never a crash."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Per-app limits (issue #20 item 7): `[limits] processes` and `[limits] memory` in an app file,
+"""Per-app limits: `[limits] processes` and `[limits] memory` in an app file,
 defaults under `[limits]` in drowse.toml, held by the app's cgroup (pids.max, memory.max) where its
 tree has those controllers, else by rlimits (RLIMIT_NPROC, per user; RLIMIT_DATA). A fork bomb is
 capped and cleaned up, a memory hog fails, and drowsed and the other apps are unaffected.

@@ -1,4 +1,4 @@
-"""A stored row that cannot be valid is refused, not trusted (issue "Security first", item 2):
+"""A stored row that cannot be valid is refused, not trusted:
 drowsed starts with such rows in state.db, answers, and shows the bad transfers as failed
 with a reason, where it used to crash on every start (a crash loop until someone edited the
 database)."""

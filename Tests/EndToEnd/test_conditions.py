@@ -1,5 +1,5 @@
 """Power and network awareness against real links in a network namespace the test makes, a fake
-power_supply tree and a real nginx (issue: "Power and network awareness")."""
+power_supply tree and a real nginx."""
 
 import hashlib
 import json

@@ -77,7 +77,6 @@ def test_broken_main_config_exits_with_one_line(make_drowse, body, key):
 
 
 # ----------------------------------------------------------------------------- hostile config input
-# (issue "Security first", item 4; issue "Real servers, flaky links", item 4)
 
 DEEP = 100_000
 TOO_DEEP = "nested deeper than 64 levels"

@@ -1,5 +1,5 @@
 """A full disk pauses a download with a clear reason; it continues once space is freed, and
-nothing is marked done that is not on disk (issue "Background transfers", item 3)."""
+nothing is marked done that is not on disk."""
 
 import os
 import subprocess

@@ -1,4 +1,4 @@
-"""Fleets over real mosquitto brokers on loopback (issue #13): groups across a bridged edge
+"""Fleets over real mosquitto brokers on loopback (docs/fleets.md): groups across a bridged edge
 broker, cross-route dedupe, failover to a second broker and back, and `drowse fleet`."""
 
 import json

@@ -1,4 +1,4 @@
-"""No request kills the daemon (issue "Security first", item 2): thousands of mutated requests
+"""No request kills the daemon: thousands of mutated requests
 (request lines, query strings, headers, framing, JSON bodies, numbers) go to a real drowsed over
 its Unix socket; after every batch it must still be the same process and answer GET /v1/status.
 

@@ -1,4 +1,4 @@
-"""The Grafana dashboard in deploy/grafana/ (issue "Seeing what Drowse does", item 3) is built on
+"""The Grafana dashboard in deploy/grafana/ is built on
 the metrics drowsed exports: every query names a metric a real `drowse metrics` prints, and every
 label it groups or filters by is one that metric carries (besides the scrape's own `instance` and
 `job`). A renamed metric or label fails here instead of drawing an empty panel."""

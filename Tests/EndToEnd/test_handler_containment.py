@@ -1,4 +1,4 @@
-"""Handlers stay contained (SECURITY item 5): a handler's child that calls setsid does not outlive
+"""Handlers stay contained: a handler's child that calls setsid does not outlive
 the run, whether the handler is killed at its deadline or exits normally; nothing is left as a
 zombie of drowsed either."""
 

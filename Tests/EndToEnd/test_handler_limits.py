@@ -1,4 +1,4 @@
-"""Floods of notifications (SECURITY item 3, FLAKY-LINKS item 3): at most
+"""Floods of notifications: at most
 `[scheduler] max_concurrent_handlers` handlers run at once, the rest wait (surviving a crash), none
 is dropped (not even when spawning runs out of descriptors), drowsed's threads stay bounded, and
 `[notifications] max_per_hour` is counted from the store, so a restart hands out no fresh hour.

@@ -1,4 +1,4 @@
-"""libcurl is loaded by the first transfer, not at start (README: "Footprint"): an idle drowsed
+"""libcurl is loaded by the first transfer, not at start (docs/deploy.md, "What makes the build small"): an idle drowsed
 does not map libcurl and its dependencies; a download loads it and works as before, and a
 restart with a transfer to resume loads it again."""
 
@@ -50,7 +50,7 @@ def test_idle_drowsed_maps_no_libcurl_until_a_transfer(nginx, make_drowse):
 
 
 def test_library_code_is_given_back_after_transfers_and_faults_back(nginx, make_drowse):
-    """README "Measuring": release_code_after without a transfer, the shared libraries' code pages
+    """After release_code_after without a transfer, the shared libraries' code pages
     (libcurl's, libssl's, libcrypto's) are no longer resident in drowsed; a download right after
     works and brings them back. The engine thread's own wait (curl_multi_poll) faults a little
     of libcurl back at once (64 kB around each page it runs), so libcurl's is only smaller."""

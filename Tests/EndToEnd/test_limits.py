@@ -1,4 +1,4 @@
-"""Bounded transfers (issue "Security first", item 3): a byte cap on downloads whose length is
+"""Bounded transfers: a byte cap on downloads whose length is
 unknown, and a cap on the unfinished transfers of one app."""
 
 from __future__ import annotations

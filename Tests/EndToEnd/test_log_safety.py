@@ -1,4 +1,4 @@
-"""What reaches drowsed's own log (issue "Security first", items 3 and 5), judged on the log file a
+"""What reaches drowsed's own log, judged on the log file a
 real drowsed writes: a handler's flood of output stays small (1 GB of stdout once became a 1.7 GB
 log), and control characters in a caller's URL never reach it raw (a newline would forge a log line,
 an ESC drive the operator's terminal). The unit tests (ProcessLauncherTests, LogTextTests) check the

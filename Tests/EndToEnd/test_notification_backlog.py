@@ -1,4 +1,4 @@
-"""A bounded notification backlog (issue #20 item 6): whoever can publish to the device's topic
+"""A bounded notification backlog: whoever can publish to the device's topic
 may send thousands of distinct priority-5 notifications; each app keeps at most
 `[notifications] max_deferred` of them waiting (the oldest go, counted as `evicted`), drowsed's
 memory does not grow with the flood, the newest ones run at the next window, and priority 10

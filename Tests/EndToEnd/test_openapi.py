@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from drowse_e2e import free_port, wait_until
+from drowse_e2e import free_port, netns_unusable, wait_until
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -76,6 +76,7 @@ def run_schemathesis(binary: str, port: int, report: Path) -> dict:
     return {"rc": r.returncode, "operations": len(cases), "failed": failed, "output": r.stdout[-6000:] + r.stderr[-2000:]}
 
 
+@pytest.mark.skipif(netns_unusable() is not None, reason=f"{netns_unusable()}; it also acts as nobody (setpriv)")
 def test_the_daemon_answers_as_its_openapi_document_says(make_drowse, workdir):
     binary = schemathesis()
     ns = "drowse-api-" + uuid.uuid4().hex[:8]

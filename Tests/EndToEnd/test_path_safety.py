@@ -1,4 +1,4 @@
-"""Root never follows an app user's path (issue "Security first", item 1).
+"""Root never follows an app user's path.
 
 drowsed runs as root and writes `--to` files and reads upload sources for API callers. The caller
 owns those paths, so it can swap them between two attempts of a transfer. Each test here is an
@@ -50,8 +50,8 @@ def cli_as_nobody(d, *args: str) -> str:
 
 
 def cli_as(queuer: str, d, *args: str) -> str:
-    """`drowse ARGS` as the app's user (nobody) or as root acting for the app ("Security, second
-    pass" item 1: root's request must touch the app's paths with the app's rights, not root's)."""
+    """`drowse ARGS` as the app's user (nobody) or as root acting for the app (root's request must
+    touch the app's paths with the app's rights, not root's)."""
     if queuer == "nobody":
         return cli_as_nobody(d, *args)
     r = d.cli_ok(*args)

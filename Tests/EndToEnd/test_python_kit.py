@@ -17,13 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from drowse_e2e import REPO, cgroup2_mount, notify_topic, wait_until
+from drowse_e2e import REPO, cgroup2_mount, cgroup_unusable, notify_topic, wait_until
 
 RUN_SH = REPO / "deploy" / "apps" / "python-resident" / "run.sh"
 sys.path.insert(0, str(REPO / "Sources" / "drowsekit-python"))
 from drowsekit import DrowseApp  # noqa: E402
 
 MOUNT = cgroup2_mount()
+NO_CGROUP = cgroup_unusable()
 APP = "py"
 
 
@@ -151,7 +152,7 @@ def test_a_download_finishes_and_its_transfers_event_arrives(broker, nginx, make
     assert [t.id for t in listed] == [tid]
 
 
-@pytest.mark.skipif(MOUNT is None, reason="no cgroup2 file system")
+@pytest.mark.skipif(NO_CGROUP is not None, reason=NO_CGROUP or "")
 def test_the_stream_reconnects_after_drowsed_is_killed_and_restarted(make_drowse):
     d = make_drowse()
     out = add_example(d, always_active=True)  # never frozen: only the stream is in question
@@ -169,7 +170,7 @@ def test_the_stream_reconnects_after_drowsed_is_killed_and_restarted(make_drowse
     assert len(events(out, "fetch")) == 1
 
 
-@pytest.mark.skipif(MOUNT is None, reason="no cgroup2 file system")
+@pytest.mark.skipif(NO_CGROUP is not None, reason=NO_CGROUP or "")
 def test_suspension_freezes_the_python_process_and_a_delivery_thaws_it(make_drowse):
     d = make_drowse()
     out = start_suspended(d)

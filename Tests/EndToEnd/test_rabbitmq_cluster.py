@@ -243,7 +243,7 @@ ROLLOUT_SPREAD = 6.0
 
 
 def test_quorum_cluster_rollout_with_the_busiest_node_killed_runs_each_push_once(workdir, nginx, make_drowse):
-    """Issue #26, fleet scale: 10 daemons, each listing the three nodes (preferred node in turn),
+    """A staged rollout at fleet scale: 10 daemons, each listing the three nodes (preferred node in turn),
     each sent one signed push to transfer, published through the two nodes that will live: first
     with spread 0, then with spread 6 s and the node holding the most sessions killed (-9) 2 s in,
     not restarted. Every device's events handler sees its file exactly once with the right

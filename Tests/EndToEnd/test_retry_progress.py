@@ -1,4 +1,4 @@
-"""Backoff that rewards progress (issue "Real servers, flaky links", item 2).
+"""Backoff that rewards progress.
 
 A link that drops every connection after a few hundred KiB: every attempt moves the download
 forward, so every retry must come about a second after the drop (the first step of the backoff),

@@ -1,4 +1,4 @@
-"""Staged rollouts (issue #13, "Fleets"): a notification's `spread` makes each device act at its own
+"""Staged rollouts (docs/fleets.md): a notification's `spread` makes each device act at its own
 delay in [0, spread), drawn from its device id and the notification id, so a fleet's downloads
 arrive flat over the window; the delay survives a restart; downloads honour Retry-After on 429/503;
 `drowse fleet` lists the whole fleet, SIGKILLed devices offline by their last will.

@@ -1,11 +1,13 @@
 """Shell handlers finish their work with `drowse` alone (no jq, no curl): a notification handler
 reads the payload's fields with `drowse payload`, begins a background task and queues a download
 for its own app (drowsed's DROWSE_APP stands in for --app), and the app's events handler finds the
-downloaded file in the transfers event the same way. The README's shell examples are these."""
+downloaded file in the transfers event the same way. The shell example that docs/getting-started.md
+shows, deploy/apps/shell, runs as shipped, under the handlers' fixed PATH."""
 import json
+import shutil
 import subprocess
 
-from drowse_e2e import DROWSE, notify_topic, sha256_file, wait_until
+from drowse_e2e import BIN_DIR, DROWSE, REPO, notify_topic, sha256_file, wait_until
 
 
 def test_a_shell_notification_handler_queues_a_download_and_its_events_handler_gets_the_file(broker, nginx, make_drowse):
@@ -71,3 +73,39 @@ def test_drowse_payload_prints_fields_and_fails_on_a_missing_one():
     env = {k: v for k, v in __import__("os").environ.items() if k != "DROWSE_APP"}
     r = subprocess.run([str(DROWSE), "task", "begin"], capture_output=True, text=True, timeout=10, env=env)
     assert r.returncode != 0 and "--app" in r.stderr
+
+
+def test_the_shipped_shell_example_finds_the_checkouts_drowse_and_copies_the_download(broker, nginx, make_drowse, workdir):
+    """deploy/apps/shell and deploy/apps.d/shell.toml as shipped, laid out as in a checkout (the
+    scripts under deploy/apps/shell, the build in .build/release), as deploy/run-local.sh runs
+    them: drowse is not on the handlers' PATH there, and the scripts find the checkout's."""
+    checkout = workdir / "checkout"
+    scripts = checkout / "deploy" / "apps" / "shell"
+    scripts.mkdir(parents=True)
+    for name in ("on-notify.sh", "on-transfers.sh"):
+        shutil.copy2(REPO / "deploy" / "apps" / "shell" / name, scripts / name)
+    (checkout / ".build").mkdir()
+    (checkout / ".build" / "release").symlink_to(BIN_DIR)
+    d = make_drowse(broker=broker, handler_deadline="10s")
+    app_file = (REPO / "deploy" / "apps.d" / "shell.toml").read_text()
+    assert 'working_directory = "../apps/shell"' in app_file
+    d.add_app("shell", raw=app_file.replace('"../apps/shell"', json.dumps(str(scripts))))
+    url, digest, _ = nginx.add_file("firmware.bin", 200_000)
+    d.start()
+    broker.wait_subscribed(notify_topic("shell"))
+    # What `drowse push ... --app shell --silent -d url=URL` publishes.
+    broker.publish(notify_topic("shell"), json.dumps({"aps": {"content-available": 1}, "id": "s1", "url": url}).encode())
+
+    out = checkout / "deploy" / "local" / "apps" / "shell"
+    copied = wait_until(lambda: [p for p in out.glob("*-firmware.bin")] if out.is_dir() else None, 30,
+                        what="the events handler to copy the download")
+    assert len(copied) == 1 and sha256_file(copied[0]) == digest
+    # The events handler's run is recorded once it has exited, a moment after its copy.
+    runs = wait_until(lambda: (lambda h: h if len(h) == 2 else None)(d.app("shell")["history"]), 15,
+                      what="both runs recorded")
+    assert sorted(h["event"] for h in runs) == ["notification", "transfers"], runs
+    assert all(h["result"] == "new-data" for h in runs), runs
+    # A notification without a url is "no data", not a failure.
+    broker.publish(notify_topic("shell"), json.dumps({"aps": {"content-available": 1}, "id": "s2"}).encode())
+    wait_until(lambda: len(d.app("shell")["history"]) == 3, 15, what="the second notification's run")
+    assert d.app("shell")["history"][0]["result"] == "no-data"

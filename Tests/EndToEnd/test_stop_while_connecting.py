@@ -6,13 +6,16 @@ import subprocess
 import time
 import uuid
 
-from drowse_e2e import wait_until
+import pytest
+
+from drowse_e2e import netns_unusable, wait_until
 
 
 def sh(*args: str) -> None:
     subprocess.run(list(args), check=True, capture_output=True, timeout=30)
 
 
+@pytest.mark.skipif(netns_unusable() is not None, reason=netns_unusable() or "")
 def test_sigterm_stops_drowsed_while_it_connects_to_a_silent_broker(make_drowse):
     ns = "drowse-syn-" + uuid.uuid4().hex[:8]
     sh("ip", "netns", "add", ns)

@@ -1,4 +1,4 @@
-"""Seeing what Drowse does (issue "Seeing what Drowse does"): `drowse simulate SCENARIO --svg FILE`
+"""Seeing what Drowse does: `drowse simulate SCENARIO --svg FILE`
 draws a day's radio timeline, and `drowse timeline --svg FILE` draws what a real agent recorded.
 These tests read the pictures as XML, check them against the figures they were drawn from, and
 render them to PNG with rsvg-convert (librsvg2-bin) to prove they render."""
@@ -80,7 +80,7 @@ def test_a_simulated_day_draws_the_reports_figures_and_renders(workdir):
 
 
 def test_the_docs_picture_is_what_the_command_draws(workdir):
-    """docs/timeline-twenty-apps.svg (shown in the README) is the command's output, not a stale copy."""
+    """docs/timeline-twenty-apps.svg (shown in docs/getting-started.md) is the command's output, not a stale copy."""
     drawn = simulate(str(REPO / "deploy" / "scenarios" / "twenty-apps-lte.toml"), "--svg", "-")
     assert drawn == (REPO / "docs" / "timeline-twenty-apps.svg").read_text()
 

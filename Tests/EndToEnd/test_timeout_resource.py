@@ -1,5 +1,4 @@
-"""--timeout-resource fails a transfer that cannot finish in time, running or waiting
-(issue "Background transfers", item 3)."""
+"""--timeout-resource fails a transfer that cannot finish in time, running or waiting."""
 
 import time
 

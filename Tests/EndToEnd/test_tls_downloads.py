@@ -1,5 +1,5 @@
 """Downloads verify TLS: a server whose certificate does not chain to a trusted CA is refused,
-never downloaded from (issue "Background transfers", item 4)."""
+never downloaded from."""
 
 import shutil
 import subprocess

@@ -1,4 +1,4 @@
-"""One scheduler (issue "One scheduler, pure decisions", item 1): drowsed and `drowse simulate`
+"""One scheduler: drowsed and `drowse simulate`
 drive the same FetchScheduler. A real drowsed run is traced (`--scheduler-trace`): every event it
 fed the scheduler, with its time, and the actions it got back. `drowse simulate --replay` feeds
 those events through the simulator's driver and must get the same actions at the same times; it

@@ -1,4 +1,4 @@
-"""Untrusted text never reaches a terminal raw (issue #20, item 8), and config checks (item 10).
+"""Untrusted text never reaches a terminal raw, and config checks.
 
 URLs, task names, app ids taken from file names, errors quoting bad files and what other devices
 publish to the broker hold ESC, CR and LF here. What the CLI and `drowsed --check-config` print

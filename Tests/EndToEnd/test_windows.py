@@ -1,4 +1,4 @@
-"""Shared wake windows with the real daemon (issue "The fetch planner", e2e): several apps at
+"""Shared wake windows with the real daemon: several apps at
 seconds-scale intervals are launched together, never earlier than their intervals.
 
 The timing rules themselves (which apps run in which window, none before its interval, none past
