@@ -35,6 +35,10 @@ class BoardError(RuntimeError):
     pass
 
 
+# Under KVM the guest agent answers within seconds of the start (under TCG, a minute or more).
+KVM_SILENT_S = 60.0
+
+
 class QemuExited(BoardError):
     pass
 
@@ -178,6 +182,7 @@ class Board(GuestShell):
         for p in (self.qmp_path, self.qga_path):
             p.unlink(missing_ok=True)
         start = time.monotonic()
+        self.boot_timeout = timeout
         log = open(self.dir / "qemu.log", "ab")
         self.proc = subprocess.Popen(self._qemu_argv(self.accel), stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True)
@@ -213,6 +218,12 @@ class Board(GuestShell):
         while True:
             if self.proc is None or self.proc.poll() is not None:
                 raise QemuExited(f"qemu exited while booting:\n{self._tail('qemu.log')}")
+            # A /dev/kvm that opens but runs nothing (the guest hangs before its agent starts):
+            # qemu does not exit, so give it up here and boot again under TCG.
+            if self.accel == "kvm" and time.monotonic() > deadline - self.boot_timeout + KVM_SILENT_S:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self._reap(30)
+                raise QemuExited(f"the guest agent did not answer under KVM within {KVM_SILENT_S:.0f} s")
             if time.monotonic() > deadline:
                 raise BoardError(f"the guest agent did not answer in time; console:\n{self._tail('console.log')}")
             try:

@@ -81,6 +81,9 @@ def test_power_cuts_during_streams_and_bursts_repeat_no_finished_run(configured,
     # Room for every notification of the run (the default budget is 12 an hour).
     b.sh("grep -q '^max_per_hour' /etc/drowse/drowse.toml || sed -i '/^\\[mqtt\\]/i [notifications]\\nmax_per_hour = 10000\\n' /etc/drowse/drowse.toml")
     b.sh("drowsed --check-config --config /etc/drowse/drowse.toml")
+    # On disk before the first cut, as an operator's deploy would leave them (an app file lost
+    # to the cut is another test's: test_notification_delivery.py's held notifications).
+    b.sh("sync")
     b.sh("systemctl restart drowsed")
     topic = f"drowse/{DEVICE}/apps/streamapp/notify"
     broker.wait_subscribed(topic, timeout=60)
