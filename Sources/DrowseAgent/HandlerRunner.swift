@@ -119,18 +119,13 @@ package enum QueuedRun: Sendable {
     private func startQueued(_ item: QueuedRun) -> QueuedStart {
         switch item {
         case .notification(let appID, let seq, let payload):
-            // It may have been collapsed by a newer one, or its app removed, while it waited.
-            guard let app = registry[appID], (try? store.notificationState(seq)) == "pending" else {
+            // Its app may have been removed while it waited (a collapse is found below).
+            guard let app = registry[appID] else {
                 notifications?.notificationRunEnded(seq)
                 return .nothingToRun
             }
-            guard app.command(for: .notification) != nil || app.isResident else {
-                logger.warning("notification dropped: the app has no notification or fetch command", metadata: ["app.id": "\(appID)"])
-                try? store.markNotification(seq, state: "dropped", at: now())
-                notifications?.notificationRunEnded(seq)
-                return .nothingToRun
-            }
-            // The start is counted before it happens (DROWSE_ATTEMPT). On disk before the start,
+            // The start is counted before it happens (DROWSE_ATTEMPT); nil: no longer pending (a
+            // newer one collapsed it while it waited). On disk before the start,
             // unless this is the notification being received now: the sync its PUBACK waits for
             // covers the mark, and a message whose PUBACK never left comes back marked DUP.
             let attempt: Int
@@ -146,8 +141,19 @@ package enum QueuedRun: Sendable {
                 logger.error("store: the start of a notification's handler not recorded: \(error)", metadata: ["app.id": "\(appID)"])
                 attempt = 1
             }
+            guard app.command(for: .notification) != nil || app.isResident else {
+                logger.warning("notification dropped: the app has no notification or fetch command", metadata: ["app.id": "\(appID)"])
+                try? store.markNotification(seq, state: "dropped", at: now())
+                notifications?.notificationRunEnded(seq)
+                return .nothingToRun
+            }
             let started = start(app, event: .notification, stdin: payload, trigger: "notification", notification: seq, attempt: attempt)
-            if let err = started.run.resourceShortage { unstarted(started); return .shortage(err) }
+            if let err = started.run.resourceShortage {
+                // Nothing started: the start is not counted (it is tried again).
+                try? store.notificationNotStarted(seq)
+                unstarted(started)
+                return .shortage(err)
+            }
             // The handler started first; then the bookkeeping: a notification woke the radio, so
             // due fetches may ride along.
             events.post(.radioUsed)

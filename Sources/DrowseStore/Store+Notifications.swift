@@ -150,6 +150,13 @@ extension Store {
         return attempts + 1
     }
 
+    /// A start counted by `notificationStarting` did not happen (no process could be made).
+    package func notificationNotStarted(_ seq: Int64) throws(StoreError) {
+        try db.withoutSync { () throws(StoreError) in
+            try db.query("UPDATE notifications SET attempts = MAX(attempts - 1, 0) WHERE seq = ?", [.int(seq)])
+        }
+    }
+
     package func chargeBudget(_ seq: Int64, at: Double) throws(StoreError) {
         try db.withoutSync { () throws(StoreError) in
             // A deferred one is released to run; any other state stays (a fresh record's handler may
