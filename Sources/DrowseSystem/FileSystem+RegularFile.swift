@@ -28,7 +28,12 @@ extension FileSystem {
         defer { Sys.close(fd, ignoringErrors: .nothingToFlush) }
         guard fstat(fd, &st) == 0 else { throw RefusedFile("cannot read: \(String(cString: strerror(errno)))") }
         try checkRegular(st, limit: limit)
-        // One byte more than the limit tells a file that grew since the fstat.
+        return try readWhole(fd, limit: limit)
+    }
+
+    /// The rest of `fd`, refused when it holds more than `limit` bytes: one byte more than the
+    /// limit tells a file that grew since its fstat.
+    static func readWhole(_ fd: Int32, limit: Int) throws(RefusedFile) -> [UInt8] {
         var out: [UInt8] = []
         var buf = [UInt8](repeating: 0, count: 16384)
         while out.count <= limit {
@@ -92,18 +97,6 @@ extension FileSystem {
         guard st.st_mode & (S_IWGRP | S_IWOTH) == 0 else {
             throw RefusedFile("may be written by others (mode \(String(st.st_mode & 0o7777, radix: 8))); chmod go-w it")
         }
-        var out: [UInt8] = []
-        var buf = [UInt8](repeating: 0, count: 4096)
-        while out.count <= limit {
-            let n = buf.withUnsafeMutableBytes { read(fd, $0.baseAddress, min($0.count, limit + 1 - out.count)) }
-            if n < 0 {
-                if errno == EINTR { continue }
-                throw RefusedFile("cannot read: \(String(cString: strerror(errno)))")
-            }
-            if n == 0 { break }
-            out.append(contentsOf: buf[0..<n])
-        }
-        guard out.count <= limit else { throw RefusedFile("larger than \(byteCount(limit)); refused rather than read in part") }
-        return (out, st.st_mode & S_IROTH != 0)
+        return (try readWhole(fd, limit: limit), st.st_mode & S_IROTH != 0)
     }
 }

@@ -594,6 +594,15 @@ def test_dead_link_is_noticed_within_one_and_a_half_keepalives_and_recovered(bro
     print(f"dead link noticed {noticed:.2f}s after SIGSTOP (keepalive {keepalive}s)")
 
 
+def insert_pending(d, app: str, nid: str) -> None:
+    """A notification recorded as pending before a crash (state.db, beside a stopped daemon)."""
+    db = sqlite3.connect(str(d.state_dir / "state.db"), timeout=10)
+    with db:
+        db.execute("INSERT INTO notifications(app, dedupe_key, payload, received_at, state) VALUES (?, ?, ?, ?, 'pending')",
+                   (app, nid, json.dumps({"aps": {"content-available": 1}, "id": nid}), time.time()))
+    db.close()
+
+
 def test_notifications_for_an_app_whose_file_cannot_be_used_are_held_until_it_can(broker, make_drowse):
     """An app file emptied (a power cut after an unsynced write, an edit in progress): the
     notifications recorded before and those arriving meanwhile are kept, not acknowledged and
@@ -607,34 +616,26 @@ def test_notifications_for_an_app_whose_file_cannot_be_used_are_held_until_it_ca
 
     # A restart finds the file empty, with a notification still pending from before.
     d.stop(signal.SIGKILL)
-    db = sqlite3.connect(str(d.state_dir / "state.db"), timeout=10)
-    with db:
-        db.execute("INSERT INTO notifications(app, dedupe_key, payload, received_at, state) VALUES ('news', 'pending-2', ?, ?, 'pending')",
-                   (json.dumps({"aps": {"content-available": 1}, "id": "pending-2"}), time.time()))
-    db.close()
+    insert_pending(d, "news", "pending-2")
     app_file.write_text("")
     d.start()
     wait_until(lambda: d.status()["mqtt"].get("subscribed"), 20, what="the session")
     for n in ("held-3", "held-4"):
         d.push("news", "--id", n)
-    wait_until(lambda: notification_states(d)["held"] == 2 and notification_states(d)["held-checked"] == 1, 15,
+    wait_until(lambda: notification_states(d)["held"] == 2 and notification_states(d)["held-checked"] == 1, 30,
                what=f"three held notifications (states: {dict(notification_states(d))})")
     assert ids(log, "started") == Counter({"before-1": 1})
 
     app_file.write_text(good)
     d.proc.send_signal(signal.SIGHUP)
-    wait_ids(log, {"pending-2", "held-3", "held-4"}, 20)
+    wait_ids(log, {"pending-2", "held-3", "held-4"}, 30)
     d.wait_idle()
     assert ids(log, "started") == Counter({"before-1": 1, "pending-2": 1, "held-3": 1, "held-4": 1}), dict(ids(log, "started"))
     assert notification_states(d)["held"] == 0 and notification_states(d)["held-checked"] == 0
 
     # An app with no file at all is gone: what it had pending is dropped, not held.
     d.stop(signal.SIGTERM)
-    db = sqlite3.connect(str(d.state_dir / "state.db"), timeout=10)
-    with db:
-        db.execute("INSERT INTO notifications(app, dedupe_key, payload, received_at, state) VALUES ('gone', 'gone-5', ?, ?, 'pending')",
-                   (json.dumps({"aps": {"content-available": 1}, "id": "gone-5"}), time.time()))
-    db.close()
+    insert_pending(d, "gone", "gone-5")
     d.start()
     wait_until(lambda: notification_states(d)["dropped"] == 1, 15, what=f"the gone app's notification dropped ({dict(notification_states(d))})")
     assert notification_states(d)["held"] == 0 and notification_states(d)["held-checked"] == 0
