@@ -31,6 +31,14 @@ import DrowseCore
 /// uses = ["07:30", "18:00"]    # daily times (UTC) the app's data is read
 /// jitter = "5m"                # each use moves uniformly within ± this
 /// use_days = ["weekdays"]      # mon..sun, weekdays, weekend; default every day
+/// size = "20K"                 # bytes a run fetches (K, M, G: powers of 1024); only the wire
+///                              # benchmark uses it (deploy/bench-radio.sh)
+///
+/// [[notification]]             # silent notifications to an app, for the wire benchmark
+/// app = "weather"              # an [[app]] id
+/// every = "20m"                # one this often
+/// first = "5m"                 # the first at this offset (default: half of `every`)
+/// jitter = "5m"                # each moves uniformly within ± this (under half of `every`)
 ///
 /// [[network]]
 /// at = "6h"                    # offset from the start
@@ -41,6 +49,8 @@ import DrowseCore
 /// source = "battery"           # ac | battery
 /// battery = 15
 /// ```
+///
+/// `drowse simulate` leaves out the push channel: it ignores `[[notification]]` and `size`.
 package struct Scenario: Sendable, Equatable {
     /// How a handler run ends, as the scenario scripts it.
     package enum Outcome: String, Sendable, Equatable, CaseIterable {
@@ -80,6 +90,8 @@ package struct Scenario: Sendable, Equatable {
         /// does not fail finds new data exactly when the source published since the app's last
         /// new-data run began, whatever `results` says; nil: `results` decides.
         package var updates: Double?
+        /// Bytes a run fetches, if given (the wire benchmark's default otherwise).
+        package var size: Int?
 
         package init(id: String, interval: FetchInterval, duration: ClosedRange<Double> = 2...2, results: [Outcome] = [.new],
                     uses: [Double] = [], jitter: Double = 0, useDays: Set<Int> = Set(0..<7)) {
@@ -115,6 +127,28 @@ package struct Scenario: Sendable, Equatable {
         }
     }
 
+    /// Silent notifications to one app: one every `every` seconds from `first`, each moved by a
+    /// uniform draw within ± `jitter`.
+    package struct NotificationSchedule: Sendable, Equatable {
+        /// Index into `apps`.
+        package var app: Int
+        package var every: Double
+        package var first: Double
+        package var jitter: Double
+        package init(app: Int, every: Double, first: Double, jitter: Double = 0) {
+            self.app = app
+            self.every = every
+            self.first = first
+            self.jitter = jitter
+        }
+    }
+
+    /// One notification: to which app, and when (seconds after the start).
+    package struct NotificationEvent: Sendable, Equatable {
+        package var app: Int
+        package var at: Double
+    }
+
     /// Monday 2026-01-05 00:00 UTC.
     package static let defaultStart: Double = 1_767_571_200
 
@@ -138,6 +172,8 @@ package struct Scenario: Sendable, Equatable {
     package var network: [NetworkChange]
     /// Sorted by `at`. Before the first change the board is on AC power.
     package var power: [PowerChange]
+    /// For the wire benchmark; `drowse simulate` does not model the push channel.
+    package var notificationSchedules: [NotificationSchedule] = []
 
     package init(name: String = "scenario", duration: Double, seed: UInt64 = 1, radio: RadioModel = .lte, start: Double = Scenario.defaultStart,
                 warmup: Double = 0, minimumInterval: Double = 600, handlerDeadline: Double = 30, dailyBudget: Double = 600,
@@ -164,6 +200,24 @@ package struct Scenario: Sendable, Equatable {
         case "ethernet": .ethernet
         default: .cellular
         }
+    }
+
+    /// Every notification of the schedules within the scenario, in time order. Each one's
+    /// jitter is drawn from the stream `(seed, 5, schedule, n)`.
+    package func notifications(seed: UInt64? = nil) -> [NotificationEvent] {
+        var out: [NotificationEvent] = []
+        for (k, n) in notificationSchedules.enumerated() {
+            var m = 0
+            while true {
+                let nominal = n.first + Double(m) * n.every
+                guard nominal < duration + n.jitter else { break }
+                var g = SplitMix64.stream(seed ?? self.seed, 5, UInt64(k), UInt64(m))
+                let at = nominal + (n.jitter > 0 ? g.uniform(-n.jitter...n.jitter) : 0)
+                if at >= 0 && at < duration { out.append(NotificationEvent(app: n.app, at: at)) }
+                m += 1
+            }
+        }
+        return out.sorted { ($0.at, $0.app) < ($1.at, $1.app) }
     }
 
     /// The interval the planner gets for an app, in seconds (nil: never fetched).
@@ -250,13 +304,28 @@ extension Scenario {
             power.append(PowerChange(at: at, source: source, battery: battery))
         }
 
-        for key in table.keys where !r.used.contains(key) && !["app", "network", "power"].contains(key) {
+        var schedules: [NotificationSchedule] = []
+        for (n, t) in try Self.elements(table, "notification", file: file).enumerated() {
+            var e = ElementReader(t, file: file, prefix: "notification[\(n + 1)]")
+            let id = try e.required(e.r.string("app"), "app", "missing (the id of an [[app]])")
+            guard let app = apps.firstIndex(where: { $0.id == id }) else { throw e.r.error("app", "'\(id)' is not the id of an [[app]]") }
+            let every = try e.required(e.r.duration("every", minimum: .seconds(1)), "every", "missing (how often, e.g. \"20m\")").seconds
+            let first = (try e.r.duration("first"))?.seconds ?? every / 2
+            guard first < total else { throw e.r.error("first", "\(DurationText.format(.seconds(first))) is past the end of the scenario") }
+            let jitter = (try e.r.duration("jitter"))?.seconds ?? 0
+            guard jitter < every / 2 else { throw e.r.error("jitter", "must be under half of every (\(DurationText.format(.seconds(every / 2))))") }
+            try e.r.rejectUnknown()
+            schedules.append(NotificationSchedule(app: app, every: every, first: first, jitter: jitter))
+        }
+
+        for key in table.keys where !r.used.contains(key) && !["app", "network", "power", "notification"].contains(key) {
             throw r.error(key, "unknown key")
         }
         var scenario = Scenario(
             name: name, duration: total, seed: seed, radio: radio, start: start, warmup: warmup, minimumInterval: minimumInterval,
             handlerDeadline: deadline, dailyBudget: budget, batteryLowPercent: batteryLow, apps: apps, network: network, power: power)
         scenario.tolerance = tolerance
+        scenario.notificationSchedules = schedules
         return scenario
     }
 
@@ -369,10 +438,28 @@ extension Scenario {
             }
         }
         let updates = try e.r.duration("updates", minimum: .seconds(1))?.seconds
+        let size = try Self.size(&e.r, "size")
         try e.r.rejectUnknown()
         var app = App(id: id, interval: interval, duration: duration, results: results, uses: uses, jitter: jitter, useDays: days)
         app.updates = updates
+        app.size = size
         return app
+    }
+
+    /// A byte count: an integer, or a string with K, M or G (powers of 1024), e.g. "20K".
+    static func size(_ r: inout TableReader, _ key: String) throws(ConfigError) -> Int? {
+        let bad = r.error(key, "expected a size in bytes: an integer, or a string like \"20K\" or \"2M\" (at most 1G)")
+        let bytes: Int64
+        switch r.table[key] {
+        case nil: return nil
+        case .integer(let n)?: _ = try r.integer(key); bytes = Int64(n)
+        case .string?:
+            guard let text = try r.string(key), case .some(.some(let b)) = AppLimits.parseMemory(text) else { throw bad }
+            bytes = b
+        default: throw bad
+        }
+        guard (0...(1 << 30)).contains(bytes) else { throw bad }
+        return Int(bytes)
     }
 
     /// "HH:MM" or "HH:MM:SS" → seconds after midnight.

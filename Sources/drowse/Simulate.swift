@@ -15,7 +15,9 @@ struct Simulate: ParsableCommand {
             (promotion, data, tail), a lane per app with each strategy's runs coloured by result and the app's uses, \
             and the report's totals. \
             --replay TRACE feeds a trace written by `drowsed --scheduler-trace` through the simulator's driver and checks \
-            that it gets the actions drowsed got (exit 1 if not).
+            that it gets the actions drowsed got (exit 1 if not). \
+            --plan prints, as JSON, what deploy/bench-radio.sh replays on the wire: each app's handler runs (duration, result), \
+            the scenario's notifications, and the run starts of the naive and Android-style baselines.
             """)
     @Argument(help: "The scenario file.") var scenario: String?
     @Flag(help: "Print JSON.") var json = false
@@ -25,6 +27,7 @@ struct Simulate: ParsableCommand {
     @Option(help: "Also draw the day as an SVG timeline into this file (- for standard output): radio-on periods per strategy, each app's runs and uses.")
     var svg: String?
     @Option(help: "With --svg: which day of a longer scenario to draw (1 is the first).") var day: Int = 1
+    @Flag(help: "Print the wire benchmark's plan (JSON): handler runs, notifications, the baselines' run starts.") var plan = false
 
     func run() throws {
         if let replay { return try Self.replay(replay, json: json) }
@@ -45,6 +48,11 @@ struct Simulate: ParsableCommand {
             return
         }
         let simulator = Simulator(parsed, seed: seed.map { UInt64(bitPattern: Int64($0)) })
+        if plan {
+            if svg != nil { throw CLIError("--plan prints JSON only: leave out --svg") }
+            printJSON(WirePlan(simulator).json)
+            return
+        }
         let recording = simulator.record()
         let report = recording.report
         if let svg {
