@@ -31,7 +31,12 @@ let package = Package(
         .target(name: "CCurl", linkerSettings: [.linkedLibrary("dl")]),
         // The MQTT session's inbound gate: bounds each packet libmosquitto reads before it
         // allocates for it (docs/architecture.md, "The MQTT inbound gate").
-        .target(name: "CMQTTGate", linkerSettings: [.linkedLibrary("dl")]),
+        // Its read and SSL_read must be in the executable's dynamic symbol table, where
+        // libmosquitto binds to them, also in a release linked with --no-export-dynamic.
+        .target(name: "CMQTTGate", linkerSettings: [
+            .linkedLibrary("dl"),
+            .unsafeFlags(["-Xlinker", "--export-dynamic-symbol=read", "-Xlinker", "--export-dynamic-symbol=SSL_read"]),
+        ]),
 
         // No I/O, no C: models, config, planner, state machines.
         .target(name: "DrowseCore"),

@@ -205,6 +205,15 @@ ssize_t read(int fd, void *buf, size_t count) {
     return syscall(SYS_read, fd, buf, count);
 }
 
+int SSL_read(void *ssl, void *buf, int num);
+
+int drowse_mqtt_gate_bound(void) {
+    /* What a library's call of read or SSL_read resolves to (the global scope, executable first). */
+    void *r = dlsym(RTLD_DEFAULT, "read");
+    void *s = dlsym(RTLD_DEFAULT, "SSL_read");
+    return r == (void *)read && (s == NULL || s == (void *)SSL_read);
+}
+
 typedef int (*ssl_read_fn)(void *, void *, int);
 
 static ssl_read_fn real_ssl_read(void) {

@@ -16,6 +16,8 @@ extension Agent {
                 ("last_error", JSON(parts.mqtt.session.flatMap { LogText.clip($0.lastLoss ?? "", limit: 300) }.flatMap { $0.isEmpty ? nil : $0 })),
                 ("refused_notifications", JSON(parts.notifications.refusedNotifications)),
                 ("unexpected_messages", JSON(parts.notifications.unexpectedMessages)),
+                // Every packet from the broker is bounded before it is read (docs/architecture.md).
+                ("inbound_gate", .bool(parts.mqtt.session?.inboundGate ?? false)),
             ])),
             ("conditions", parts.conditions.current.json),
             ("next_window", JSON(wall(parts.fetch.plannedWindow?.at))),

@@ -101,6 +101,9 @@ package final class MQTTSession: Sendable {
     /// Whether the board has a network, as last told (`setNetwork`).
     let online = Atomic<Bool>(true)
     let isConnected = Atomic<Bool>(false)
+    /// The inbound gate stands between libmosquitto and its socket (`drowse_mqtt_gate_bound`).
+    let gateBound = Atomic<Bool>(false)
+    package var inboundGate: Bool { gateBound.load(ordering: .relaxed) }
     /// The machine's view for `drowse status`: subscriptions confirmed, failed attempts in a row,
     /// and why the last connection was lost.
     let health = Mutex<(confirmed: Bool, failedAttempts: Int, lastLoss: String?)>((false, 0, nil))
@@ -235,6 +238,11 @@ package final class MQTTSession: Sendable {
             logger.error("mqtt: cannot allocate the inbound gate; MQTT is off")
             waitForStop()
             return
+        }
+        if drowse_mqtt_gate_bound() != 0 {
+            gateBound.store(true, ordering: .relaxed)
+        } else {
+            logger.error("mqtt: the inbound gate is not in place (libmosquitto's read or SSL_read is not drowsed's); packets are not bounded before they are read")
         }
         guard let mosq = makeClient(ctx) else {
             // Nothing to connect with: still answer `stop`, so the owner's shutdown does not hang.

@@ -87,6 +87,8 @@ def test_power_cuts_during_streams_and_bursts_repeat_no_finished_run(configured,
     b.sh("systemctl restart drowsed")
     topic = f"drowse/{DEVICE}/apps/streamapp/notify"
     broker.wait_subscribed(topic, timeout=60)
+    # The package's build puts the inbound gate in place (its read and SSL_read exported).
+    assert status(b)["mqtt"]["inbound_gate"] is True, status(b)["mqtt"]
 
     published: list[str] = []
     totals = {"repeated": 0, "repeated without DROWSE_ATTEMPT": 0, "repeated though ended before the bound": 0}

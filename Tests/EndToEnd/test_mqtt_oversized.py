@@ -63,6 +63,7 @@ def check(d, log: Path, growth: list[int], topics: list[str]) -> None:
     assert all(g < 2048 for g in growth), growth
     status = d.status()
     assert status["mqtt"]["connected"] is True, status
+    assert status["mqtt"]["inbound_gate"] is True, status
     # Refused, not delivered again: a restart of drowsed's session gets nothing more.
     d.stop()
     d.start()

@@ -39,6 +39,9 @@ int drowse_mqtt_gate_take_oversized(drowse_mqtt_gate *g, uint64_t ordinal, uint6
 /* Whether the ordinal-th PUBLISH had the DUP flag: the broker sent it before (a redelivery).
    Known for the last 1024 PUBLISHes. */
 int drowse_mqtt_gate_dup(const drowse_mqtt_gate *g, uint64_t ordinal);
+/* Whether libmosquitto's read and SSL_read are the gate's: the process's own definitions are
+   the ones the dynamic linker binds (the executable exports them). 0: the gate is not in place. */
+int drowse_mqtt_gate_bound(void);
 /* PUBLISHes cut and other packets refused since the gate was made. */
 uint64_t drowse_mqtt_gate_cut_count(const drowse_mqtt_gate *g);
 uint64_t drowse_mqtt_gate_refused_count(const drowse_mqtt_gate *g);
