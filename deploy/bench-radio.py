@@ -48,6 +48,9 @@ MIN_DEADLINE = 1.0
 TAILS = {"lte": 11.576, "3g": 8.912, "wifi": 0.238, "ethernet": 0.0}
 # The planner's longest tolerance (FetchPlanner.maxTolerance); not a config key.
 MAX_TOLERANCE = 1800.0
+# Real seconds a handler run costs beyond its scaled duration (starting sh, curl and sleep): about
+# 0.03 s on a 2-core x86 machine, with room for a loaded one. It does not shrink with K.
+HANDLER_OVERHEAD = 0.1
 
 
 def load(path):
@@ -81,7 +84,16 @@ def prepare(plan_path, k, tmp, server_ip, http_port):
         notes.append(f"[mqtt] keepalive {KEEPALIVE:g} s / {k:g} = {keepalive:.3g} s: drowsed gives libmosquitto whole seconds, "
                      f"so {math.floor(keepalive):g} s ({math.floor(keepalive) * k:g} s of scenario time)")
         keepalive = math.floor(keepalive)
-    budget = max(MIN_DEADLINE, sched["daily_budget"] / k)
+    # drowsed counts a run's real time against the budget, start-up included, which K does not
+    # shrink: the scaled budget gets that start-up for each run the busiest app can make in a day.
+    # Its 24 hours are real ones: they hold this many days of the scenario.
+    days = max(1.0, min(plan["duration"], 86400 * k) / 86400)
+    runs_per_day = max([86400 / a["interval"] for a in plan["apps"] if a["interval"]] or [0])
+    budget = max(MIN_DEADLINE, days * (sched["daily_budget"] / k + HANDLER_OVERHEAD * runs_per_day))
+    notes.append(f"daily_budget {sched['daily_budget']:g} s / {k:g} = {sched['daily_budget'] / k:.3g} s, plus {HANDLER_OVERHEAD:g} s "
+                 f"for each of the {runs_per_day:.0f} runs a day of the busiest app"
+                 + (f", times the {days:.3g} scenario days in 24 real hours" if days > 1 else "") + f": {budget:.3g} s. "
+                 "A run's start-up (sh, curl) takes real time that K does not shrink, and drowsed counts it against the budget")
     minimum = max(MIN_DEADLINE, sched["minimum_interval"] / k)
     per_hour = min(10000, round(MAX_PER_HOUR * k))
     tail = TAILS[plan["radio"]] if plan["radio"] in TAILS else TAILS["lte"]
