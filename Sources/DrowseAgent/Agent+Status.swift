@@ -20,6 +20,11 @@ extension Agent {
                 ("inbound_gate", .bool(parts.mqtt.session?.inboundGate ?? false)),
                 // "5" (the bound announced as the Maximum Packet Size too) or "3.1.1".
                 ("protocol", JSON(parts.mqtt.session?.protocolVersion)),
+                // The adaptive keepalive: how long the connection may stay silent before a ping
+                // now, and the network path (interface) that was learned on (docs/design.md).
+                ("ping_interval", JSON(parts.mqtt.session.map { Int($0.pingInterval.rounded()) })),
+                ("ping_learned_on", JSON(parts.mqtt.session?.pingPath)),
+                ("max_keepalive", JSON(config.mqtt.map { Int($0.maxKeepalive.seconds) })),
             ])),
             ("conditions", parts.conditions.current.json),
             ("next_window", JSON(wall(parts.fetch.plannedWindow?.at))),

@@ -163,7 +163,7 @@ package struct AgentParts {
         parts.conditions.start(store: store, timeline: clock.timeline)
         loadApps()
         parts.transfers.startEngine(options: transferOptions())
-        parts.mqtt.start(online: parts.conditions.current.network != .none)
+        parts.mqtt.start(online: parts.conditions.current.network != .none, path: parts.conditions.current.interface)
         // Start-up: every stored transfer goes back to the lifecycle.
         parts.transfers.restore(apps: parts.registry.apps)
         parts.processes.start()

@@ -31,6 +31,7 @@ struct FleetStatusState {
     let notifications: NotificationService
     let metrics: AgentMetrics
     package private(set) var session: MQTTSession?
+    let events: DaemonEvents
     var sessionEvents: AsyncStream<MQTTSessionEvent>.Continuation?
     var eventsTask: Task<Void, Never>?
     var fleet = FleetStatusState()
@@ -46,6 +47,7 @@ struct FleetStatusState {
         self.registry = registry
         self.notifications = notifications
         self.metrics = metrics
+        self.events = events
         events.listen { [unowned self] event in
             switch event {
             case .windowOpened:
@@ -58,7 +60,7 @@ struct FleetStatusState {
                 republishStatusIfChanged()
             case .conditionsRead(let c):
                 // Every reading tells the session whether there is a default route.
-                session?.setNetwork(online: c.network != .none)
+                session?.setNetwork(online: c.network != .none, path: c.interface)
             case .clockStepped:
                 republishStatusIfChanged()
             case .appsReloaded:
@@ -76,7 +78,7 @@ struct FleetStatusState {
 
     /// Connects (in the background: the session retries on its own thread) with the apps'
     /// subscriptions and the status to publish on connect.
-    func start(online: Bool) {
+    func start(online: Bool, path: String?) {
         // The reports were read with the app files (`Agent.loadApps`).
         guard let m = config.mqtt else { return }
         var password: String?
@@ -93,6 +95,13 @@ struct FleetStatusState {
             will: (statusTopic, Array(FleetStatus.offlineJSON(apps: registry.ids, version: Agent.version, groups: m.groups).serialized.utf8)),
             moreBrokers: m.brokers.dropFirst().map { ($0.host, $0.port) })
         options.maxPacket = MQTTSessionOptions.packetBound(maxPayload: config.notifications.maxPayload)
+        options.maxKeepalive = Int(m.maxKeepalive.seconds)
+        options.pingTopic = Topics.keepalive(prefix: m.topicPrefix, device: config.deviceID)
+        do {
+            options.learnedPaths = try store.keepalivePaths().mapValues { LearnedPath(held: $0.held, failed: $0.failed) }
+        } catch {
+            logger.warning("mqtt: cannot read what the keepalive learned before (\(error)); learning again")
+        }
         let (stream, continuation) = AsyncStream<MQTTSessionEvent>.makeStream()
         sessionEvents = continuation
         let session = MQTTSession(options: options, logger: logger) { continuation.yield($0) }
@@ -102,7 +111,7 @@ struct FleetStatusState {
         let status = fleetStatus()
         fleet.published = status
         session.setPublishOnConnect([(statusTopic, Array(status.json.serialized.utf8))])
-        session.setNetwork(online: online)
+        session.setNetwork(online: online, path: path)
         session.start()
         eventsTask = Task {
             for await event in stream { self.sessionEvent(event) }
@@ -130,6 +139,14 @@ struct FleetStatusState {
             logger.warning("mqtt session down: \(reason)")
         case .pingSent:
             metrics.mqttPinged()
+            // The radio wakes for the ping anyway: fetches whose tolerance allows ride along
+            // (docs/design.md, "The adaptive keepalive").
+            events.post(.radioUsed)
+        case .keepaliveLearned(let network, let learned):
+            // Kept for the next start: a restart need not find the path's interval again.
+            do { try store.saveKeepalivePath(network, held: learned.held, failed: learned.failed, at: timeline.now()) } catch {
+                logger.warning("mqtt: cannot keep what the keepalive learned on \(network): \(error)")
+            }
         case .message(let topic, let payload, let receipt):
             // The PUBACK leaves only after the record is on disk (or a refusal, which is final).
             notifications.settle(notifications.receive(topic: topic, payload: payload, redelivered: receipt.redelivered)) {

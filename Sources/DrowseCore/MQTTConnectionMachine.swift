@@ -38,7 +38,7 @@ package struct MQTTConnectionMachine: Sendable {
         case connack
         /// A keepalive period passed without traffic: send PINGREQ.
         case keepalive
-        /// A PINGREQ went unanswered for half a keepalive.
+        /// A ping went unanswered for `pingAnswerTimeout`.
         case pingAnswer
     }
 
@@ -73,6 +73,8 @@ package struct MQTTConnectionMachine: Sendable {
         case cancelTimer
         /// Tell the owner.
         case report(Report)
+        /// The learner learned something of the path (`learner`, `pathKey`): keep it.
+        case keepaliveLearned
         case log(LogLevel, String)
         /// Stopped: nothing more happens.
         case finish
@@ -89,8 +91,19 @@ package struct MQTTConnectionMachine: Sendable {
         case stopped
     }
 
-    /// The keepalive the session asks for in CONNECT.
+    /// The keepalive the session asks for in CONNECT: the longest interval it may ping at
+    /// (`[mqtt] max_keepalive`; `[mqtt] keepalive` when the keepalive does not adapt).
     package let configuredKeepalive: Double
+    /// How seldom this network path lets the connection ping (docs/design.md, "The adaptive
+    /// keepalive"); `pathChanged` swaps it when the board moves to another network.
+    package private(set) var learner: KeepaliveLearner
+    /// The network the learner is for ("wlan0"), if known.
+    package private(set) var pathKey: String?
+    /// The silence before the last ping, while it is unanswered or after it went unanswered.
+    var pingIdle: Double?
+    /// A ping went unanswered after this much silence: if the next connection comes up at once,
+    /// the path dropped the idle connection (the learner hears of it then).
+    var suspectIdle: Double?
     /// The keepalive of the current connection: the configured one, or an MQTT 5 broker's
     /// shorter Server Keep Alive (`serverKeepalive`).
     package private(set) var keepalive: Double
@@ -137,15 +150,19 @@ package struct MQTTConnectionMachine: Sendable {
     package private(set) var lostToRejection = false
     var timer: (at: Double, purpose: TimerPurpose)?
 
-    package init(keepalive: Double, peer: String, peerIsLoopback: Bool = false, backoff: Backoff = Backoff(base: 1, cap: 60), seed: UInt64) {
-        self.init(keepalive: keepalive, brokers: [(peer, peerIsLoopback)], backoff: backoff, seed: seed)
+    package init(keepalive: Double, maxKeepalive: Double? = nil, peer: String, peerIsLoopback: Bool = false,
+                 backoff: Backoff = Backoff(base: 1, cap: 60), seed: UInt64) {
+        self.init(keepalive: keepalive, maxKeepalive: maxKeepalive, brokers: [(peer, peerIsLoopback)], backoff: backoff, seed: seed)
     }
 
     /// `brokers`: "host:port" and whether it is this machine, the preferred first (at least one).
-    package init(keepalive: Double, brokers: [(peer: String, loopback: Bool)], backoff: Backoff = Backoff(base: 1, cap: 60), seed: UInt64) {
+    /// `maxKeepalive`: the longest interval the keepalive may adapt to (nil: it does not adapt).
+    package init(keepalive: Double, maxKeepalive: Double? = nil, brokers: [(peer: String, loopback: Bool)],
+                 backoff: Backoff = Backoff(base: 1, cap: 60), seed: UInt64) {
         precondition(!brokers.isEmpty, "at least one broker")
-        self.configuredKeepalive = keepalive
-        self.keepalive = keepalive
+        self.learner = KeepaliveLearner(base: keepalive, ceiling: maxKeepalive ?? keepalive)
+        self.configuredKeepalive = learner.ceiling
+        self.keepalive = learner.ceiling
         self.peers = brokers.map(\.peer)
         self.loopbackPeers = brokers.map(\.loopback)
         self.backoff = backoff
@@ -202,6 +219,22 @@ package struct MQTTConnectionMachine: Sendable {
         return timerActions(now: now)
     }
 
+    /// How long the connection may stay silent before a ping: the path's learned interval, within
+    /// the connection's keepalive.
+    package var pingInterval: Double { min(learner.interval, keepalive) }
+    /// How long a ping may go unanswered before the link counts as dead.
+    package var pingAnswerTimeout: Double { min(pingInterval / 2, 30) }
+
+    /// The board's network path changed (another interface): ping as `learned` says that path
+    /// holds (nil: nothing known, start from `[mqtt] keepalive`).
+    package mutating func pathChanged(key: String?, learned: KeepaliveLearner?, now: Double) -> [Action] {
+        guard key != pathKey else { return [] }
+        pathKey = key
+        learner = learned ?? KeepaliveLearner(base: learner.base, ceiling: learner.ceiling)
+        suspectIdle = nil
+        return phase == .connected ? timerActions(now: now) : []
+    }
+
     /// Waiting for the CONNACK of an open connection.
     package var awaitingConnack: Bool {
         if case .awaitingConnack = phase { return true }
@@ -245,7 +278,16 @@ package struct MQTTConnectionMachine: Sendable {
         }
         failingBackFrom = nil
         lastOut = now
-        return [.subscribe, .publishStatus, .log(.info, "connected to \(peer)"), .report(.connected)] + timerActions(now: now)
+        var learned: [Action] = []
+        if let idle = suspectIdle {
+            // The network works (this connection came up at once): the path dropped the
+            // connection for being idle that long.
+            suspectIdle = nil
+            if learner.unanswered(idle: idle) {
+                learned = [.keepaliveLearned, .log(.info, "the network dropped the connection after \(Int(idle)) s without traffic: pinging every \(Int(pingInterval)) s")]
+            }
+        }
+        return [.subscribe, .publishStatus, .log(.info, "connected to \(peer)"), .report(.connected)] + learned + timerActions(now: now)
     }
 
     /// Every SUBSCRIBE of the connection was answered with a granted QoS (or there was nothing to
@@ -276,8 +318,17 @@ package struct MQTTConnectionMachine: Sendable {
     package mutating func packetReceived(now: Double) -> [Action] {
         guard isOpen else { return [] }
         lastIn = now
+        var learned: [Action] = []
+        if pingSentAt != nil, let idle = pingIdle, phase == .connected {
+            let before = pingInterval
+            if learner.answered(idle: idle) {
+                learned = [.keepaliveLearned]
+                if pingInterval != before { learned.append(.log(.info, "the network held \(Int(idle)) s without traffic: trying \(Int(pingInterval)) s")) }
+            }
+        }
         pingSentAt = nil
-        return timerActions(now: now)
+        pingIdle = nil
+        return learned + timerActions(now: now)
     }
 
     /// A packet left.
@@ -301,8 +352,8 @@ package struct MQTTConnectionMachine: Sendable {
             if let p = probeStartedAt, now >= p + probeTimeout {
                 return probeFailed(reason: "no answer within \(Int(probeTimeout)) s", now: now)
             }
-            if let p = pingSentAt, now >= p + keepalive / 2 { return deadLink(now: now) }
-            if now >= min(lastIn, lastOut) + keepalive { return keepaliveDue(now: now) }
+            if let p = pingSentAt, now >= p + pingAnswerTimeout { return deadLink(now: now) }
+            if now >= min(lastIn, lastOut) + pingInterval { return keepaliveDue(now: now) }
             return timerActions(now: now)
         }
     }
@@ -318,7 +369,10 @@ package struct MQTTConnectionMachine: Sendable {
         guard phase == .connected else { return [] }
         // The radio wakes for this packet anyway: probe the preferred broker beside it, if it is time.
         let probe = pingSentAt == nil ? startProbeIfDue(now: now) : []
-        if pingSentAt == nil { pingSentAt = now }
+        if pingSentAt == nil {
+            pingSentAt = now
+            pingIdle = now - min(lastIn, lastOut)
+        }
         // The client library restarts its own clock when it sends the ping.
         lastIn = now
         lastOut = now
@@ -329,7 +383,7 @@ package struct MQTTConnectionMachine: Sendable {
     /// traffic now so the next ping falls a whole keepalive later.
     package mutating func windowOpened(now: Double) -> [Action] {
         let probe = phase == .connected && pingSentAt == nil ? startProbeIfDue(now: now) : []
-        guard phase == .connected, now - min(lastIn, lastOut) > keepalive / 2 else { return probe.isEmpty ? [] : probe + timerActions(now: now) }
+        guard phase == .connected, now - min(lastIn, lastOut) > pingInterval / 2 else { return probe.isEmpty ? [] : probe + timerActions(now: now) }
         lastOut = now
         return probe + [.publishStatus] + timerActions(now: now)
     }
@@ -426,8 +480,13 @@ package struct MQTTConnectionMachine: Sendable {
     }
 
     private mutating func deadLink(now: Double) -> [Action] {
-        [.close(sendDisconnect: true)] + lose("no answer to PINGREQ within half a keepalive: the link is dead", now: now)
+        let idle = pingIdle
+        let actions = [.close(sendDisconnect: true)] + lose("no answer to PINGREQ within \(Self.seconds(pingAnswerTimeout)): the link is dead", now: now)
+        suspectIdle = idle
+        return actions
     }
+
+    static func seconds(_ s: Double) -> String { s == s.rounded() ? "\(Int(s)) s" : "\(s) s" }
 
     /// Connected to a broker other than the preferred one, and the time to try that one has come.
     private func failbackDue(now: Double) -> Bool {
@@ -463,6 +522,8 @@ package struct MQTTConnectionMachine: Sendable {
     /// broker goes straight back to the broker it left.
     private mutating func lose(_ why: String, now: Double) -> [Action] {
         var actions: [Action] = []
+        suspectIdle = nil
+        pingIdle = nil
         lastLoss = why
         confirmed = false
         if probeStartedAt != nil {
@@ -508,9 +569,9 @@ package struct MQTTConnectionMachine: Sendable {
             wanted = (since + connackTimeout, .connack)
         case .connected:
             // A little past the keepalive, so the client library (whole seconds) sees it due too.
-            let ping = (at: min(lastIn, lastOut) + keepalive + 0.05, purpose: TimerPurpose.keepalive)
+            let ping = (at: min(lastIn, lastOut) + pingInterval + 0.05, purpose: TimerPurpose.keepalive)
             var next = ping
-            if let p = pingSentAt, p + keepalive / 2 < next.at { next = (p + keepalive / 2, .pingAnswer) }
+            if let p = pingSentAt, p + pingAnswerTimeout < next.at { next = (p + pingAnswerTimeout, .pingAnswer) }
             if let p = probeStartedAt, p + probeTimeout < next.at { next = (p + probeTimeout, .probe) }
             wanted = next
         }

@@ -72,6 +72,9 @@ package struct MainConfig: Sendable, Equatable {
         package var groups: [String] = []
         package var topicPrefix: String
         package var keepalive: Duration
+        /// `max_keepalive`: the longest interval the keepalive adapts to on a path that holds it
+        /// (docs/design.md, "The adaptive keepalive"); default 7 × `keepalive` (28 min for 4 min).
+        package var maxKeepalive: Duration = .seconds(1680)
         package var clientID: String
         package var username: String?
         package var passwordFile: String?
@@ -224,6 +227,10 @@ package struct MainConfig: Sendable, Equatable {
                 passwordFile: try file("password_file", &m), caFile: try file("ca_file", &m),
                 certFile: try file("cert_file", &m), keyFile: try file("key_file", &m))
             if mqtt!.keepalive > .seconds(65535) { throw m.error("keepalive", "must be at most 65535s") }
+            let maxKeepalive = try m.duration("max_keepalive", minimum: .seconds(5)) ?? min(mqtt!.keepalive * 7, .seconds(65535))
+            if maxKeepalive > .seconds(65535) { throw m.error("max_keepalive", "must be at most 65535s") }
+            if maxKeepalive < mqtt!.keepalive { throw m.error("max_keepalive", "must be at least keepalive (\(Int(mqtt!.keepalive.seconds))s)") }
+            mqtt!.maxKeepalive = maxKeepalive
             try m.rejectUnknown()
         }
 

@@ -105,6 +105,10 @@ package enum Topics {
 
     package static func status(prefix: String, device: String) -> String { "\(prefix)/\(device)/status" }
 
+    /// A topic filter the device never subscribes to: its pings between CONNECT keepalives
+    /// unsubscribe it (docs/design.md, "The adaptive keepalive").
+    package static func keepalive(prefix: String, device: String) -> String { "\(prefix)/\(device)/keepalive" }
+
     /// A group's notify topic: every device in `group` (`[mqtt] groups`) gets it for its app `app`.
     package static func groupNotify(prefix: String, group: String, app: String) -> String {
         "\(prefix)/groups/\(group)/apps/\(app)/notify"

@@ -76,7 +76,7 @@ package enum Pcap {
     }
 
     /// How many payload bytes a packet keeps.
-    package static let payloadPrefix = 16
+    package static let payloadPrefix = 128
     /// The largest record accepted: far above any link's frame (a GSO segment is at most 64 KiB
     /// plus headers); a bigger length is garbage.
     package static let maxRecord: UInt32 = 262_144

@@ -1,7 +1,8 @@
 /// Radio accounting of real packets (`drowse radio`): each IP packet of a capture is an instant
 /// of radio activity, and the very `RadioModel` that `drowse simulate` uses groups them into
 /// wakes (one promotion each, then the tail) and prices them. Wakes whose packets are only the
-/// MQTT keepalive (PINGREQ `c0 00`, PINGRESP `d0 00` on the broker's port, and the bare TCP
+/// MQTT keepalive (PINGREQ `c0 00`, PINGRESP `d0 00`, the keepalive's UNSUBSCRIBE and UNSUBACK on
+/// the broker's port, and the bare TCP
 /// segments of that connection that carry no data) are counted apart: what keeping the push
 /// channel open costs on its own. Frames that are not IP (ARP and the like, which a cellular
 /// link does not have) are skipped.
@@ -29,10 +30,34 @@ package enum WireRadio {
         return isKeepalive(ip.payload, length: n) ? .keepalive : .other
     }
 
-    /// The whole payload was captured and is one or more PINGREQ/PINGRESP packets.
+    /// The whole payload was captured and is one or more keepalive packets: PINGREQ, PINGRESP,
+    /// the UNSUBSCRIBE of the device's `…/keepalive` topic that pings between CONNECT keepalives
+    /// (docs/design.md, "The adaptive keepalive"), and UNSUBACK.
     static func isKeepalive(_ payload: [UInt8], length: Int) -> Bool {
-        guard length >= 2, length % 2 == 0, payload.count == length else { return false }
-        return stride(from: 0, to: length, by: 2).allSatisfy { (payload[$0] == 0xC0 || payload[$0] == 0xD0) && payload[$0 + 1] == 0 }
+        guard length >= 2, payload.count == length else { return false }
+        let suffix = Array("/keepalive".utf8)
+        var i = 0
+        while i < length {
+            let type = payload[i]
+            var remaining = 0, shift = 0, j = i + 1
+            while true {
+                guard j < length, shift <= 21 else { return false }
+                remaining |= Int(payload[j] & 0x7F) << shift
+                shift += 7
+                j += 1
+                if payload[j - 1] & 0x80 == 0 { break }
+            }
+            let end = j + remaining
+            guard end <= length else { return false }
+            switch type {
+            case 0xC0, 0xD0: guard remaining == 0 else { return false }
+            case 0xB0: break
+            case 0xA2: guard end - j >= suffix.count, payload[(end - suffix.count)..<end].elementsEqual(suffix) else { return false }
+            default: return false
+            }
+            i = end
+        }
+        return true
     }
 
     /// One wake: a promotion, the packets within each other's tail, and the last tail.

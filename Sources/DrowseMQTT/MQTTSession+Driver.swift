@@ -35,7 +35,7 @@ extension MQTTSession {
             self.mosq = mosq
             self.ctx = ctx
             machine = MQTTConnectionMachine(
-                keepalive: Double(session.options.keepalive),
+                keepalive: Double(session.options.keepalive), maxKeepalive: session.options.maxKeepalive.map(Double.init),
                 brokers: session.options.brokers.map { b in ("\(b.host):\(b.port)", MQTTConnectionMachine.isLoopback(host: b.host)) },
                 seed: UInt64.random(in: 0...UInt64.max))
         }
@@ -49,12 +49,14 @@ extension MQTTSession {
 
         func run() {
             perform(machine.networkChanged(online: session.online.load(ordering: .relaxed), now: now()))
+            followPath()
             perform(machine.start(now: now()))
             var stopDone: (@Sendable () -> Void)?
             while stopDone == nil {
                 if machine.online != session.online.load(ordering: .relaxed) {
                     perform(machine.networkChanged(online: session.online.load(ordering: .relaxed), now: now()))
                 }
+                followPath()
                 if machine.isOpen, session.receipts.withLock({ $0.rejected }) {
                     perform(machine.messageRejected(now: now()))
                     continue
@@ -112,9 +114,10 @@ extension MQTTSession {
                                 machine.serverKeepalive(Double(ctx.serverKeepalive))
                             }
                             perform(machine.connack(rc: Int(connack), reason: String(cString: mosquitto_connack_string(connack)), now: now()))
-                        } else if wasAwaitingConnack, attemptV5, rc == Int32(MOSQ_ERR_CONN_LOST.rawValue) {
-                            // Closed with no CONNACK at all: how a 3.1.1-only broker (RabbitMQ
-                            // 3.10) answers an MQTT 5 CONNECT.
+                        } else if wasAwaitingConnack, attemptV5,
+                                  rc == Int32(MOSQ_ERR_CONN_LOST.rawValue) || rc == Int32(MOSQ_ERR_PROTOCOL.rawValue) {
+                            // Closed with no CONNACK at all (how RabbitMQ 3.10 answers an MQTT 5
+                            // CONNECT), or a CONNACK that is not MQTT 5's.
                             fallBackTo311()
                         }
                         let subacks = ctx.subacks
@@ -149,6 +152,14 @@ extension MQTTSession {
             stopDone?()
         }
 
+        /// The board's network path as last told: the machine pings as that path was seen to hold.
+        func followPath() {
+            let (key, known) = session.path.withLock { p in (p.key, p.key.flatMap { p.learned[$0] }) }
+            guard key != machine.pathKey else { return }
+            let learned = known.map { KeepaliveLearner(base: machine.learner.base, ceiling: machine.learner.ceiling, held: $0.held, failed: $0.failed) }
+            perform(machine.pathChanged(key: key, learned: learned, now: now()))
+        }
+
         /// The broker in use does not speak MQTT 5: 3.1.1 from the next attempt on.
         func fallBackTo311() {
             guard mqtt311Only.insert(machine.brokerToConnect).inserted else { return }
@@ -162,8 +173,11 @@ extension MQTTSession {
             // MQTT 5's Maximum Packet Size counts the whole packet: type byte, length bytes, rest.
             let bound = options.maxPacket
             let total = v5 ? UInt32(clamping: 1 + (bound < 128 ? 1 : bound < 16_384 ? 2 : bound < 2_097_152 ? 3 : 4) + bound) : 0
-            return MosquittoError(rc: cmosq_set_connect_properties(mosq, total, UInt32.max, Int32(options.keepalive)), call: "mosquitto_connect_bind_v5(properties)")
+            return MosquittoError(rc: cmosq_set_connect_properties(mosq, total, UInt32.max, connectKeepalive), call: "mosquitto_connect_bind_v5(properties)")
         }
+
+        /// The keepalive asked for in CONNECT: the longest the machine may ping at.
+        var connectKeepalive: Int32 { Int32(clamping: Int(machine.configuredKeepalive.rounded(.up))) }
 
         /// `mosquitto_loop_read` with the inbound gate between libmosquitto and the socket.
         func gatedRead(_ sock: Int32) -> Int32 {
@@ -184,6 +198,7 @@ extension MQTTSession {
             }
             let m = machine
             session.health.withLock { $0 = (m.confirmed, m.failedAttempts, m.lastLoss) }
+            session.pinging.withLock { $0 = (m.pingInterval, m.pathKey) }
         }
 
         func carryOut(_ action: MQTTConnectionMachine.Action) -> [MQTTConnectionMachine.Action] {
@@ -209,13 +224,26 @@ extension MQTTSession {
                 // CONNECT goes out when the socket is writable, so a broker address that drops
                 // packets cannot hold the thread (and a stop) for the kernel's SYN retries; the
                 // machine's CONNACK timeout ends such an attempt. (The name lookup still blocks.)
-                let rc = mosquitto_connect_async(mosq, broker.host, Int32(broker.port), Int32(options.keepalive))
+                let rc = mosquitto_connect_async(mosq, broker.host, Int32(broker.port), connectKeepalive)
                 if let e = MosquittoError(rc: rc, call: "mosquitto_connect_async") {
                     return machine.connectFailed(reason: e.detail, now: now())
                 }
                 return machine.connectIssued(now: now())
             case .close(let sendDisconnect):
                 close(sendDisconnect: sendDisconnect)
+            case .sendPing where machine.pingInterval < machine.keepalive - 0.5:
+                // Sooner than the keepalive asked for in CONNECT, so libmosquitto would not send
+                // PINGREQ: an UNSUBSCRIBE of a topic never subscribed is answered (UNSUBACK) the same.
+                let rc = mosquitto_unsubscribe(mosq, nil, options.pingTopic)
+                if let e = MosquittoError(rc: rc, call: "mosquitto_unsubscribe(ping)") {
+                    return machine.disconnected(reason: ctx.lostReason ?? "keepalive: \(e.detail)", now: now())
+                }
+                session.onEvent(.pingSent)
+                if mayWrite(), mosquitto_want_write(mosq) {
+                    if let e = MosquittoError(rc: mosquitto_loop_write(mosq, 1), call: "mosquitto_loop_write") {
+                        return machine.disconnected(reason: ctx.lostReason ?? e.detail, now: now())
+                    }
+                }
             case .sendPing:
                 // libmosquitto sends PINGREQ (or gives up on a dead link) and restarts its own clock.
                 let rc = mosquitto_loop_misc(mosq)
@@ -264,6 +292,12 @@ extension MQTTSession {
                 timerAt = at
             case .cancelTimer:
                 timerAt = nil
+            case .keepaliveLearned:
+                if let key = machine.pathKey {
+                    let learned = LearnedPath(held: machine.learner.held, failed: machine.learner.failed)
+                    session.path.withLock { $0.learned[key] = learned }
+                    session.onEvent(.keepaliveLearned(network: key, learned))
+                }
             case .report(.connected):
                 session.isConnected.store(true, ordering: .relaxed)
                 session.onEvent(.connected)

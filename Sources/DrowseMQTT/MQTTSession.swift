@@ -31,6 +31,15 @@ package struct MQTTSessionOptions: Sendable {
     /// MQTT 5 first (announcing `maxPacket` as the Maximum Packet Size, so the broker never sends
     /// more), falling back to 3.1.1 for a broker that refuses it; or 3.1.1 only.
     package var protocolChoice: MQTTProtocolChoice = .mqtt5WithFallback
+    /// The longest interval the keepalive may adapt to (`[mqtt] max_keepalive`); the session asks
+    /// the broker for it in CONNECT and pings as seldom as the path allows (`KeepaliveLearner`).
+    /// nil or `keepalive`: a fixed keepalive.
+    package var maxKeepalive: Int?
+    /// What each network path was seen to hold before (kept across restarts by the owner).
+    package var learnedPaths: [String: LearnedPath] = [:]
+    /// A topic filter the session never subscribes to: a ping between CONNECT keepalives is an
+    /// UNSUBSCRIBE of it (the broker answers UNSUBACK; nothing changes there).
+    package var pingTopic = "drowse/ping"
 
     /// The bound for notifications of up to `maxPayload` bytes: the payload, the topic (up to
     /// 1 KiB: drowse's own topics are far shorter) and the packet id.
@@ -54,10 +63,22 @@ package struct MQTTSessionOptions: Sendable {
     }
 }
 
+/// What a network path was seen to hold: the longest idle interval that held, the shortest that
+/// failed (seconds).
+package struct LearnedPath: Sendable, Equatable {
+    package var held: Double
+    package var failed: Double?
+    package init(held: Double, failed: Double?) {
+        self.held = held
+        self.failed = failed
+    }
+}
+
 /// Which MQTT version the session speaks.
 package enum MQTTProtocolChoice: Sendable {
     /// MQTT 5 to each broker until it refuses it (a CONNACK "unsupported protocol version", or
-    /// the connection closed before any CONNACK, as RabbitMQ 3.10 does); then 3.1.1 to that
+    /// the connection closed or a malformed answer before any CONNACK, as RabbitMQ 3.10 does);
+    /// then 3.1.1 to that
     /// broker until the session restarts.
     case mqtt5WithFallback
     case mqtt311
@@ -74,8 +95,10 @@ package enum MQTTSessionEvent: Sendable {
     /// A PUBLISH whose packet was over `maxPacket`: its payload (`bytes` long) was dropped as it
     /// arrived, never held. Settle the receipt like a message's (a refusal acknowledges it).
     case oversized(topic: String, bytes: Int, receipt: MQTTReceipt)
-    /// The keepalive was due and libmosquitto was asked to send PINGREQ (for the metrics).
+    /// The keepalive was due and a ping went out (for the metrics).
     case pingSent
+    /// The keepalive learned what the network path `network` holds: keep it for the next start.
+    case keepaliveLearned(network: String, LearnedPath)
 }
 
 /// One persistent MQTT session (clean session off, fixed client id) driven by our own loop:
@@ -112,6 +135,14 @@ package final class MQTTSession: Sendable {
     let desired = Mutex<(topics: [String], onConnect: [(String, [UInt8])], dropped: [String])>(([], [], []))
     /// Whether the board has a network, as last told (`setNetwork`).
     let online = Atomic<Bool>(true)
+    /// The network path (interface) as last told, and what is known of each path.
+    let path = Mutex<(key: String?, learned: [String: LearnedPath])>((nil, [:]))
+    /// For `drowse status`: the interval pinged at now, and the path it was learned on.
+    let pinging = Mutex<(interval: Double, path: String?)>((0, nil))
+    /// How long the connection may stay silent before a ping now (seconds).
+    package var pingInterval: Double { pinging.withLock { $0.interval } }
+    /// The network path the ping interval is for (an interface name), if known.
+    package var pingPath: String? { pinging.withLock { $0.path } }
     let isConnected = Atomic<Bool>(false)
     /// The inbound gate stands between libmosquitto and its socket (`drowse_mqtt_gate_bound`).
     let gateBound = Atomic<Bool>(false)
@@ -160,6 +191,8 @@ package final class MQTTSession: Sendable {
         self.options = options
         self.logger = logger
         self.onEvent = onEvent
+        path.withLock { $0.learned = options.learnedPaths }
+        pinging.withLock { $0.interval = Double(options.keepalive) }
     }
 
     package func start() {
@@ -198,8 +231,12 @@ package final class MQTTSession: Sendable {
     /// Whether the board has a network (a default route). Without one no connection is
     /// attempted (except to a broker on this machine); when it comes back the session connects
     /// at once. May be called before `start`.
-    package func setNetwork(online: Bool) {
-        guard self.online.exchange(online, ordering: .relaxed) != online else { return }
+    package func setNetwork(online: Bool, path: String? = nil) {
+        let moved = self.path.withLock { p -> Bool in
+            defer { p.key = path }
+            return p.key != path
+        }
+        guard self.online.exchange(online, ordering: .relaxed) != online || moved else { return }
         wake.signal()
     }
 

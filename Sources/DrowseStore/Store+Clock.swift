@@ -22,6 +22,7 @@ extension Store {
         ("notifications", ["received_at", "handled_at", "budget_at"]),
         ("transfers", ["created_at", "finished_at", "timeout_at", "next_retry_at"]),
         ("condition_changes", ["at"]),
+        ("keepalive_paths", ["learned_at"]),
     ]
     /// Columns of things that happened (never in the future); the planned ones are left out.
     static let recordedColumns: [(table: String, columns: [String])] = [
@@ -31,6 +32,7 @@ extension Store {
         ("notifications", ["received_at", "handled_at", "budget_at"]),
         ("transfers", ["created_at", "finished_at"]),
         ("condition_changes", ["at"]),
+        ("keepalive_paths", ["learned_at"]),
     ]
     /// A recorded time this far ahead of the clock means the clock is behind the file.
     package static let futureTolerance: Double = 60

@@ -7,7 +7,7 @@ package final class Store {
     package let db: SQLiteDatabase
     /// Syncs the WAL off the caller's thread (`afterJournalSync`).
     package let journal: JournalSyncer
-    package static let schemaVersion: Int64 = 12
+    package static let schemaVersion: Int64 = 13
 
     package init(path: String) throws(StoreError) {
         db = try SQLiteDatabase(path: path)
@@ -202,6 +202,15 @@ package final class Store {
                     """
                     ALTER TABLE notifications ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0;
                     UPDATE schema_version SET version = 12;
+                    """)
+            }
+            if current < 13 {
+                // What the adaptive keepalive learned of each network path (Store+Keepalive.swift).
+                try db.exec(
+                    """
+                    CREATE TABLE keepalive_paths (
+                        network TEXT PRIMARY KEY, held REAL NOT NULL, failed REAL, learned_at REAL NOT NULL);
+                    UPDATE schema_version SET version = 13;
                     """)
             }
         }

@@ -220,7 +220,7 @@ struct MQTTConnectionMachineTests {
         #expect(h.timer?.purpose == .pingAnswer && h.timer?.at == pingAt + 30)
         let dead = h.fire(expecting: .pingAnswer)
         #expect(dead.first == .close(sendDisconnect: true))
-        #expect(reports(dead) == [.disconnected(reason: "no answer to PINGREQ within half a keepalive: the link is dead")])
+        #expect(reports(dead) == [.disconnected(reason: "no answer to PINGREQ within 30 s: the link is dead")])
         // Found within 1.5× keepalive of the last traffic.
         #expect(h.now - t0 <= 90.1)
         #expect(h.retryDelay != nil)

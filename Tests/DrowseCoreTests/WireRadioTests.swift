@@ -122,7 +122,7 @@ struct PcapTests {
         frame.removeLast(1400 - 20)
         let c = try Pcap.parse(Pcap.write(linkType: .ethernet, snapLength: 74, frames: [(1, frame)]))
         #expect(c.packets[0].ip?.payloadLength == 1400)
-        #expect(c.packets[0].ip?.payload.count == Pcap.payloadPrefix)
+        #expect(c.packets[0].ip?.payload.count == 20)  // what the capture kept, within Pcap.payloadPrefix
     }
 
     @Test("UDP, and frames that are not IP")
@@ -214,6 +214,22 @@ struct WireRadioTests {
         // SYN and FIN of the broker connection are not keepalive.
         let syn = try packets([(Self.t0, Frames.ethernet(Frames.ipv4(6, Frames.tcp(40000, 1883, flags: Frames.syn, payload: []))))])
         #expect(WireRadio.classify(syn[0], brokerPort: 1883) == .other)
+    }
+
+    @Test("the adaptive keepalive's ping (UNSUBSCRIBE of …/keepalive, MQTT 3.1.1 and 5) and its UNSUBACK are keepalive; another UNSUBSCRIBE is not")
+    func unsubscribePing() throws {
+        func up(_ payload: [UInt8]) -> (time: Double, bytes: [UInt8]) {
+            (Self.t0, Frames.ethernet(Frames.ipv4(6, Frames.tcp(40000, 1883, flags: Frames.psh | Frames.ack, payload: payload))))
+        }
+        let topic = Array("drowse/dev1/keepalive".utf8)
+        let v311: [UInt8] = [0xA2, UInt8(4 + topic.count), 0, 9, 0, UInt8(topic.count)] + topic
+        let v5: [UInt8] = [0xA2, UInt8(5 + topic.count), 0, 9, 0, 0, UInt8(topic.count)] + topic
+        let app = Array("drowse/dev1/apps/news/notify".utf8)
+        let other: [UInt8] = [0xA2, UInt8(4 + app.count), 0, 9, 0, UInt8(app.count)] + app
+        let unsuback: (time: Double, bytes: [UInt8]) = (Self.t0, Frames.ethernet(Frames.ipv4(6, Frames.tcp(1883, 40000, flags: Frames.psh | Frames.ack, payload: [0xB0, 2, 0, 9]), up: false)))
+        let kinds = try packets([up(v311), up(v5), unsuback, up(other), up(v311 + [0xC0, 0]), up(Array(v311.dropLast()))])
+            .map { WireRadio.classify($0, brokerPort: 1883) }
+        #expect(kinds == [.keepalive, .keepalive, .keepalive, .other, .keepalive, .other])
     }
 
     @Test("counts wakes with the simulator's radio model and the keepalive-only ones apart")

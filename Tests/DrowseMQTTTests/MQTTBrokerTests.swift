@@ -27,7 +27,7 @@ final class SessionEvents: Sendable {
         switch e {
         case .connected: seen.withLock { $0.append(.connected) }
         case .disconnected: seen.withLock { $0.append(.disconnected) }
-        case .pingSent: break
+        case .pingSent, .keepaliveLearned: break
         case .oversized(let topic, let bytes, let receipt):
             seen.withLock { $0.append(.oversized(topic: topic, bytes: bytes)) }
             receipt.acknowledge()

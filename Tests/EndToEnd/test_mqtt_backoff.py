@@ -12,13 +12,15 @@ from drowse_e2e import free_port, wait_until
 
 
 class ScriptedBroker:
-    """Accepts every connection with CONNACK 0; at the first SUBSCRIBE either closes the
-    connection ("drop") or answers SUBACK with the failure code ("refuse")."""
+    """Accepts every MQTT 3.1.1 connection with CONNACK 0 (refusing other versions as a 3.1.1
+    server does); at the first SUBSCRIBE either closes the connection ("drop") or answers SUBACK
+    with the failure code ("refuse")."""
 
     def __init__(self, mode: str):
         self.mode = mode
         self.port = free_port()
         self.connections: list[float] = []
+        self.refused_versions: list[int] = []
         self.server = socket.create_server(("127.0.0.1", self.port))
         self.server.settimeout(0.2)
         self.stopping = False
@@ -65,6 +67,11 @@ class ScriptedBroker:
                     return
                 kind, body = p
                 if kind >> 4 == 1:  # CONNECT
+                    if body[6] != 4:
+                        # What a 3.1.1 server says to MQTT 5: unacceptable protocol version.
+                        self.refused_versions.append(body[6])
+                        conn.sendall(bytes([0x20, 0x02, 0x00, 0x01]))
+                        return
                     conn.sendall(bytes([0x20, 0x02, 0x00, 0x00]))
                 elif kind >> 4 == 8:  # SUBSCRIBE
                     if self.mode == "drop":
@@ -94,6 +101,8 @@ def run_against(make_drowse, mode: str, connections: int) -> tuple[list[float], 
         wait_until(lambda: len(broker.connections) >= connections, 30, what=f"{connections} connections")
         status = d.json("status")["mqtt"]
         d.stop()
+        # MQTT 5 is tried once, then 3.1.1 only.
+        assert broker.refused_versions == [5], broker.refused_versions
         first = broker.connections[0]
         return [t - first for t in broker.connections[:connections]], status
     finally:
