@@ -18,7 +18,9 @@ Run alone: python3 -m pytest -q Tests/EndToEnd/test_docs.py
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -405,6 +407,41 @@ def test_a_shell_handler_shown_in_a_page_is_a_shipped_file():
                     problems.append(f"{rel(md)}:{start}: a shell handler calling drowse that is not a file of "
                                     "deploy/apps as it is (copy the file into the page, or the page into the file)")
     assert not problems, "\n".join(problems)
+
+
+
+# ---------------------------------------------------------------------------- deploy/test.sh
+
+def run_test_sh_no_install(tmp_path: Path, installed_except: str):
+    """deploy/test.sh --no-install with a dpkg-query that reports every package installed but
+    `installed_except`, an apt-get and a sudo that record being run, and an empty venv folder."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    calls = tmp_path / "calls"
+    (fake / "dpkg-query").write_text(
+        "#!/bin/sh\n"
+        f'for a; do p=$a; done; [ "$p" = "{installed_except}" ] && exit 1; printf "install ok installed"\n')
+    for name in ("apt-get", "sudo", "pip"):
+        (fake / name).write_text(f"#!/bin/sh\necho {name} \"$@\" >>{calls}\n")
+    for f in fake.iterdir():
+        f.chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "DROWSE_VENV": str(tmp_path / "venv")}
+    r = subprocess.run(["bash", str(REPO / "deploy/test.sh"), "--no-install"], env=env, capture_output=True,
+                       text=True, timeout=60, stdin=subprocess.DEVNULL)
+    return r, calls
+
+
+def test_test_sh_no_install_names_what_is_missing_and_installs_nothing(tmp_path):
+    r, calls = run_test_sh_no_install(tmp_path, "rabbitmq-server")
+    assert r.returncode != 0, r.stdout + r.stderr
+    assert "rabbitmq-server" in r.stderr and f"schemathesis {schemathesis_version()}" in r.stderr, r.stderr
+    assert not calls.exists(), calls.read_text()          # no apt-get, sudo or pip
+    assert not (tmp_path / "venv").exists()               # no venv made
+    assert "swift build" not in r.stderr                  # stopped before building
+
+
+def schemathesis_version() -> str:
+    return re.search(r"^DROWSE_SCHEMATHESIS_VERSION=(\S+)", (REPO / "deploy/common.sh").read_text(), re.M).group(1)
 
 
 if __name__ == "__main__":
