@@ -356,6 +356,40 @@ def test_every_route_a_page_names_exists():
     assert not problems, "\n".join(problems)
 
 
+def schema_members(schema: dict, schemas: dict, at: str = "") -> set[str]:
+    """The members of an object schema and of the objects nested in it, as dotted paths."""
+    if "$ref" in schema:
+        schema = schemas[schema["$ref"].rsplit("/", 1)[1]]
+    out = set()
+    for k, v in schema.get("properties", {}).items():
+        out.add(at + k)
+        if "$ref" in v or v.get("type") == "object":
+            out |= schema_members(v, schemas, at + k + ".")
+    return out
+
+
+def json_members(value, at: str = "") -> set[str]:
+    out = set()
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out.add(at + k)
+            out |= json_members(v, at + k + ".")
+    return out
+
+
+def test_api_md_shows_every_status_member_openapi_json_lists():
+    schemas = json.loads((DOCS / "openapi.json").read_text())["components"]["schemas"]
+    text = (DOCS / "api.md").read_text()
+    section = text[text.index("### `GET /v1/status`"):]
+    example = json.loads(next(body for lang, _, body in code_blocks(section) if lang == "json"))
+    documented = schema_members(schemas["Status"], schemas)
+    shown = json_members(example)
+    assert "lifecycle.spawner_pid" in documented and "journal.syncs" in documented, documented
+    assert shown == documented, f"api.md's example only: {shown - documented}; openapi.json only: {documented - shown}"
+    open_answers = [name for name, s in schemas.items() if s.get("type") == "object" and "properties" in s
+              and s.get("additionalProperties") is not False]
+    assert set(open_answers) <= {"TransferRequest", "Completion", "TaskRequest"}, f"answers open to undocumented members: {open_answers}"
+
 # ---------------------------------------------------------------------------- metrics, environment
 
 def test_api_md_lists_the_metrics_drowsed_serves():
