@@ -295,3 +295,33 @@ need_rabbitmq() {
         command -v update-rc.d >/dev/null 2>&1 && { as_root update-rc.d rabbitmq-server disable || true; }
     fi
 }
+
+# The bench scripts' summary tables (deploy/bench-markdown.py). bench_markdown_args "$@": sets
+# BENCH_ARGS to the arguments without --markdown, and BENCH_MARKDOWN=1 when it was among them.
+bench_markdown_args() {
+    local a
+    BENCH_MARKDOWN=
+    BENCH_ARGS=()
+    for a in "$@"; do
+        if [ "$a" = --markdown ]; then BENCH_MARKDOWN=1; else BENCH_ARGS+=("$a"); fi
+    done
+}
+
+# bench_table KEY TITLE COMMAND TSV: prints the table in TSV; with BENCH_MARKDOWN, also writes it,
+# with COMMAND, the date and the machine, into docs/benchmarks.md (or $BENCHMARKS_MD), in place of
+# KEY's block there, or as a new section "## TITLE".
+bench_table() {
+    echo
+    python3 "$DROWSE_ROOT/deploy/bench-markdown.py" print "$4"
+    if [ -n "${BENCH_MARKDOWN:-}" ]; then
+        local md=${BENCHMARKS_MD:-$DROWSE_ROOT/docs/benchmarks.md} cmd=$3
+        if [ -n "${DROWSE_BIN_DIR:-}" ]; then   # other binaries than the release build: said
+            case "$cmd" in
+                "sudo "*) cmd="sudo DROWSE_BIN_DIR=$DROWSE_BIN_DIR ${cmd#sudo }" ;;
+                *) cmd="DROWSE_BIN_DIR=$DROWSE_BIN_DIR $cmd" ;;
+            esac
+        fi
+        python3 "$DROWSE_ROOT/deploy/bench-markdown.py" write "$md" "$1" "$2" "$cmd" "$4"
+        say "wrote the table and its command into $md"
+    fi
+}

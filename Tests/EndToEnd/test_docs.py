@@ -1,5 +1,5 @@
 """The documentation stays true to the code. No drowsed and no build needed: these read the
-Markdown pages and the Swift sources.
+Markdown pages and the Swift sources, and run deploy/ scripts that stop before building.
 
 - every relative link in README.md, docs/*.md and the other Markdown files resolves to a file
   that exists, and a `#anchor` to a heading of the page it names;
@@ -11,7 +11,11 @@ Markdown pages and the Swift sources.
 - the metrics api.md lists are the ones drowsed serves, and the environment handlers.md lists is
   the one a handler gets;
 - a shell handler shown in a page is a file of deploy/apps as it is (so the test that runs that
-  file runs what the page shows).
+  file runs what the page shows);
+- api.md's status example shows exactly the members openapi.json lists, and every answer's schema
+  there is closed (`additionalProperties: false`);
+- `deploy/test.sh --no-install` names what is missing and installs nothing;
+- every deploy/bench-*.sh takes --markdown, and deploy/bench-markdown.py replaces only its block.
 
 Run alone: python3 -m pytest -q Tests/EndToEnd/test_docs.py
 """
@@ -21,6 +25,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -477,6 +482,36 @@ def test_test_sh_no_install_names_what_is_missing_and_installs_nothing(tmp_path)
 def schemathesis_version() -> str:
     return re.search(r"^DROWSE_SCHEMATHESIS_VERSION=(\S+)", (REPO / "deploy/common.sh").read_text(), re.M).group(1)
 
+
+
+# ---------------------------------------------------------------------------- bench tables
+
+def test_every_bench_script_writes_its_table_into_benchmarks_md():
+    """Each deploy/bench-*.sh takes --markdown; the blocks in benchmarks.md are paired."""
+    for script in sorted((REPO / "deploy").glob("bench-*.sh")):
+        assert "--markdown" in script.read_text(), f"{rel(script)} takes no --markdown"
+    text = (DOCS / "benchmarks.md").read_text()
+    begins = re.findall(r"^<!-- (.+) --markdown writes from here -->$", text, re.M)
+    ends = re.findall(r"^<!-- (.+) --markdown writes to here -->$", text, re.M)
+    assert begins and begins == ends, (begins, ends)
+
+
+def test_bench_markdown_replaces_only_its_own_block(tmp_path):
+    page = tmp_path / "benchmarks.md"
+    page.write_text("# Benchmarks\n\n## A\n\nprose before\n<!-- a.sh --markdown writes from here -->\nold table\n"
+                    "<!-- a.sh --markdown writes to here -->\nprose after\n\n## B\n\nB's text\n")
+    tsv = tmp_path / "t.tsv"
+    tsv.write_text("run\tdrowse\tbaseline\nfast\t1.5\t1.3 | 2\n# a goal: met\n")
+    tool = [sys.executable, str(REPO / "deploy/bench-markdown.py")]
+    subprocess.run([*tool, "write", str(page), "a.sh", "A", "deploy/a.sh 3", str(tsv)], check=True)
+    subprocess.run([*tool, "write", str(page), "c.sh", "C", "deploy/c.sh", str(tsv)], check=True)
+    text = page.read_text()
+    assert "old table" not in text and "prose before\n<!-- a.sh" in text and "writes to here -->\nprose after\n" in text
+    assert "\n## B\n\nB's text\n" in text
+    assert "`deploy/a.sh 3` on " in text and "| fast | 1.5 | 1.3 \\| 2 |" in text and "\na goal: met\n" in text
+    assert text.index("## B") < text.index("## C") and text.count("c.sh --markdown writes from here") == 1
+    printed = subprocess.run([*tool, "print", str(tsv)], capture_output=True, text=True, check=True).stdout
+    assert printed.splitlines()[2].split() == ["fast", "1.5", "1.3", "|", "2"]
 
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))
