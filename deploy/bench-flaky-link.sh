@@ -3,8 +3,9 @@
 # drowse against `curl --retry 20 --retry-all-errors -C -`, and each against the same download on
 # a clean link, in the same run.
 #
-#   deploy/bench-flaky-link.sh [ROUNDS] [SIZE_MIB]    interleaved rounds (default 9) of one
-#                                                     SIZE_MIB file (default 64)
+#   deploy/bench-flaky-link.sh [ROUNDS] [SIZE_MIB] [--markdown]
+#       interleaved rounds (default 9) of one SIZE_MIB file (default 64); --markdown also writes
+#       the summary table and the command into docs/benchmarks.md (its block there only)
 #
 # A drowse round takes 0.2-0.6 s, and on a shared 2-core machine single rounds varied 4x (clean
 # 0.15-0.57 s, flaky 0.28-1.26 s): with 3 rounds the flaky/clean ratio of the medians came out
@@ -31,8 +32,11 @@ set -euo pipefail
 . "$(dirname "$0")/common.sh"
 cd "$DROWSE_ROOT"
 
+bench_markdown_args "$@"
+set -- "${BENCH_ARGS[@]}"
 ROUNDS=${1:-9}
 SIZE_MIB=${2:-64}
+RESET_BYTES_GIVEN=${RESET_BYTES:-}
 RESET_BYTES=${RESET_BYTES:-8000000}
 case "$ROUNDS" in ''|*[!0-9]*|0) die "ROUNDS must be a positive whole number, not '$ROUNDS'" ;; esac
 case "$SIZE_MIB" in ''|*[!0-9]*|0) die "SIZE_MIB must be a positive whole number, not '$SIZE_MIB'" ;; esac
@@ -204,7 +208,7 @@ for r in $(seq 1 "$ROUNDS"); do
     [ "$r" -eq 1 ] && run_curl flaky-retry "$FLAKY_PORT"   # once: it cannot finish (see run_curl)
 done
 
-python3 - "$RESULTS" <<'EOF'
+python3 - "$RESULTS" "$TMP/table.tsv" <<'EOF'
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1])]
 by = {}
@@ -225,4 +229,13 @@ b = med("drowse-flaky") / med("curl-flaky-loop")
 print(f"drowse flaky / curl -C - loop flaky = {b:.2f}  (goal <= 1.0)  {'met' if b <= 1.0 else 'NOT met'}")
 r = med("curl-flaky-retry")
 print("curl --retry 20 --retry-all-errors -C - on the flaky link: " + ("did not finish (each retry restarts from byte 0)" if r is None else f"{r:.2f} s"))
+with open(sys.argv[2], "w") as f:   # the summary table (bench_table)
+    f.write("median s\tclean link\tflaky link\n")
+    f.write(f"drowse\t{fmt(med('drowse-clean'))}\t{fmt(med('drowse-flaky'))} ({a:.2f}x its clean time)\n")
+    f.write(f"`until curl -C - …; do sleep 1; done`\t{fmt(med('curl-clean'))}\t{fmt(med('curl-flaky-loop'))}\n")
+    f.write(f"`curl --retry 20 --retry-all-errors -C -` (1 round)\t\t{'did not finish' if r is None else fmt(r)}\n")
+    f.write(f"# Goals: drowse on the flaky link within 1.5x its clean time ({'met' if a <= 1.5 else 'not met'}: {a:.2f}), "
+            f"no slower than the `curl -C -` loop there ({'met' if b <= 1.0 else 'not met'}: {b:.2f}).\n")
 EOF
+bench_table bench-flaky-link.sh "A link that resets every connection" \
+    "sudo ${RESET_BYTES_GIVEN:+RESET_BYTES=$RESET_BYTES }deploy/bench-flaky-link.sh $ROUNDS $SIZE_MIB" "$TMP/table.tsv"

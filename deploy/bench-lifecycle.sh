@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Suspension: what freezing idle resident apps saves, and what thawing one for an event costs.
 #
-#   deploy/bench-lifecycle.sh [SECONDS] [EVENTS]
+#   deploy/bench-lifecycle.sh [SECONDS] [EVENTS] [--markdown]
 #       SECONDS  how long the apps' context switches are counted in each phase (default 60)
 #       EVENTS   events delivered to a suspended app for the latency figures (default 200)
+#       --markdown  also write the summary table and the command into docs/benchmarks.md (its
+#                block there only)
 #
 # Setup (run as root: drowsed makes a cgroup subtree; everything in a temp dir):
 #   - a private drowsed with three resident apps, each Tests/EndToEnd/resident_app.py with a 10 Hz
@@ -26,6 +28,8 @@ set -euo pipefail
 . "$(dirname "$0")/common.sh"
 cd "$DROWSE_ROOT"
 
+bench_markdown_args "$@"
+set -- "${BENCH_ARGS[@]}"
 SECONDS_PER_PHASE=${1:-60}
 EVENTS=${2:-200}
 case "$SECONDS_PER_PHASE$EVENTS" in ''|*[!0-9]*) die "SECONDS and EVENTS are whole numbers" ;; esac
@@ -194,6 +198,14 @@ print(f"  suspended by drowse           {s:10.2f}")
 print(f"  ratio                         {('inf' if s == 0 else f'{u / s:.0f}x'):>10}   (goal >= 100x)")
 print(f"event delivery to a suspended app (thaw + event on its stream), {len(lat)} events, ms:")
 print(f"  p50 {pct(50):.2f}  p90 {pct(90):.2f}  p99 {pct(99):.2f}  max {lat[-1]:.2f}   (goal p99 <= 5 ms)")
+with open(TMP / "table.tsv", "w") as f:   # the summary table (bench_table)
+    f.write(f"3 resident apps with a 10 Hz timer\tcontext switches per second, over {SECS} s\n")
+    f.write(f"never frozen (`always_active = true`)\t{u:.2f}\n")
+    f.write(f"suspended by drowsed\t{s:.2f}" + (" (none)" if s == 0 else f" ({u / s:.0f}x fewer)") + "\n")
+    f.write(f"# Delivery of an event to a suspended app (the thaw included), {len(lat)} events: p50 {pct(50):.2f} ms, "
+            f"p90 {pct(90):.2f} ms, p99 {pct(99):.2f} ms, max {lat[-1]:.2f} ms. Goals: at least 100x fewer switches "
+            f"({'met' if s == 0 or u / s >= 100 else 'not met'}), p99 at most 5 ms ({'met' if pct(99) <= 5 else 'not met'}).\n")
 EOF
 BIN="$BIN" TMP="$TMP" SECONDS_PER_PHASE="$SECONDS_PER_PHASE" EVENTS="$EVENTS" \
 RESIDENT="$DROWSE_ROOT/Tests/EndToEnd/resident_app.py" run_python "$TMP/bench.py"
+bench_table bench-lifecycle.sh Suspension "sudo deploy/bench-lifecycle.sh $SECONDS_PER_PHASE $EVENTS" "$TMP/table.tsv"

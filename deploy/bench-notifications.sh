@@ -3,13 +3,15 @@
 # the app's handler starts, through drowsed, next to a shell baseline
 # (`mosquitto_sub | xargs` starting the same handler), on loopback, in the same run.
 #
-#   deploy/bench-notifications.sh [N_FAST] [N_SLOW] [N_BURST]
+#   deploy/bench-notifications.sh [N_FAST] [N_SLOW] [N_BURST] [--markdown]
 #       N_FAST  notifications 30 ms apart (default 1000)
 #       N_SLOW  notifications 1 s apart   (default 1000, i.e. ~17 minutes; e.g. 60 for a quick run)
 #       N_BURST notifications published back to back, to 20 apps in turn (default 1000; 0: none).
 #               The baseline is `mosquitto_sub | xargs -P 8` (drowsed runs at most 8 handlers at
 #               once by default, [scheduler] max_concurrent_handlers): handlers started per second
 #               and the time from the first publish until the last handler started.
+#       --markdown  also write the summary table and the command into docs/benchmarks.md (the
+#               block of this HANDLER there only)
 #
 # Setup (everything on 127.0.0.1, in a temp dir):
 #   - a private mosquitto on a free port;
@@ -46,6 +48,8 @@ set -euo pipefail
 . "$(dirname "$0")/common.sh"
 cd "$DROWSE_ROOT"
 
+bench_markdown_args "$@"
+set -- "${BENCH_ARGS[@]}"
 N_FAST=${1:-1000}
 N_SLOW=${2:-1000}
 N_BURST=${3:-1000}
@@ -360,6 +364,8 @@ EOF
 python3 - "$TMP/out" "$N_FAST" "$N_SLOW" "$N_BURST" <<'EOF'
 import math, os, sys
 out, n_fast, n_slow, n_burst = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+table = [["run", "consumer", "handled", "missing", "p50 ms", "p99 ms", "max ms"]]   # the summary (bench_table)
+notes = []
 
 def read(path):
     d = {}
@@ -396,6 +402,8 @@ for name, n, spacing in (("fast", n_fast, "30 ms"), ("slow", n_slow, "1 s")):
             p99[who], p50[who] = pct(lat, 99), pct(lat, 50)
             print(f"{(name + f' ({n} x {spacing})') if who == 'drowse' else '':<22}{label:<26}{len(lat):>9}{missing:>9}"
                   f"{twice:>7}{pct(lat, 50):>9.1f}{pct(lat, 99):>9.1f}{lat[-1]:>9.1f}")
+            table.append([f"{n} at {spacing}", label, str(len(lat)), str(missing),
+                          f"{pct(lat, 50):.1f}", f"{pct(lat, 99):.1f}", f"{lat[-1]:.1f}"])
         else:
             print(f"{name:<22}{label:<26}{0:>9}{missing:>9}{twice:>7}{'-':>9}{'-':>9}{'-':>9}")
     if "drowse" in p99 and "base" in p99 and p99["base"] > 0:
@@ -406,9 +414,12 @@ for name, n, spacing in (("fast", n_fast, "30 ms"), ("slow", n_slow, "1 s")):
             goals.append(("p50 <= floor + 1 ms", p50["drowse"] <= pct(floor_lat, 50) + 1.0))
         print(f"{'':<22}p99 drowsed / baseline = {r:.2f}; goals: "
               + ", ".join(f"{g} {'met' if ok else 'NOT met'}" for g, ok in goals))
+        notes.append(f"{n} at {spacing}, drowsed's goals: " + ", ".join(f"{g} {'met' if ok else 'not met'}" for g, ok in goals) + ".")
 if floor_lat:
     print(f"{'floor (200 x 30 ms)':<22}{'handler spawned directly':<26}{len(floor_lat):>9}{len(floor_sent) - len(floor_lat):>9}{0:>7}"
           f"{pct(floor_lat, 50):>9.1f}{pct(floor_lat, 99):>9.1f}{floor_lat[-1]:>9.1f}")
+    table.append(["200 at 30 ms (floor)", "a C posix_spawn loop", str(len(floor_lat)), str(len(floor_sent) - len(floor_lat)),
+                  f"{pct(floor_lat, 50):.1f}", f"{pct(floor_lat, 99):.1f}", f"{floor_lat[-1]:.1f}"])
 if n_burst:
     sent = {s: ts[0] for s, ts in read(f"{out}/sent-burst.txt").items() if s >= 0}
     t0 = min(sent.values())
@@ -426,10 +437,22 @@ if n_burst:
         lat = sorted((got[s] - sent[s]) * 1000 for s in got)
         print(f"{label:<34}{len(got):>9}{len(sent) - len(got):>9}{twice:>7}{first * 1000:>10.1f}{last * 1000:>10.1f}"
               f"{len(got) / last:>10.0f}{pct(lat, 50):>9.1f}{pct(lat, 99):>9.1f}")
+        notes.append(f"A burst of {n_burst} to 20 apps, {label}: {len(got)} handled, {len(got) / last:.0f} handlers started "
+                     f"per second, the last {last:.2f} s after the first publish.")
     print("first/last: from the first publish until the first/last handler started; starts/s: handled / last")
     mem = dict(l.split() for l in open(f"{out}/burst-memory.txt")) if os.path.exists(f"{out}/burst-memory.txt") else {}
     if mem:
         print(f"drowsed 5 s after the burst: private dirty {int(mem['Private_Dirty:']) / 1024:.1f} MiB, PSS {int(mem['Pss:']) / 1024:.1f} MiB")
 print()
+with open(f"{out}/table.tsv", "w") as f:
+    f.write("".join("\t".join(r) + "\n" for r in table) + "".join(f"# {n}\n" for n in notes))
 sys.exit(0)
 EOF
+# The command as run: with its real-time priority (chrt) and handler, when they are not the defaults.
+command="deploy/bench-notifications.sh $N_FAST $N_SLOW $N_BURST"
+prio=$(chrt -p $$ 2>/dev/null | sed -n 's/.*priority: *\([0-9]*\)$/\1/p' | tail -n 1)
+chrt -p $$ 2>/dev/null | grep -q SCHED_FIFO && command="chrt -f $prio $command"
+[ "$HANDLER" = stamp ] || command="HANDLER=$HANDLER $command"
+key=bench-notifications.sh
+[ "$HANDLER" = stamp ] || key="$key HANDLER=$HANDLER"
+bench_table "$key" "Notification latency" "$command" "$TMP/out/table.tsv"

@@ -21,10 +21,12 @@
 # KILL_AT=0 kills the node as soon as the last publish is acknowledged, while the cluster is still
 # delivering the push (default 0.333: a third of the way into the spread).
 #
-#   deploy/bench-rollout.sh [N] [SPREAD]
-#   BROKER=rabbitmq deploy/bench-rollout.sh [N] [SPREAD]
+#   deploy/bench-rollout.sh [N] [SPREAD] [--markdown]
+#   BROKER=rabbitmq deploy/bench-rollout.sh [N] [SPREAD] [--markdown]
 #       N       drowsed instances (default 50)
 #       SPREAD  seconds (default 20)
+#       --markdown  also write the summary table and the command into docs/benchmarks.md (the
+#               block of this BROKER there only)
 #
 # Setup (everything on 127.0.0.1, in a temp dir), from Tests/EndToEnd/rollout.py and the e2e
 # helpers in drowse_e2e.py (the same code test_rollout.py runs):
@@ -53,8 +55,11 @@ set -euo pipefail
 . "$(dirname "$0")/common.sh"
 cd "$DROWSE_ROOT"
 
+bench_markdown_args "$@"
+set -- "${BENCH_ARGS[@]}"
 N=${1:-50}
 SPREAD=${2:-20}
+SIZE_GIVEN=${SIZE:-} KILL_AT_GIVEN=${KILL_AT:-}
 SIZE=${SIZE:-1048576}
 KILL_AT=${KILL_AT:-0.333}
 case "$N" in ''|*[!0-9]*) die "N must be a whole number, not '$N'" ;; esac
@@ -84,3 +89,9 @@ trap 'exit 130' INT TERM
 say "$N instances, spread $SPREAD s, $SIZE bytes each, broker $BROKER, binaries from $BIN"
 # rollout.py stops every daemon, nginx and broker (node) it started, also on an error.
 DROWSE_BIN_DIR=$BIN run_python "$DROWSE_ROOT/Tests/EndToEnd/rollout.py" "$N" "$SPREAD" "$SIZE" "$TMP" "$BROKER" "$KILL_AT"
+if [ "$BROKER" = rabbitmq ]; then
+    bench_table "bench-rollout.sh BROKER=rabbitmq" "Staged rollout on a RabbitMQ cluster, a node killed" \
+        "BROKER=rabbitmq${KILL_AT_GIVEN:+ KILL_AT=$KILL_AT}${SIZE_GIVEN:+ SIZE=$SIZE} deploy/bench-rollout.sh $N $SPREAD" "$TMP/table.tsv"
+else
+    bench_table bench-rollout.sh "Staged rollout" "${SIZE_GIVEN:+SIZE=$SIZE }deploy/bench-rollout.sh $N $SPREAD" "$TMP/table.tsv"
+fi

@@ -3,8 +3,10 @@
 # throughput and CPU-seconds per GiB, what --sha256 verification costs, and how many bytes are
 # fetched twice when the downloader is killed (kill -9) halfway and resumed.
 #
-#   deploy/bench-transfers.sh [ROUNDS] [SIZE_MIB]   ROUNDS interleaved curl/drowse rounds (default 3)
-#                                                   of one SIZE_MIB file (default 1024)
+#   deploy/bench-transfers.sh [ROUNDS] [SIZE_MIB] [--markdown]
+#       ROUNDS interleaved curl/drowse rounds (default 3) of one SIZE_MIB file (default 1024);
+#       --markdown also writes the summary table and the command into docs/benchmarks.md (its
+#       block there only)
 #
 # What is measured:
 #   curl    `curl -s -o FILE URL`: wall time, and user+sys CPU of the curl process (/usr/bin/time).
@@ -43,6 +45,8 @@ set -euo pipefail
 . "$(dirname "$0")/common.sh"
 cd "$DROWSE_ROOT"
 
+bench_markdown_args "$@"
+set -- "${BENCH_ARGS[@]}"
 ROUNDS=${1:-3}
 SIZE_MIB=${2:-1024}
 case "$ROUNDS" in ''|*[!0-9]*|0) die "ROUNDS must be a positive whole number, not '$ROUNDS'" ;; esac
@@ -364,12 +368,20 @@ print(f"{'throughput MiB/s':<34}{tp_c:>10.1f}{tp_d:>10.1f}{tp_d / tp_c:>13.2f}")
 print(f"{'CPU s per GiB (the process)':<34}{cpu_c:>10.3f}{cpu_d:>10.3f}{cpu_d / cpu_c if cpu_c else float('nan'):>13.2f}")
 print(f"{'CPU s per GiB (all CPUs, +sync)':<34}{all_c:>10.3f}{all_d:>10.3f}{all_d / all_c if all_c else float('nan'):>13.2f}")
 print(f"{'throughput, curl + sync':<34}{tp_cs:>10.1f}{tp_d:>10.1f}{tp_d / tp_cs:>13.2f}")
+ratios = sorted(d / c for d, c in zip(d_cpu, c_cpu) if c)
+with open(f"{tmp}/table.tsv", "w") as f:   # the summary table (bench_table)
+    f.write(f"median of {len(rounds)} rounds\tcurl -o\tdrowse\tdrowse / curl\n")
+    f.write(f"CPU s per GiB (the process)\t{cpu_c:.2f}\t{cpu_d:.2f}\t{cpu_d / cpu_c if cpu_c else float('nan'):.2f}"
+            + (f" (rounds {ratios[0]:.2f}–{ratios[-1]:.2f})" if ratios else "") + "\n")
+    f.write(f"CPU s per GiB (all CPUs, curl + sync)\t{all_c:.2f}\t{all_d:.2f}\t{all_d / all_c if all_c else float('nan'):.2f}\n")
+    f.write(f"throughput MiB/s\t{tp_c:.0f}\t{tp_d:.0f}\t{tp_d / tp_c:.2f}\n")
+    if sha:
+        f.write(f"CPU s per GiB with --sha256 (1 run)\t(curl does not hash)\t{sha[3] / gib:.2f}\t\n")
 print(f"throughput range over the rounds: curl {size_mib / max(c_wall):.0f}..{size_mib / min(c_wall):.0f}, "
       f"drowse {size_mib / max(d_wall):.0f}..{size_mib / min(d_wall):.0f} MiB/s; "
       f"drowse until `transfer wait` returned: {size_mib / med(d_wait):.1f} MiB/s")
 # CPU time on a shared 2-core machine moves with what else runs (caches, frequency, other
 # processes' interrupts): the spread says how far one round's figure can be trusted.
-ratios = sorted(d / c for d, c in zip(d_cpu, c_cpu) if c)
 print(f"CPU s per GiB over the rounds: curl {min(c_cpu) / gib:.3f}..{max(c_cpu) / gib:.3f}, "
       f"drowse {min(d_cpu) / gib:.3f}..{max(d_cpu) / gib:.3f}; drowse/curl per round "
       + (f"{ratios[0]:.2f}..{ratios[-1]:.2f} (median {med(ratios):.2f})" if ratios else "n/a"))
@@ -397,11 +409,14 @@ if by:
           ", ".join(f"{n} {t / tick:.2f} s" for t, n in by[:5]))
 EOF
 awk -v size="$SIZE" -v ds="$drowse_served" -v dr="$drowse_requests" -v cs="$curl_served" -v cr="$curl_requests" \
-    -v part="${part:-0}" -v committed="$committed" -v ck="$curl_at_kill" -v rate="$SLOW_RATE_MIB" 'BEGIN {
+    -v part="${part:-0}" -v committed="$committed" -v ck="$curl_at_kill" -v rate="$SLOW_RATE_MIB" \
+    -v table="$TMP/table.tsv" 'BEGIN {
     M = 1048576
     printf "\nkill -9 at 50 %% (limit_rate %d MiB/s)   %12s %10s %14s\n", rate, "re-fetched", "requests", "at the kill"
     printf "%-38s %8.2f MiB %10d   %s\n", "drowse: kill drowsed, restart", (ds - size) / M, dr, \
         sprintf("%.1f MiB on disk, %.1f committed", part / M, committed / M)
     printf "%-38s %8.2f MiB %10d   %s\n", "curl: kill curl, curl -C - -o FILE", (cs - size) / M, cr, \
         sprintf("%.1f MiB on disk (never fsynced)", ck / M)
+    printf "MiB fetched again after a kill -9 at 50 %%\t%.2f\t%.2f\t\n", (cs - size) / M, (ds - size) / M >>table
 }'
+bench_table bench-transfers.sh Downloads "deploy/bench-transfers.sh $ROUNDS $SIZE_MIB" "$TMP/table.tsv"

@@ -35,14 +35,18 @@ as_root() {
     fi
 }
 
-# need_packages PKG...: installs the Debian packages that are not installed yet (apt-get update
-# first). Does nothing, and needs no root, when all are there.
+# DROWSE_NO_INSTALL=1: the need_* functions below install nothing and change no service; one
+# that finds something missing stops the script, naming it.
+
 # schemathesis (API testing from docs/openapi.json), from PyPI, pinned, into a venv of its own so
 # neither Debian's Python nor its packages change. Exports DROWSE_SCHEMATHESIS, its path.
 DROWSE_SCHEMATHESIS_VERSION=4.32.5
+schemathesis_venv() { echo "${DROWSE_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/drowse/venv}"; }
 need_schemathesis() {
-    local venv="${DROWSE_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/drowse/venv}"
+    local venv
+    venv=$(schemathesis_venv)
     if [ ! -x "$venv/bin/schemathesis" ]; then
+        [ -z "${DROWSE_NO_INSTALL:-}" ] || die "missing: schemathesis (no $venv/bin/schemathesis)"
         python3 -c "import ensurepip" 2>/dev/null || need_packages python3-venv
         say "pip install schemathesis==$DROWSE_SCHEMATHESIS_VERSION into $venv"
         python3 -m venv "$venv"
@@ -51,16 +55,27 @@ need_schemathesis() {
     export DROWSE_SCHEMATHESIS="$venv/bin/schemathesis"
 }
 
+# missing_packages PKG...: prints, one a line, those of the Debian packages PKG that are not
+# installed (nothing where there is no dpkg).
+missing_packages() {
+    command -v dpkg-query >/dev/null 2>&1 || return 0
+    local p
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || echo "$p"
+    done
+}
+
+# need_packages PKG...: installs the Debian packages that are not installed yet (apt-get update
+# first). Does nothing, and needs no root, when all are there.
 need_packages() {
-    local missing=() p
+    local missing=()
     if ! command -v dpkg-query >/dev/null 2>&1; then
         say "not Debian: make sure these (or your system's equivalents) are installed: $*"
         return 0
     fi
-    for p in "$@"; do
-        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-    done
+    mapfile -t missing < <(missing_packages "$@")
     [ ${#missing[@]} -eq 0 ] && return 0
+    [ -z "${DROWSE_NO_INSTALL:-}" ] || die "missing Debian packages: ${missing[*]}"
     command -v apt-get >/dev/null 2>&1 || die "missing packages: ${missing[*]} (and no apt-get here)"
     say "installing ${missing[*]}"
     as_root env DEBIAN_FRONTEND=noninteractive apt-get update
@@ -70,11 +85,12 @@ need_packages() {
 # need_nginx: installs nginx when it is missing (nginx-light where the release still has it: the
 # scripts and tests run their own nginx on loopback), and stops and disables the service the
 # package starts on port 80 on install.
+nginx_package() {
+    if apt-cache show nginx-light >/dev/null 2>&1; then echo nginx-light; else echo nginx; fi
+}
 need_nginx() {
-    local pkg=nginx
     command -v nginx >/dev/null 2>&1 && return 0
-    apt-cache show nginx-light >/dev/null 2>&1 && pkg=nginx-light
-    need_packages "$pkg"
+    need_packages "$(nginx_package)"
     if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet nginx 2>/dev/null; then
         say "stopping and disabling the nginx service the package just started (the scripts run their own)"
         as_root systemctl disable --now nginx || true
@@ -265,7 +281,11 @@ release_binaries() {
 # keep it from starting at boot.
 need_rabbitmq() {
     need_packages rabbitmq-server
-    if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet rabbitmq-server 2>/dev/null; then
+    if [ -n "${DROWSE_NO_INSTALL:-}" ]; then
+        if pgrep -u rabbitmq beam.smp >/dev/null 2>&1; then
+            say "warning: the rabbitmq-server service runs (left as it is): the tests' own nodes may not start; stop it with: systemctl disable --now rabbitmq-server"
+        fi
+    elif command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet rabbitmq-server 2>/dev/null; then
         say "stopping and disabling the rabbitmq-server service (the tests run their own nodes)"
         as_root systemctl disable --now rabbitmq-server || true
     # Not the init script's `status`: it runs rabbitmqctl, which leaves an epmd daemon behind.
@@ -273,5 +293,35 @@ need_rabbitmq() {
         say "stopping the rabbitmq-server service (the tests run their own nodes)"
         as_root /etc/init.d/rabbitmq-server stop || true
         command -v update-rc.d >/dev/null 2>&1 && { as_root update-rc.d rabbitmq-server disable || true; }
+    fi
+}
+
+# The bench scripts' summary tables (deploy/bench-markdown.py). bench_markdown_args "$@": sets
+# BENCH_ARGS to the arguments without --markdown, and BENCH_MARKDOWN=1 when it was among them.
+bench_markdown_args() {
+    local a
+    BENCH_MARKDOWN=
+    BENCH_ARGS=()
+    for a in "$@"; do
+        if [ "$a" = --markdown ]; then BENCH_MARKDOWN=1; else BENCH_ARGS+=("$a"); fi
+    done
+}
+
+# bench_table KEY TITLE COMMAND TSV: prints the table in TSV; with BENCH_MARKDOWN, also writes it,
+# with COMMAND, the date and the machine, into docs/benchmarks.md (or $BENCHMARKS_MD), in place of
+# KEY's block there, or as a new section "## TITLE".
+bench_table() {
+    echo
+    python3 "$DROWSE_ROOT/deploy/bench-markdown.py" print "$4"
+    if [ -n "${BENCH_MARKDOWN:-}" ]; then
+        local md=${BENCHMARKS_MD:-$DROWSE_ROOT/docs/benchmarks.md} cmd=$3
+        if [ -n "${DROWSE_BIN_DIR:-}" ]; then   # other binaries than the release build: said
+            case "$cmd" in
+                "sudo "*) cmd="sudo DROWSE_BIN_DIR=$DROWSE_BIN_DIR ${cmd#sudo }" ;;
+                *) cmd="DROWSE_BIN_DIR=$DROWSE_BIN_DIR $cmd" ;;
+            esac
+        fi
+        python3 "$DROWSE_ROOT/deploy/bench-markdown.py" write "$md" "$1" "$2" "$cmd" "$4"
+        say "wrote the table and its command into $md"
     fi
 }

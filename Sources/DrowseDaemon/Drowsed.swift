@@ -59,12 +59,23 @@ struct Drowsed: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "drowsed",
         abstract: "The Drowse background-execution agent.",
+        discussion: """
+            Environment (an option given on the command line wins over its variable):
+
+            DROWSE_CONFIG: the main config, as --config.
+
+            DROWSE_LOG_LEVEL: the lowest level logged, as --log-level: trace, debug, info, notice, warning, error or critical; another name means info. Handler output is logged at info, so warning and above leave it out.
+
+            DROWSE_SPAWN_HELPER: 0 starts every handler from drowsed itself, not through drowse-spawner.
+
+            Under systemd, a drop-in sets them (systemctl edit drowsed): [Service] Environment=DROWSE_LOG_LEVEL=debug. Every option and key: docs/configuration.md in Drowse's source.
+            """,
         version: Agent.version)
 
     @Option(name: .long, help: "Main config file (env DROWSE_CONFIG).")
     var config: String?
 
-    @Option(name: .long, help: "Log level: trace, debug, info, notice, warning, error, critical (env DROWSE_LOG_LEVEL).")
+    @Option(name: .long, help: "Lowest level logged: trace, debug, info (the default), notice, warning, error or critical (env DROWSE_LOG_LEVEL).")
     var logLevel: String?
 
     @Flag(name: .long, help: "Check the configuration and app files, then exit.")

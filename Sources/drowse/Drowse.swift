@@ -50,6 +50,11 @@ struct Drowse: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "drowse",
         abstract: "Talk to drowsed, the background-execution agent.",
+        discussion: """
+            Environment: DROWSE_SOCKET, drowsed's API socket (as --socket); DROWSE_APP, the app of --app (drowsed sets it for the processes it starts).
+
+            drowsed, the daemon, is this program run under the name drowsed: `drowsed --help` and drowsed(8) list its options, among them --config (DROWSE_CONFIG) and --log-level (DROWSE_LOG_LEVEL).
+            """,
         version: "0.1.0",
         subcommands: [
             Status.self, Apps.self, Fetch.self, Used.self, ConditionsCommand.self, Push.self, TransferCommand.self,

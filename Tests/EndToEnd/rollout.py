@@ -498,6 +498,25 @@ def print_memory(n: int, mem: list[dict], mem_after: list[dict]) -> None:
     print(f"                            PSS {stats('pss', mem_after)}")
 
 
+def write_table(path: Path, rounds: list[tuple[str, dict]], n: int, seconds: int, mem: list[dict],
+                mem_after: list[dict], ran_once: dict[str, int] | None = None) -> None:
+    """The bench's summary table, tab-separated, for deploy/bench-rollout.sh's bench_table: per round
+    the busiest second and 1 s window of request starts, and how many devices got the file."""
+    hs = [histogram(list(r["starts"].values()), r["t0"], seconds) for _, r in rounds]
+    rows = [[f"{n} devices"] + [label for label, _ in rounds],
+            ["new requests in the busiest whole second"] + [str(max(h)) for h in hs],
+            ["new requests in any 1 s window"] + [str(max_in_window(list(r["starts"].values()))) for _, r in rounds]]
+    if ran_once is None:
+        rows.append(["downloads with the right sha256"]
+                    + [f"{sum(1 for v in r['sha256'].values() if v == r['digest'])} / {n}" for _, r in rounds])
+    else:
+        rows.append(["devices that ran the push exactly once"] + [f"{ran_once[label]} / {n}" for label, _ in rounds])
+    med = lambda key, ms: sorted(m[key] for m in ms)[len(ms) // 2] / 1024  # noqa: E731
+    note = (f"# Each drowsed, all {n} running: RSS {med('rss', mem):.1f} MiB and PSS {med('pss', mem):.1f} MiB idle "
+            f"(medians), RSS {med('rss', mem_after):.1f} MiB and PSS {med('pss', mem_after):.1f} MiB after the rollouts.")
+    path.write_text("".join("\t".join(r) + "\n" for r in rows) + note + "\n")
+
+
 def main_cluster(n: int, spread: float, size: int, workdir: Path, kill_at: float = 1 / 3) -> int:
     """The bench on a 3-node RabbitMQ cluster (quorum queues): rounds spread = 0, spread = SPREAD,
     and spread = SPREAD with the busiest node killed (-9) `kill_at` of the way in (0: as soon as
@@ -572,6 +591,8 @@ def main_cluster(n: int, spread: float, size: int, workdir: Path, kill_at: float
               f"{len(set().union(*exact_before.values()))} of {n}; at the end {({k: len(v) for k, v in exact.items()})}, "
               f"on some live node {len(newest)} of {n} ({sum(1 for st in newest.values() if st.get('online') is True)} "
               f"online), of the {len(kill.failover)} that failed over {len(set(newest) & set(kill.failover))}")
+        write_table(workdir / "table.tsv", rounds, n, max(1, int(spread) + 3), mem, mem_after,
+                    {label: c["ran_once"] for label, c in checks.items()})
         ok = all(c["ok"] for c in checks.values()) and not k["not_moved"] and not not_accepted_once
         print("\n" + ("every device ran every push exactly once with the right sha256" if ok else "FAILED"))
         return 0 if ok else 1
@@ -617,6 +638,8 @@ def main(argv: list[str]) -> int:
         print_histograms([("spread=0", zero), (f"spread={spread:g}", spr)], max(1, int(spread) + 3))
         print(f"every download completed with the right sha256: {n}/{n} and {n}/{n}")
         print_memory(n, mem, mem_after)
+        write_table(workdir / "table.tsv", [("spread=0", zero), (f"spread={spread:g}", spr)], n,
+                    max(1, int(spread) + 3), mem, mem_after)
 
         print(f"SIGKILLing {len(kill_indices(n))} instances, then drowse fleet ...", file=sys.stderr, flush=True)
         f = kill_and_check_fleet(fleet)

@@ -1,5 +1,5 @@
 """The documentation stays true to the code. No drowsed and no build needed: these read the
-Markdown pages and the Swift sources.
+Markdown pages and the Swift sources, and run deploy/ scripts that stop before building.
 
 - every relative link in README.md, docs/*.md and the other Markdown files resolves to a file
   that exists, and a `#anchor` to a heading of the page it names;
@@ -11,14 +11,21 @@ Markdown pages and the Swift sources.
 - the metrics api.md lists are the ones drowsed serves, and the environment handlers.md lists is
   the one a handler gets;
 - a shell handler shown in a page is a file of deploy/apps as it is (so the test that runs that
-  file runs what the page shows).
+  file runs what the page shows);
+- api.md's status example shows exactly the members openapi.json lists, and every answer's schema
+  there is closed (`additionalProperties: false`);
+- `deploy/test.sh --no-install` names what is missing and installs nothing;
+- every deploy/bench-*.sh takes --markdown, and deploy/bench-markdown.py replaces only its block.
 
 Run alone: python3 -m pytest -q Tests/EndToEnd/test_docs.py
 """
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -354,6 +361,40 @@ def test_every_route_a_page_names_exists():
     assert not problems, "\n".join(problems)
 
 
+def schema_members(schema: dict, schemas: dict, at: str = "") -> set[str]:
+    """The members of an object schema and of the objects nested in it, as dotted paths."""
+    if "$ref" in schema:
+        schema = schemas[schema["$ref"].rsplit("/", 1)[1]]
+    out = set()
+    for k, v in schema.get("properties", {}).items():
+        out.add(at + k)
+        if "$ref" in v or v.get("type") == "object":
+            out |= schema_members(v, schemas, at + k + ".")
+    return out
+
+
+def json_members(value, at: str = "") -> set[str]:
+    out = set()
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out.add(at + k)
+            out |= json_members(v, at + k + ".")
+    return out
+
+
+def test_api_md_shows_every_status_member_openapi_json_lists():
+    schemas = json.loads((DOCS / "openapi.json").read_text())["components"]["schemas"]
+    text = (DOCS / "api.md").read_text()
+    section = text[text.index("### `GET /v1/status`"):]
+    example = json.loads(next(body for lang, _, body in code_blocks(section) if lang == "json"))
+    documented = schema_members(schemas["Status"], schemas)
+    shown = json_members(example)
+    assert "lifecycle.spawner_pid" in documented and "journal.syncs" in documented, documented
+    assert shown == documented, f"api.md's example only: {shown - documented}; openapi.json only: {documented - shown}"
+    open_answers = [name for name, s in schemas.items() if s.get("type") == "object" and "properties" in s
+              and s.get("additionalProperties") is not False]
+    assert set(open_answers) <= {"TransferRequest", "Completion", "TaskRequest"}, f"answers open to undocumented members: {open_answers}"
+
 # ---------------------------------------------------------------------------- metrics, environment
 
 def test_api_md_lists_the_metrics_drowsed_serves():
@@ -406,6 +447,71 @@ def test_a_shell_handler_shown_in_a_page_is_a_shipped_file():
                                     "deploy/apps as it is (copy the file into the page, or the page into the file)")
     assert not problems, "\n".join(problems)
 
+
+
+# ---------------------------------------------------------------------------- deploy/test.sh
+
+def run_test_sh_no_install(tmp_path: Path, installed_except: str):
+    """deploy/test.sh --no-install with a dpkg-query that reports every package installed but
+    `installed_except`, an apt-get and a sudo that record being run, and an empty venv folder."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    calls = tmp_path / "calls"
+    (fake / "dpkg-query").write_text(
+        "#!/bin/sh\n"
+        f'for a; do p=$a; done; [ "$p" = "{installed_except}" ] && exit 1; printf "install ok installed"\n')
+    for name in ("apt-get", "sudo", "pip"):
+        (fake / name).write_text(f"#!/bin/sh\necho {name} \"$@\" >>{calls}\n")
+    for f in fake.iterdir():
+        f.chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}", "DROWSE_VENV": str(tmp_path / "venv")}
+    r = subprocess.run(["bash", str(REPO / "deploy/test.sh"), "--no-install"], env=env, capture_output=True,
+                       text=True, timeout=60, stdin=subprocess.DEVNULL)
+    return r, calls
+
+
+def test_test_sh_no_install_names_what_is_missing_and_installs_nothing(tmp_path):
+    r, calls = run_test_sh_no_install(tmp_path, "rabbitmq-server")
+    assert r.returncode != 0, r.stdout + r.stderr
+    assert "rabbitmq-server" in r.stderr and f"schemathesis {schemathesis_version()}" in r.stderr, r.stderr
+    assert not calls.exists(), calls.read_text()          # no apt-get, sudo or pip
+    assert not (tmp_path / "venv").exists()               # no venv made
+    assert "swift build" not in r.stderr                  # stopped before building
+
+
+def schemathesis_version() -> str:
+    return re.search(r"^DROWSE_SCHEMATHESIS_VERSION=(\S+)", (REPO / "deploy/common.sh").read_text(), re.M).group(1)
+
+
+
+# ---------------------------------------------------------------------------- bench tables
+
+def test_every_bench_script_writes_its_table_into_benchmarks_md():
+    """Each deploy/bench-*.sh takes --markdown; the blocks in benchmarks.md are paired."""
+    for script in sorted((REPO / "deploy").glob("bench-*.sh")):
+        assert "--markdown" in script.read_text(), f"{rel(script)} takes no --markdown"
+    text = (DOCS / "benchmarks.md").read_text()
+    begins = re.findall(r"^<!-- (.+) --markdown writes from here -->$", text, re.M)
+    ends = re.findall(r"^<!-- (.+) --markdown writes to here -->$", text, re.M)
+    assert begins and begins == ends, (begins, ends)
+
+
+def test_bench_markdown_replaces_only_its_own_block(tmp_path):
+    page = tmp_path / "benchmarks.md"
+    page.write_text("# Benchmarks\n\n## A\n\nprose before\n<!-- a.sh --markdown writes from here -->\nold table\n"
+                    "<!-- a.sh --markdown writes to here -->\nprose after\n\n## B\n\nB's text\n")
+    tsv = tmp_path / "t.tsv"
+    tsv.write_text("run\tdrowse\tbaseline\nfast\t1.5\t1.3 | 2\n# a goal: met\n")
+    tool = [sys.executable, str(REPO / "deploy/bench-markdown.py")]
+    subprocess.run([*tool, "write", str(page), "a.sh", "A", "deploy/a.sh 3", str(tsv)], check=True)
+    subprocess.run([*tool, "write", str(page), "c.sh", "C", "deploy/c.sh", str(tsv)], check=True)
+    text = page.read_text()
+    assert "old table" not in text and "prose before\n<!-- a.sh" in text and "writes to here -->\nprose after\n" in text
+    assert "\n## B\n\nB's text\n" in text
+    assert "`deploy/a.sh 3` on " in text and "| fast | 1.5 | 1.3 \\| 2 |" in text and "\na goal: met\n" in text
+    assert text.index("## B") < text.index("## C") and text.count("c.sh --markdown writes from here") == 1
+    printed = subprocess.run([*tool, "print", str(tsv)], capture_output=True, text=True, check=True).stdout
+    assert printed.splitlines()[2].split() == ["fast", "1.5", "1.3", "|", "2"]
 
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-q"]))

@@ -90,6 +90,8 @@ def test_the_daemon_answers_as_its_openapi_document_says(make_drowse, workdir):
         # "weather" is the example app in docs/openapi.json; nobody runs it. "admin" runs as drowsed's user.
         d.add_app("weather", fetch=["/bin/true"], notification=["/bin/true"], user="nobody", working_directory="/")
         d.add_app("admin", fetch=["/bin/true"], minimum_interval="1h")
+        # An app file drowsed refuses: root's listing holds its entry ("valid": false) too.
+        (d.apps_dir / "broken.toml").write_text('id = "broken"\nno_such_key = 1\n')
         d.start()
         # Transfers to list and show: nothing listens on port 9 in the namespace, so they retry.
         for app in ("weather", "admin"):
@@ -113,7 +115,7 @@ def test_the_daemon_answers_as_its_openapi_document_says(make_drowse, workdir):
         # Bounded: what a run leaves behind is a few MB of caches, not one allocation per request.
         assert after - before < 16 * 1024, f"RSS grew from {before} kB to {after} kB"
         r = d.cli("status", "--json", timeout=5)
-        assert r.returncode == 0 and json.loads(r.stdout)["apps"] == 2
+        assert r.returncode == 0 and json.loads(r.stdout)["apps"] == 2 and json.loads(r.stdout)["invalid_apps"] == 1
     finally:
         for p in proxies:
             p.stop()
