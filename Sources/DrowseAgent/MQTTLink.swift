@@ -90,7 +90,7 @@ struct FleetStatusState {
         }
         let statusTopic = Topics.status(prefix: m.topicPrefix, device: config.deviceID)
         var options = MQTTSessionOptions(
-            host: m.host, port: m.port, clientID: m.clientID, keepalive: Int(m.keepalive.seconds), tls: m.tls,
+            host: m.host, port: m.port, clientID: m.clientID, keepalive: m.keepalive.seconds, tls: m.tls,
             username: m.username, password: password, caFile: m.caFile, certFile: m.certFile, keyFile: m.keyFile,
             will: (statusTopic, Array(FleetStatus.offlineJSON(apps: registry.ids, version: Agent.version, groups: m.groups).serialized.utf8)),
             moreBrokers: m.brokers.dropFirst().map { ($0.host, $0.port) })

@@ -221,13 +221,15 @@ package struct MainConfig: Sendable, Equatable {
             mqtt = MQTTConfig(
                 url: brokers[0].url, host: brokers[0].host, port: brokers[0].port, tls: brokers[0].tls,
                 brokers: brokers, groups: groups, topicPrefix: prefix,
-                keepalive: try m.duration("keepalive", minimum: .seconds(5)) ?? .seconds(240),
+                keepalive: try m.duration("keepalive", minimum: .seconds(1)) ?? .seconds(240),
                 clientID: try m.string("client_id") ?? "drowse-\(deviceID)",
                 username: try m.string("username"),
                 passwordFile: try file("password_file", &m), caFile: try file("ca_file", &m),
                 certFile: try file("cert_file", &m), keyFile: try file("key_file", &m))
             if mqtt!.keepalive > .seconds(65535) { throw m.error("keepalive", "must be at most 65535s") }
-            let maxKeepalive = try m.duration("max_keepalive", minimum: .seconds(5)) ?? min(mqtt!.keepalive * 7, .seconds(65535))
+            // libmosquitto takes whole seconds of at least 5 for the keepalive in CONNECT.
+            let maxKeepalive = try m.duration("max_keepalive", minimum: .seconds(5))
+                ?? max(.seconds(5), min(.seconds(Int64((mqtt!.keepalive * 7).seconds.rounded(.up))), .seconds(65535)))
             if maxKeepalive > .seconds(65535) { throw m.error("max_keepalive", "must be at most 65535s") }
             if maxKeepalive < mqtt!.keepalive { throw m.error("max_keepalive", "must be at least keepalive (\(Int(mqtt!.keepalive.seconds))s)") }
             mqtt!.maxKeepalive = maxKeepalive

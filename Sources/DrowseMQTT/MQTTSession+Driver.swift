@@ -35,7 +35,7 @@ extension MQTTSession {
             self.mosq = mosq
             self.ctx = ctx
             machine = MQTTConnectionMachine(
-                keepalive: Double(session.options.keepalive), maxKeepalive: session.options.maxKeepalive.map(Double.init),
+                keepalive: session.options.keepalive, maxKeepalive: session.options.maxKeepalive.map(Double.init),
                 brokers: session.options.brokers.map { b in ("\(b.host):\(b.port)", MQTTConnectionMachine.isLoopback(host: b.host)) },
                 seed: UInt64.random(in: 0...UInt64.max))
         }

@@ -13,7 +13,9 @@ package struct MQTTSessionOptions: Sendable {
     package var host: String
     package var port: Int
     package var clientID: String
-    package var keepalive: Int
+    /// Seconds: where the adaptive keepalive starts (may be under libmosquitto's 5 s when
+    /// `maxKeepalive`, the keepalive asked for in CONNECT, is not).
+    package var keepalive: Double
     package var tls: Bool
     package var username: String?
     package var password: String?
@@ -45,7 +47,7 @@ package struct MQTTSessionOptions: Sendable {
     /// 1 KiB: drowse's own topics are far shorter) and the packet id.
     package static func packetBound(maxPayload: Int) -> Int { maxPayload + 1024 + 4 }
 
-    package init(host: String, port: Int, clientID: String, keepalive: Int, tls: Bool = false, username: String? = nil,
+    package init(host: String, port: Int, clientID: String, keepalive: Double, tls: Bool = false, username: String? = nil,
                 password: String? = nil, caFile: String? = nil, certFile: String? = nil, keyFile: String? = nil,
                 will: (topic: String, payload: [UInt8])? = nil, moreBrokers: [(host: String, port: Int)] = []) {
         self.host = host
@@ -192,7 +194,7 @@ package final class MQTTSession: Sendable {
         self.logger = logger
         self.onEvent = onEvent
         path.withLock { $0.learned = options.learnedPaths }
-        pinging.withLock { $0.interval = Double(options.keepalive) }
+        pinging.withLock { $0.interval = options.keepalive }
     }
 
     package func start() {

@@ -276,7 +276,7 @@ struct MainConfigTests {
     }
 
     @Test("refuses bad keepalive durations", arguments: [
-        ("'soon'", "not a duration"), ("'240'", "not a duration"), ("'4s'", "at least 5s"), ("'0s'", "at least 5s"),
+        ("'soon'", "not a duration"), ("'240'", "not a duration"), ("'0.5s'", "at least 1s"), ("'0s'", "at least 1s"),
         ("'65536s'", "at most 65535s"), ("'1d'", "at most 65535s"), ("'-5s'", "not a duration"),
     ])
     func badKeepalive(value: String, problem: String) throws {
@@ -288,8 +288,23 @@ struct MainConfigTests {
 
     @Test("keepalive limits are inclusive")
     func keepaliveBounds() throws {
-        #expect(try parse("[mqtt]\nkeepalive = '5s'").mqtt?.keepalive == .seconds(5))
+        #expect(try parse("[mqtt]\nkeepalive = '1s'").mqtt?.keepalive == .seconds(1))
         #expect(try parse("[mqtt]\nkeepalive = '65535s'").mqtt?.keepalive == .seconds(65535))
+    }
+
+    @Test("max_keepalive: 7 × keepalive by default (whole seconds, 5 s to 65535 s), at least keepalive, at least 5 s")
+    func maxKeepalive() throws {
+        #expect(try parse("[mqtt]").mqtt?.maxKeepalive == .seconds(1680))
+        #expect(try parse("[mqtt]\nkeepalive = '10s'").mqtt?.maxKeepalive == .seconds(70))
+        #expect(try parse("[mqtt]\nkeepalive = '3.4s'").mqtt?.maxKeepalive == .seconds(24))
+        #expect(refusal("[mqtt]\nkeepalive = '0.5s'\nmax_keepalive = '5s'")?.key == "mqtt.keepalive")
+        #expect(try parse("[mqtt]\nkeepalive = '1s'").mqtt?.maxKeepalive == .seconds(7))
+        #expect(try parse("[mqtt]\nkeepalive = '20000s'").mqtt?.maxKeepalive == .seconds(65535))
+        #expect(try parse("[mqtt]\nkeepalive = '240s'\nmax_keepalive = '240s'").mqtt?.maxKeepalive == .seconds(240))
+        let below = try #require(refusal("[mqtt]\nkeepalive = '240s'\nmax_keepalive = '120s'"))
+        #expect(below.key == "mqtt.max_keepalive" && below.problem.contains("at least keepalive"))
+        let short = try #require(refusal("[mqtt]\nkeepalive = '2s'\nmax_keepalive = '3s'"))
+        #expect(short.key == "mqtt.max_keepalive" && short.problem.contains("at least 5s"))
     }
 
     @Test("a duration written as a bare number says durations need a unit")
