@@ -155,7 +155,8 @@ extension MQTTSession {
         /// The board's network path as last told: the machine pings as that path was seen to hold.
         func followPath() {
             let (key, known) = session.path.withLock { p in (p.key, p.key.flatMap { p.learned[$0] }) }
-            guard key != machine.pathKey else { return }
+            // Offline (no default route): the path pinged on is still the last one.
+            guard let key, key != machine.pathKey else { return }
             let learned = known.map { KeepaliveLearner(base: machine.learner.base, ceiling: machine.learner.ceiling, held: $0.held, failed: $0.failed) }
             perform(machine.pathChanged(key: key, learned: learned, now: now()))
         }
