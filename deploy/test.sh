@@ -12,7 +12,7 @@ cd "$DROWSE_ROOT"
 # For the TLS tests (certificates), network-namespace tests and one fault-injection test;
 # rsvg-convert renders the timeline SVGs to PNG (Tests/EndToEnd/test_timeline.py); tcpdump captures
 # the wire benchmark's packets (Tests/EndToEnd/test_radio_bench.py).
-test_packages=(openssl iproute2 strace python3-prometheus-client librsvg2-bin tcpdump)
+test_packages=(openssl iproute2 iptables strace python3-prometheus-client librsvg2-bin tcpdump)
 need_packages "${DROWSE_BUILD_PACKAGES[@]}" "${DROWSE_RUN_PACKAGES[@]}" "${test_packages[@]}"
 need_nginx
 
