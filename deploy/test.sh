@@ -26,9 +26,10 @@ esac
 
 # For the TLS tests (certificates), network-namespace tests and one fault-injection test;
 # rsvg-convert renders the timeline SVGs to PNG (Tests/EndToEnd/test_timeline.py); tcpdump captures
-# the wire benchmark's packets (Tests/EndToEnd/test_radio_bench.py). The RabbitMQ cluster test
+# the wire benchmark's packets (Tests/EndToEnd/test_radio_bench.py); iptables makes the NAT of
+# Tests/EndToEnd/test_keepalive_nat.py. The RabbitMQ cluster test
 # (quorum queues under node failures, about 30 s) runs its own nodes.
-test_packages=(openssl iproute2 strace python3-prometheus-client librsvg2-bin tcpdump rabbitmq-server)
+test_packages=(openssl iproute2 iptables strace python3-prometheus-client librsvg2-bin tcpdump rabbitmq-server)
 packages=("${DROWSE_BUILD_PACKAGES[@]}" "${DROWSE_RUN_PACKAGES[@]}" "${test_packages[@]}")
 command -v nginx >/dev/null 2>&1 || packages+=("$(nginx_package)")
 pytest_from_pypi=

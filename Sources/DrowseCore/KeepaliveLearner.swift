@@ -75,12 +75,16 @@ package struct KeepaliveLearner: Sendable, Equatable {
     package mutating func unanswered(idle: Double) -> Bool {
         failures += 1
         confirmations = 0
-        if idle > held * 1.05 {
-            failed = min(failed ?? .infinity, idle)
+        // A ping goes a little after its interval (the timer's margin, the wakeup): that failed
+        // is the interval tried. Kept as measured, the margin would widen the gap the search
+        // closes (20.05 - 15 is past a 5 s resolution) and cost one more try, and reconnect.
+        let tried = idle >= interval && idle <= interval * 1.05 ? interval : idle
+        if tried > held * 1.05 {
+            failed = min(failed ?? .infinity, tried)
         } else {
             // What held before fails now: the path is not what it was.
-            failed = idle
-            held = max(floor, (idle / 2).rounded())
+            failed = tried
+            held = max(floor, (tried / 2).rounded())
         }
         interval = held
         return true

@@ -101,6 +101,25 @@ struct KeepaliveLearnerTests {
         #expect(p.kept.last?.held == held && p.kept.last?.failed == p.m.learner.failed)
     }
 
+    @Test("a ping goes a little after its interval: what fails is the interval, and the search stops within the resolution")
+    func failsTheIntervalTried() {
+        var l = KeepaliveLearner(base: 5, ceiling: 60, held: 10)
+        #expect(l.interval == 20)
+        _ = l.unanswered(idle: 20.06)
+        #expect(l.failed == 20 && l.interval == 10)
+        _ = [l.answered(idle: 10.05), l.answered(idle: 10.05), l.answered(idle: 15.05), l.answered(idle: 15.05)]
+        // 20 - 15 is within max(5 s, 10 %): no try of 18, which a 17 s NAT would drop.
+        #expect(l.held == 15 && l.interval == 15 && l.settled)
+        // A ping much later than its interval (a board that slept) fails what it waited.
+        var late = KeepaliveLearner(base: 5, ceiling: 60, held: 10)
+        _ = late.unanswered(idle: 26)
+        #expect(late.failed == 26)
+
+        var p = Path(nat: 17, keepalive: 5, max: 60)
+        p.run(hours: 1)
+        #expect(p.deadLinks == 1 && p.m.learner.held == 15 && p.m.learner.failed == 20 && p.m.pingInterval == 15)
+    }
+
     @Test("a NAT shorter than [mqtt] keepalive: the interval goes below it, and holds")
     func belowTheBase() {
         var p = Path(nat: 100)
