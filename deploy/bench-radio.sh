@@ -115,7 +115,7 @@ trap 'exit 143' TERM
 
 # ---------------------------------------------------------------------------- the plan
 "$BIN/drowse" simulate "$SCENARIO" --plan >"$TMP/plan.json" || die "drowse simulate --plan $SCENARIO failed"
-"$BIN/drowse" simulate "$SCENARIO" --json >"$TMP/sim.json" || die "drowse simulate $SCENARIO failed"
+"$BIN/drowse" simulate "$SCENARIO" --compress "$K" --json >"$TMP/sim.json" || die "drowse simulate $SCENARIO --compress $K failed"
 read -r DURATION RADIO NOTIFICATIONS < <(python3 -c 'import json,sys; p=json.load(open(sys.argv[1]))
 print(p["duration"], p["radio"], len(p["notifications"]))' "$TMP/plan.json")
 [ "$RADIO" != ethernet ] || die "the scenario's radio is ethernet, which has no radio states to measure (use lte, 3g or wifi)"
