@@ -79,11 +79,23 @@ package struct Simulator: Sendable {
     var schedulerTail: Double { wire?.schedulerTail(scenario.radio) ?? scenario.radio.tailSeconds }
 
     /// Where a run uses the radio: for its whole length; on the wire (the bench's handler
-    /// fetches, then sleeps) once its start-up is over.
-    func activity(_ r: Run) -> (start: Double, end: Double) {
+    /// fetches, then sleeps) once its start-up is over, after the `queued` handlers started at
+    /// the same instant before it.
+    func activity(_ r: Run, queued: Int = 0) -> (start: Double, end: Double) {
         guard let w = wire else { return (r.start, r.end) }
-        let t = min(r.start + WireScaling.handlerStartup * w.compress, r.end)
+        let t = r.start + (WireScaling.handlerStartup + Double(queued) * WireScaling.handlerStagger) * w.compress
         return (t, t)
+    }
+
+    /// The activities of runs sorted by start, each after those that started at the same instant.
+    func activities(_ runs: [Run]) -> [(start: Double, end: Double)] {
+        var out: [(start: Double, end: Double)] = []
+        var queued = 0
+        for (k, r) in runs.enumerated() {
+            queued = k > 0 && runs[k - 1].start == r.start ? queued + 1 : 0
+            out.append(activity(r, queued: queued))
+        }
+        return out
     }
 
     // MARK: - Shared inputs
@@ -555,7 +567,7 @@ package struct Simulator: Sendable {
     /// The radio-on periods of a strategy's runs, as `measure` counts them (runs that fired
     /// offline used no radio).
     package func radioPeriods(_ runs: [Run]) -> [RadioModel.Period] {
-        scenario.radio.periods(of: runs.filter { !$0.offline }.map(activity))
+        scenario.radio.periods(of: activities(runs.filter { !$0.offline }.sorted { ($0.start, $0.app) < ($1.start, $1.app) }))
     }
 
     /// The figures for one strategy's runs: per app and in total.
@@ -612,30 +624,31 @@ package struct Simulator: Sendable {
         // runs that began it together), its radio time and energy are split evenly among its runs.
         let radio = scenario.radio
         let active = runs.filter { !$0.offline }.sorted { ($0.start, $0.app) < ($1.start, $1.app) }
-        var group: [Run] = []
+        let acts = self.activities(active)
+        var group: [Int] = []  // indices into active
         var tailUntil = -Double.infinity
         func close() {
             guard let first = group.first else { return }
-            let u = radio.usage(of: group.map(activity))
-            let openers = group.filter { $0.start == first.start }
-            for r in openers { apps[r.app].promotions += Double(u.promotions) / Double(openers.count) }
-            for r in group {
-                apps[r.app].radioOnSeconds += u.radioOnSeconds / Double(group.count)
-                apps[r.app].energyJoules += u.joules / Double(group.count)
+            let u = radio.usage(of: group.map { acts[$0] })
+            let openers = group.filter { active[$0].start == active[first].start }
+            for k in openers { apps[active[k].app].promotions += Double(u.promotions) / Double(openers.count) }
+            for k in group {
+                apps[active[k].app].radioOnSeconds += u.radioOnSeconds / Double(group.count)
+                apps[active[k].app].energyJoules += u.joules / Double(group.count)
             }
             group = []
         }
-        for r in active {
-            if r.start > tailUntil { close() }
-            group.append(r)
-            tailUntil = max(tailUntil, activity(r).end + radio.tailSeconds)
+        for k in active.indices {
+            if active[k].start > tailUntil { close() }
+            group.append(k)
+            tailUntil = max(tailUntil, acts[k].end + radio.tailSeconds)
         }
         close()
 
         var total = SimulationReport.Totals()
-        var activities = active.map { (activity($0), keepalive: false) }
+        var activities = acts.map { ($0, keepalive: false) }
         if let push {
-            activities += push.runs.map { (activity($0), keepalive: false) }
+            activities += self.activities(push.runs).map { ($0, keepalive: false) }
             activities += push.packets.map { ((start: $0.at, end: $0.at), keepalive: $0.kind == .keepalive) }
         }
         let u = radio.usage(of: activities.map(\.0))
