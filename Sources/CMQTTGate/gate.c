@@ -8,7 +8,8 @@
 #include <unistd.h>
 
 /* A PUBLISH's fixed header (5) and variable header (topic length 2, topic up to 65535,
-   packet id 2) fit whole, so a cut PUBLISH can be rewritten in place. */
+   packet id 2, and over MQTT 5 up to 8 KiB of properties) fit whole, so a cut PUBLISH can be
+   rewritten in place. */
 #define GATE_CAPACITY (5 + 2 + 65535 + 2 + 8192)
 #define GATE_OVERSIZED_MAX 64
 
@@ -19,6 +20,8 @@ struct drowse_mqtt_gate {
     /* Bytes of the current packet still to hand over unchanged, or to drop. */
     uint64_t pass, discard;
     int failed;
+    /* MQTT 5: a PUBLISH's variable header ends with its properties (kept whole by a cut). */
+    int v5;
     uint64_t publishes;
     struct { uint64_t ordinal, bytes; } oversized[GATE_OVERSIZED_MAX];
     int noversized;
@@ -45,6 +48,8 @@ void drowse_mqtt_gate_reset(drowse_mqtt_gate *g) {
     g->publishes = 0;
     g->noversized = 0;
 }
+
+void drowse_mqtt_gate_set_v5(drowse_mqtt_gate *g, int v5) { g->v5 = v5 != 0; }
 
 void drowse_mqtt_gate_enter(drowse_mqtt_gate *g, int fd, int tls) {
     current.g = g;
@@ -143,7 +148,19 @@ static void judge(drowse_mqtt_gate *g) {
         if (raw < header + 2) return;
         size_t topic = ((size_t)p[header] << 8) | p[header + 1];
         size_t variable = 2 + topic + (qos ? 2 : 0);
-        if (variable > rl) { fail(g); return; }
+        if (g->v5) {
+            /* The property length (1 to 4 bytes), then the properties. */
+            size_t at = header + variable, props = 0, k = 0, m = 1;
+            for (;; k++) {
+                if (k == 4) { fail(g); return; }
+                if (raw < at + k + 1) return;
+                props += (size_t)(p[at + k] & 127) * m;
+                m *= 128;
+                if (!(p[at + k] & 128)) break;
+            }
+            variable += k + 1 + props;
+        }
+        if (variable > rl || header + variable > GATE_CAPACITY) { fail(g); return; }
         if (raw < header + variable) return;
         uint8_t length[4];
         size_t ln = encode_length((uint32_t)variable, length);

@@ -18,6 +18,8 @@ extension Agent {
                 ("unexpected_messages", JSON(parts.notifications.unexpectedMessages)),
                 // Every packet from the broker is bounded before it is read (docs/architecture.md).
                 ("inbound_gate", .bool(parts.mqtt.session?.inboundGate ?? false)),
+                // "5" (the bound announced as the Maximum Packet Size too) or "3.1.1".
+                ("protocol", JSON(parts.mqtt.session?.protocolVersion)),
             ])),
             ("conditions", parts.conditions.current.json),
             ("next_window", JSON(wall(parts.fetch.plannedWindow?.at))),

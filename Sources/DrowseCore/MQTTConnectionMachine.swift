@@ -89,7 +89,11 @@ package struct MQTTConnectionMachine: Sendable {
         case stopped
     }
 
-    package let keepalive: Double
+    /// The keepalive the session asks for in CONNECT.
+    package let configuredKeepalive: Double
+    /// The keepalive of the current connection: the configured one, or an MQTT 5 broker's
+    /// shorter Server Keep Alive (`serverKeepalive`).
+    package private(set) var keepalive: Double
     /// How long to wait for CONNACK: a hung broker accepts connections and says nothing.
     package var connackTimeout: Double { min(30, keepalive) }
     /// The brokers ("host:port", for log texts), the preferred first.
@@ -140,6 +144,7 @@ package struct MQTTConnectionMachine: Sendable {
     /// `brokers`: "host:port" and whether it is this machine, the preferred first (at least one).
     package init(keepalive: Double, brokers: [(peer: String, loopback: Bool)], backoff: Backoff = Backoff(base: 1, cap: 60), seed: UInt64) {
         precondition(!brokers.isEmpty, "at least one broker")
+        self.configuredKeepalive = keepalive
         self.keepalive = keepalive
         self.peers = brokers.map(\.peer)
         self.loopbackPeers = brokers.map(\.loopback)
@@ -190,10 +195,25 @@ package struct MQTTConnectionMachine: Sendable {
     package mutating func connectIssued(now: Double) -> [Action] {
         guard phase == .waiting else { return [] }
         phase = .awaitingConnack(since: now)
+        keepalive = configuredKeepalive
         lastIn = now
         lastOut = now
         pingSentAt = nil
         return timerActions(now: now)
+    }
+
+    /// Waiting for the CONNACK of an open connection.
+    package var awaitingConnack: Bool {
+        if case .awaitingConnack = phase { return true }
+        return false
+    }
+
+    /// An MQTT 5 broker's CONNACK named a Server Keep Alive: the broker holds the connection that
+    /// long without traffic, and the client must keep to it. A shorter one than asked for is the
+    /// keepalive of this connection (the client library pings by it too). Call before `connack`.
+    package mutating func serverKeepalive(_ seconds: Double) {
+        guard awaitingConnack, seconds > 0 else { return }
+        keepalive = min(configuredKeepalive, seconds)
     }
 
     /// Opening the connection failed (DNS, refused, unreachable...).

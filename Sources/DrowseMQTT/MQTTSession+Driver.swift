@@ -25,6 +25,10 @@ extension MQTTSession {
         var pendingSubacks: [Int32: String] = [:]
         /// The probe's TCP connection to the preferred broker while one runs (make before break).
         var probeFD: Int32 = -1
+        /// Brokers (indexes) that refused MQTT 5: spoken to in 3.1.1 until the session restarts.
+        var mqtt311Only: Set<Int> = []
+        /// The connection under way speaks MQTT 5.
+        var attemptV5 = false
 
         init(session: MQTTSession, mosq: OpaquePointer, ctx: Context) {
             self.session = session
@@ -94,12 +98,24 @@ extension MQTTSession {
                 if sock >= 0, fds.count > 1, machine.isOpen {
                     let re = fds[1].revents
                     if held || re & Int16(POLLIN | POLLHUP | POLLERR) != 0 {
+                        let wasAwaitingConnack = machine.awaitingConnack
                         let rc = gatedRead(sock)
                         perform(machine.packetReceived(now: now()))
                         // A refused CONNACK also fails the read: the refusal says more.
                         if let connack = ctx.connack {
                             ctx.connack = nil
+                            if attemptV5, connack == Int32(MQTT_RC_UNSUPPORTED_PROTOCOL_VERSION.rawValue) { fallBackTo311() }
+                            if connack == 0, ctx.serverKeepalive > 0 {
+                                if Double(ctx.serverKeepalive) < machine.configuredKeepalive {
+                                    logger.info("mqtt: \(machine.peer) holds a connection without traffic for \(ctx.serverKeepalive) s only (its Server Keep Alive): pinging at that")
+                                }
+                                machine.serverKeepalive(Double(ctx.serverKeepalive))
+                            }
                             perform(machine.connack(rc: Int(connack), reason: String(cString: mosquitto_connack_string(connack)), now: now()))
+                        } else if wasAwaitingConnack, attemptV5, rc == Int32(MOSQ_ERR_CONN_LOST.rawValue) {
+                            // Closed with no CONNACK at all: how a 3.1.1-only broker (RabbitMQ
+                            // 3.10) answers an MQTT 5 CONNECT.
+                            fallBackTo311()
                         }
                         let subacks = ctx.subacks
                         ctx.subacks = []
@@ -133,6 +149,22 @@ extension MQTTSession {
             stopDone?()
         }
 
+        /// The broker in use does not speak MQTT 5: 3.1.1 from the next attempt on.
+        func fallBackTo311() {
+            guard mqtt311Only.insert(machine.brokerToConnect).inserted else { return }
+            logger.info("mqtt: \(machine.peer) does not speak MQTT 5: using 3.1.1, where the inbound gate alone bounds what it sends")
+        }
+
+        /// Sets the version (and with MQTT 5 the CONNECT properties) of the next connection.
+        func setProtocol(v5: Bool) -> MosquittoError? {
+            let version = v5 ? Int32(MQTT_PROTOCOL_V5) : Int32(MQTT_PROTOCOL_V311)
+            if let e = MosquittoError(rc: cmosq_int_option(mosq, MOSQ_OPT_PROTOCOL_VERSION, version), call: "mosquitto_int_option(PROTOCOL_VERSION)") { return e }
+            // MQTT 5's Maximum Packet Size counts the whole packet: type byte, length bytes, rest.
+            let bound = options.maxPacket
+            let total = v5 ? UInt32(clamping: 1 + (bound < 128 ? 1 : bound < 16_384 ? 2 : bound < 2_097_152 ? 3 : 4) + bound) : 0
+            return MosquittoError(rc: cmosq_set_connect_properties(mosq, total, UInt32.max, Int32(options.keepalive)), call: "mosquitto_connect_bind_v5(properties)")
+        }
+
         /// `mosquitto_loop_read` with the inbound gate between libmosquitto and the socket.
         func gatedRead(_ sock: Int32) -> Int32 {
             guard let gate = ctx.gate else { return mosquitto_loop_read(mosq, 1) }
@@ -160,9 +192,19 @@ extension MQTTSession {
                 ctx.connack = nil
                 ctx.lostReason = nil
                 ctx.delivered = 0
-                if let gate = ctx.gate { drowse_mqtt_gate_reset(gate) }
-                let broker = options.brokers[machine.brokerToConnect]
-                session.brokerInUse.store(machine.brokerToConnect, ordering: .relaxed)
+                ctx.serverKeepalive = -1
+                let index = machine.brokerToConnect
+                attemptV5 = options.protocolChoice == .mqtt5WithFallback && !mqtt311Only.contains(index)
+                if let e = setProtocol(v5: attemptV5) {
+                    return machine.connectFailed(reason: e.detail, now: now())
+                }
+                if let gate = ctx.gate {
+                    drowse_mqtt_gate_reset(gate)
+                    drowse_mqtt_gate_set_v5(gate, attemptV5 ? 1 : 0)
+                }
+                session.protocolInUse.store(attemptV5 ? 5 : 4, ordering: .relaxed)
+                let broker = options.brokers[index]
+                session.brokerInUse.store(index, ordering: .relaxed)
                 // Non-blocking: the TCP connect completes (or fails) in this loop's poll, and the
                 // CONNECT goes out when the socket is writable, so a broker address that drops
                 // packets cannot hold the thread (and a stop) for the kernel's SYN retries; the

@@ -28,6 +28,9 @@ package struct MQTTSessionOptions: Sendable {
     /// (`[notifications] max_payload` plus room for the topic): a PUBLISH over it is cut to its
     /// topic and refused, anything else over it fails the connection (`CMQTTGate`).
     package var maxPacket: Int = MQTTSessionOptions.packetBound(maxPayload: 4096)
+    /// MQTT 5 first (announcing `maxPacket` as the Maximum Packet Size, so the broker never sends
+    /// more), falling back to 3.1.1 for a broker that refuses it; or 3.1.1 only.
+    package var protocolChoice: MQTTProtocolChoice = .mqtt5WithFallback
 
     /// The bound for notifications of up to `maxPayload` bytes: the payload, the topic (up to
     /// 1 KiB: drowse's own topics are far shorter) and the packet id.
@@ -49,6 +52,15 @@ package struct MQTTSessionOptions: Sendable {
         self.keyFile = keyFile
         self.will = will
     }
+}
+
+/// Which MQTT version the session speaks.
+package enum MQTTProtocolChoice: Sendable {
+    /// MQTT 5 to each broker until it refuses it (a CONNACK "unsupported protocol version", or
+    /// the connection closed before any CONNACK, as RabbitMQ 3.10 does); then 3.1.1 to that
+    /// broker until the session restarts.
+    case mqtt5WithFallback
+    case mqtt311
 }
 
 /// What the session tells its owner. Called on the session's thread.
@@ -108,6 +120,16 @@ package final class MQTTSession: Sendable {
     /// and why the last connection was lost.
     let health = Mutex<(confirmed: Bool, failedAttempts: Int, lastLoss: String?)>((false, 0, nil))
     let brokerInUse = Atomic<Int>(0)
+    /// The MQTT version of the current (or last) connection: 5 or 4 (3.1.1); 0 before the first.
+    let protocolInUse = Atomic<Int>(0)
+    /// "5" or "3.1.1": the version the current or last connection speaks; nil before any.
+    package var protocolVersion: String? {
+        switch protocolInUse.load(ordering: .relaxed) {
+        case 5: "5"
+        case 4: "3.1.1"
+        default: nil
+        }
+    }
     /// The receipts of the current connection: while any is unsettled nothing is written; a
     /// rejection drops the connection without writing. `connection` counts connections.
     let receipts = Mutex<ReceiptState>(ReceiptState())
@@ -221,6 +243,8 @@ package final class MQTTSession: Sendable {
         var lostReason: String?
         /// SUBACKs that arrived during the last loop call: message id and granted QoS codes.
         var subacks: [(mid: Int32, granted: [Int32])] = []
+        /// The Server Keep Alive of an MQTT 5 CONNACK, or -1.
+        var serverKeepalive = -1
         /// The inbound gate of the connection, and the QoS 0/1 messages delivered on it so far.
         let gate: OpaquePointer?
         var delivered: UInt64 = 0
@@ -267,8 +291,10 @@ package final class MQTTSession: Sendable {
             mosquitto_destroy(mosq)
             return nil
         }
-        mosquitto_connect_callback_set(mosq) { _, obj, rc in
-            Unmanaged<Context>.fromOpaque(obj!).takeUnretainedValue().connack = rc
+        mosquitto_connect_v5_callback_set(mosq) { _, obj, rc, _, props in
+            let ctx = Unmanaged<Context>.fromOpaque(obj!).takeUnretainedValue()
+            ctx.connack = rc
+            ctx.serverKeepalive = props.map { Int(cmosq_server_keepalive($0)) } ?? -1
         }
         mosquitto_subscribe_callback_set(mosq) { _, obj, mid, count, granted in
             let ctx = Unmanaged<Context>.fromOpaque(obj!).takeUnretainedValue()
@@ -312,8 +338,8 @@ package final class MQTTSession: Sendable {
 
     /// Options, will, credentials and TLS; false (logged) when one that matters failed.
     private func configure(_ mosq: OpaquePointer) -> Bool {
-        // The library's default is 3.1.1 too, and without Nagle only small packets wait: log and go on.
-        logger.mosquitto(cmosq_int_option(mosq, MOSQ_OPT_PROTOCOL_VERSION, Int32(MQTT_PROTOCOL_V311)), "mosquitto_int_option(PROTOCOL_VERSION)", level: .warning)
+        // The protocol version is set before each connect (`Driver.setProtocol`). Without
+        // Nagle only small packets wait: log and go on.
         logger.mosquitto(cmosq_int_option(mosq, MOSQ_OPT_TCP_NODELAY, 1), "mosquitto_int_option(TCP_NODELAY)", level: .warning)
         // Queue outgoing packets instead of writing them from inside libmosquitto: see the type's
         // doc. Without it a PUBACK could leave before its message is recorded.

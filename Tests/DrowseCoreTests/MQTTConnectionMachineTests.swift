@@ -226,6 +226,33 @@ struct MQTTConnectionMachineTests {
         #expect(h.retryDelay != nil)
     }
 
+    @Test("an MQTT 5 broker's shorter Server Keep Alive is the connection's keepalive; a longer one is not; the next connection asks again")
+    func serverKeepalive() {
+        var h = Harness(keepalive: 240)
+        if h.m.currentTimer == nil, !h.m.isOpen { h.feed(h.m.start(now: h.now)) }
+        h.feed(h.m.connectIssued(now: h.now))
+        h.advance(0.05)
+        h.feed(h.m.packetReceived(now: h.now))
+        h.m.serverKeepalive(60)
+        h.feed(h.m.connack(rc: 0, reason: "Connection Accepted.", now: h.now))
+        h.feed(h.m.subscriptionsConfirmed(now: h.now))
+        let t0 = h.now
+        #expect(h.m.keepalive == 60)
+        #expect(h.fire(expecting: .keepalive).first == .sendPing)
+        #expect(abs(h.now - (t0 + 60.05)) < 0.01)
+        // Not applied once connected, and never longer than asked for.
+        h.m.serverKeepalive(30)
+        #expect(h.m.keepalive == 60)
+        h.feed(h.m.disconnected(reason: "gone", now: h.now))
+        h.connect()
+        #expect(h.m.keepalive == 240)
+        h.feed(h.m.disconnected(reason: "gone", now: h.now))
+        if let t = h.timer { h.now = t.at; h.feed(h.m.timerFired(now: h.now)) }
+        h.feed(h.m.connectIssued(now: h.now))
+        h.m.serverKeepalive(600)
+        #expect(h.m.keepalive == 240)
+    }
+
     @Test("keepalive: an answered ping keeps the connection, and the next ping is a period later")
     func answeredPing() {
         var h = Harness(keepalive: 60)

@@ -58,6 +58,7 @@ struct UncheckedCallsTests {
         "func f() {\n    let n = x ?? read(fd, &b, 1)\n    let ok =\n        close(fd) == 0\n}",
         "func close(_ fd: Int32) {}\n",
         "func f() -> [pid_t] { send(SIGSTOP, groups) }\n",
+        "func f() {\n    if drowse_ready() != 0 { go() }\n}",
     ])
     func passes(_ source: String) {
         #expect(UncheckedCalls().findings(in: source).isEmpty)
@@ -131,7 +132,9 @@ struct UncheckedCalls {
             if Self.wordBefore(code, start).word == "func" { continue }
             let lineNo = code[..<i].filter { $0 == 10 }.count + 1
             let text = lines[lineNo - 1].trimmingSpaces
-            if Self.cPrefixes.contains(where: { word.hasPrefix($0) }), Self.nextToken(code, close + 1) == UInt8(ascii: "!") {
+            // A postfix `!` touches the `)`; `!=` after it is a comparison.
+            if Self.cPrefixes.contains(where: { word.hasPrefix($0) }), close + 1 < code.count, code[close + 1] == UInt8(ascii: "!"),
+               close + 2 >= code.count || code[close + 2] != UInt8(ascii: "=") {
                 out.append(Finding(line: lineNo, text: text))  // a C pointer result force-unwrapped
                 continue
             }

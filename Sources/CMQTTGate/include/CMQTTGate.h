@@ -17,7 +17,9 @@
      no payload, the gate drops the payload's bytes as they arrive (never more than its buffer
      in memory), and records the packet as oversized, so the session refuses and acknowledges
      it (the broker does not deliver it again, and the rest is served);
-   - any other packet over the bound: the connection fails (EPROTO), nothing of it is read. */
+   - any other packet over the bound: the connection fails (EPROTO), nothing of it is read.
+   Over MQTT 5 the broker was told the bound as the Maximum Packet Size and does not send more;
+   a broker that does anyway meets the same gate (a cut PUBLISH keeps its properties). */
 
 typedef struct drowse_mqtt_gate drowse_mqtt_gate;
 
@@ -26,6 +28,8 @@ drowse_mqtt_gate *drowse_mqtt_gate_new(uint32_t max_remaining);
 void drowse_mqtt_gate_free(drowse_mqtt_gate *g);
 /* A new connection: the stream starts at a packet boundary; counters start again. */
 void drowse_mqtt_gate_reset(drowse_mqtt_gate *g);
+/* The connection speaks MQTT 5 (set after _reset, before its first read). */
+void drowse_mqtt_gate_set_v5(drowse_mqtt_gate *g, int v5);
 /* Until _leave, reads of fd (tls = 0) or SSL_reads of the session (tls = 1) on this thread go
    through g. */
 void drowse_mqtt_gate_enter(drowse_mqtt_gate *g, int fd, int tls);
