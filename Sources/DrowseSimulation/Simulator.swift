@@ -184,7 +184,7 @@ package struct Simulator: Sendable {
     package func baselinePush(keepalive: Double) -> PushRecord? {
         guard scenario.pushChannel else { return nil }
         let s = scenario
-        var channel = pushChannel(keepalive: keepalive, wholeSeconds: false)
+        var channel = pushChannel(keepalive: keepalive, baseline: true)
         let notes = s.notifications(seed: seed)
         var push = PushRecord()
         var count = Array(repeating: 0, count: s.apps.count)
@@ -406,14 +406,20 @@ package struct Simulator: Sendable {
         return (runs, violations, push)
     }
 
-    /// The device's push channel at the scenario's start, with this keepalive (scenario seconds;
-    /// on the wire, the bench's whole seconds on a clock K times slower).
-    func pushChannel(keepalive: Double, wholeSeconds: Bool = true) -> PushChannel {
+    /// The device's push channel at the scenario's start, with this keepalive (scenario seconds).
+    /// On the wire, drowsed's is the bench's whole seconds on a clock K times slower; a
+    /// baseline's (`baseline`) is the bench's Python client, which pings at its keepalive exactly,
+    /// where `MQTTConnectionMachine` sets its timer `machineTimerMargin` past it (for the client
+    /// library's whole seconds): the machine gets that much less.
+    func pushChannel(keepalive: Double, baseline: Bool = false) -> PushChannel {
         let online = scenario.initialNetwork != .none
         guard let w = wire else { return PushChannel(keepalive: keepalive, online: online, seed: seed) }
-        let real = wholeSeconds ? w.keepalive(keepalive) : keepalive / w.compress
+        let real = baseline ? keepalive / w.compress - Self.machineTimerMargin : w.keepalive(keepalive)
         return PushChannel(keepalive: real, scale: w.compress, online: online, seed: seed)
     }
+
+    /// How far past the keepalive `MQTTConnectionMachine` sets its ping timer, in seconds.
+    static let machineTimerMargin = 0.05
 
     /// How long the n-th notification handler run of an app takes: a draw from its `duration`
     /// (the stream `(seed, 7, app, n)`); on the wire the bench's handler fetches and exits, so
