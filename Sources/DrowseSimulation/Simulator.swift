@@ -79,21 +79,21 @@ package struct Simulator: Sendable {
     var schedulerTail: Double { wire?.schedulerTail(scenario.radio) ?? scenario.radio.tailSeconds }
 
     /// Where a run uses the radio: for its whole length; on the wire (the bench's handler
-    /// fetches, then sleeps) once its start-up is over, after the `queued` handlers started at
-    /// the same instant before it.
-    func activity(_ r: Run, queued: Int = 0) -> (start: Double, end: Double) {
+    /// fetches, then sleeps) at an instant once its start-up is over, after the `queued` handlers
+    /// started at the same instant before it, `stagger` real seconds each.
+    func activity(_ r: Run, queued: Int = 0, stagger: Double = WireScaling.drowsedStagger) -> (start: Double, end: Double) {
         guard let w = wire else { return (r.start, r.end) }
-        let t = r.start + (WireScaling.handlerStartup + Double(queued) * WireScaling.handlerStagger) * w.compress
+        let t = r.start + (WireScaling.handlerStartup + Double(queued) * stagger) * w.compress
         return (t, t)
     }
 
     /// The activities of runs sorted by start, each after those that started at the same instant.
-    func activities(_ runs: [Run]) -> [(start: Double, end: Double)] {
+    func activities(_ runs: [Run], stagger: Double = WireScaling.drowsedStagger) -> [(start: Double, end: Double)] {
         var out: [(start: Double, end: Double)] = []
         var queued = 0
         for (k, r) in runs.enumerated() {
             queued = k > 0 && runs[k - 1].start == r.start ? queued + 1 : 0
-            out.append(activity(r, queued: queued))
+            out.append(activity(r, queued: queued, stagger: stagger))
         }
         return out
     }
@@ -552,13 +552,13 @@ package struct Simulator: Sendable {
     package func record(policy: FetchPlanner) -> Recording {
         let uses = self.uses()
         let run = drowse(policy: policy)
-        var drowse = measure(run.runs, uses: uses, push: run.push)
+        var drowse = measure(run.runs, uses: uses, push: run.push, stagger: WireScaling.drowsedStagger)
         for i in drowse.apps.indices { drowse.apps[i].toleranceViolations = run.toleranceViolations[i] }
         drowse.total.toleranceViolations = run.toleranceViolations.reduce(0, +)
         let androidRuns = runAndroid(), naiveRuns = runNaive()
         let androidPush = baselinePush(keepalive: Self.androidHeartbeat), naivePush = baselinePush(keepalive: Self.naiveKeepalive)
-        let android = measure(androidRuns, uses: uses, push: androidPush)
-        let naive = measure(naiveRuns, uses: uses, push: naivePush)
+        let android = measure(androidRuns, uses: uses, push: androidPush, stagger: WireScaling.driverStagger)
+        let naive = measure(naiveRuns, uses: uses, push: naivePush, stagger: WireScaling.driverStagger)
         let report = SimulationReport(
             scenario: scenario.name, seed: seed, radio: scenario.radio.name, start: scenario.start, duration: scenario.duration,
             warmup: scenario.warmup, compress: wire?.compress, drowse: drowse.total, naive: naive.total, android: android.total,
@@ -577,7 +577,9 @@ package struct Simulator: Sendable {
     }
 
     /// The figures for one strategy's runs: per app and in total.
-    func measure(_ runs: [Run], uses: [Use], push: PushRecord? = nil) -> (total: SimulationReport.Totals, apps: [SimulationReport.Totals]) {
+    func measure(_ runs: [Run], uses: [Use], push: PushRecord? = nil, stagger: Double = WireScaling.drowsedStagger)
+        -> (total: SimulationReport.Totals, apps: [SimulationReport.Totals])
+    {
         let n = scenario.apps.count
         var apps = Array(repeating: SimulationReport.Totals(), count: n)
         var stale: [[Double]] = Array(repeating: [], count: n)
@@ -630,7 +632,7 @@ package struct Simulator: Sendable {
         // runs that began it together), its radio time and energy are split evenly among its runs.
         let radio = scenario.radio
         let active = runs.filter { !$0.offline }.sorted { ($0.start, $0.app) < ($1.start, $1.app) }
-        let acts = self.activities(active)
+        let acts = self.activities(active, stagger: stagger)
         var group: [Int] = []  // indices into active
         var tailUntil = -Double.infinity
         func close() {
@@ -654,7 +656,7 @@ package struct Simulator: Sendable {
         var total = SimulationReport.Totals()
         var activities = acts.map { ($0, keepalive: false) }
         if let push {
-            activities += self.activities(push.runs).map { ($0, keepalive: false) }
+            activities += self.activities(push.runs, stagger: stagger).map { ($0, keepalive: false) }
             activities += push.packets.map { ((start: $0.at, end: $0.at), keepalive: $0.kind == .keepalive) }
         }
         let u = radio.usage(of: activities.map(\.0))

@@ -17,9 +17,12 @@ package struct WireScaling: Sendable, Equatable {
     /// run also takes beyond its scaled duration: the first curl of a fetch window leaves about
     /// 20 ms after the window opens in the bench's captures on a 2-core x86 machine.
     package static let handlerStartup = 0.02
-    /// Handlers started at the same instant go one after another: in the same captures each
-    /// further handler of a window sends its first packet about 11 ms after the one before.
-    package static let handlerStagger = 0.011
+    /// Handlers started at the same instant go one after another. drowsed starts each through
+    /// its spawner and records the start first: in the K = 144 capture each further handler of a
+    /// window sends its first packet about 11 ms after the one before.
+    package static let drowsedStagger = 0.011
+    /// The baselines' driver (the bench's Python, `subprocess.Popen`): about 6 ms apart.
+    package static let driverStagger = 0.006
     /// What the bench allows each run for that start-up in the daily budget.
     static let budgetStartup = 0.1
     static let minimumKeepalive = 5.0
