@@ -36,6 +36,8 @@
 # server's side on one MQTT connection; latency is from the PUBLISH to the handler's start.
 # The baselines' push connection is a small Python MQTT 3.1.1 client (deploy/bench-radio.py)
 # with libmosquitto's keepalive rule: mosquitto_sub takes only whole keepalives of 5 s or more.
+# Under its table it prints what `drowse simulate SCENARIO --compress K` predicted for the same
+# run (Sources/DrowseSimulation/WireScaling.swift: what the bench gives drowsed at K).
 #
 # Needs root (network namespaces); installs iproute2, tcpdump, mosquitto, mosquitto-clients, curl,
 # python3 and nginx when missing. Stops everything it started on every exit, Ctrl-C included.
