@@ -75,13 +75,15 @@ def prepare(plan_path, k, tmp, server_ip, http_port):
         notes.append(f"handler_deadline {sched['handler_deadline']:g} s / {k:g} = {deadline:.3g} s is under drowsed's minimum: "
                      f"{MIN_DEADLINE:g} s ({MIN_DEADLINE * k:g} s of scenario time)")
         deadline = MIN_DEADLINE
-    keepalive = KEEPALIVE / k
+    # `drowse simulate --compress K` applies the same rules (Sources/DrowseSimulation/WireScaling.swift).
+    scenario_keepalive = plan.get("mqtt_keepalive", KEEPALIVE)
+    keepalive = scenario_keepalive / k
     if keepalive < MIN_KEEPALIVE:
-        notes.append(f"[mqtt] keepalive {KEEPALIVE:g} s / {k:g} = {keepalive:.3g} s is under drowsed's minimum: {MIN_KEEPALIVE:g} s "
+        notes.append(f"[mqtt] keepalive {scenario_keepalive:g} s / {k:g} = {keepalive:.3g} s is under drowsed's minimum: {MIN_KEEPALIVE:g} s "
                      f"({MIN_KEEPALIVE * k:g} s of scenario time)")
         keepalive = MIN_KEEPALIVE
     if keepalive != math.floor(keepalive):
-        notes.append(f"[mqtt] keepalive {KEEPALIVE:g} s / {k:g} = {keepalive:.3g} s: drowsed gives libmosquitto whole seconds, "
+        notes.append(f"[mqtt] keepalive {scenario_keepalive:g} s / {k:g} = {keepalive:.3g} s: drowsed gives libmosquitto whole seconds, "
                      f"so {math.floor(keepalive):g} s ({math.floor(keepalive) * k:g} s of scenario time)")
         keepalive = math.floor(keepalive)
     # drowsed counts a run's real time against the budget, start-up included, which K does not
@@ -95,7 +97,7 @@ def prepare(plan_path, k, tmp, server_ip, http_port):
                  + (f", times the {days:.3g} scenario days in 24 real hours" if days > 1 else "") + f": {budget:.3g} s. "
                  "A run's start-up (sh, curl) takes real time that K does not shrink, and drowsed counts it against the budget")
     minimum = max(MIN_DEADLINE, sched["minimum_interval"] / k)
-    per_hour = min(10000, round(MAX_PER_HOUR * k))
+    per_hour = min(10000, round(plan.get("max_per_hour", MAX_PER_HOUR) * k))
     tail = TAILS[plan["radio"]] if plan["radio"] in TAILS else TAILS["lte"]
     model = min(TAILS, key=lambda m: abs(TAILS[m] - tail / k))
     notes.append(f"[radio] model = \"{model}\": drowsed lets due fetches ride the radio's tail after other traffic, and no key scales "
@@ -465,7 +467,9 @@ def report(tmp, k, scenario, strategies, command, markdown=None):
     sim = load(os.path.join(tmp, "sim.json")) if os.path.exists(os.path.join(tmp, "sim.json")) else None
     results = {"scenario": scenario, "compress": k, "command": command, "strategies": rows, "ratios_to_drowse": ratios, "notes": notes}
     if sim:
-        results["simulate"] = {s: {"wakes": sim[s]["promotions"], "radio_on_s": sim[s]["radio_on_seconds"], "joules": sim[s]["energy_joules"]}
+        results["simulate"] = {s: {"wakes": sim[s]["promotions"], "radio_on_s": sim[s]["radio_on_seconds"], "joules": sim[s]["energy_joules"],
+                                   "keepalive_wakes": sim[s].get("push", {}).get("keepalive_wakes"),
+                                   "keepalive_radio_on_s": sim[s].get("push", {}).get("keepalive_radio_on_seconds")}
                                for s in ("drowse", "naive", "android") if s in sim}
     with open(os.path.join(tmp, "results.json"), "w") as f:
         json.dump(results, f, indent=2)
@@ -516,7 +520,8 @@ def table(res):
         d = sim["drowse"]
         parts = [f"{s} / drowse radio-on {fmt(sim[s]['radio_on_s'] / d['radio_on_s'], 2)}×, wakes {fmt(sim[s]['wakes'] / d['wakes'], 2)}×"
                  for s in ("naive", "android") if s in sim and d["radio_on_s"] and d["wakes"]]
-        out.append(f"- `drowse simulate` on the same scenario (no push channel): drowse {fmt(d['wakes'])} wakes, "
+        ka = f" ({d['keepalive_wakes']} keepalive-only)" if d.get("keepalive_wakes") is not None else ""
+        out.append(f"- `drowse simulate SCENARIO --compress {k:g}` (its prediction of this run): drowse {fmt(d['wakes'])} wakes{ka}, "
                    f"{fmt(d['radio_on_s'])} s radio-on; " + "; ".join(parts))
     return out
 

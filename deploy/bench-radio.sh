@@ -36,6 +36,8 @@
 # server's side on one MQTT connection; latency is from the PUBLISH to the handler's start.
 # The baselines' push connection is a small Python MQTT 3.1.1 client (deploy/bench-radio.py)
 # with libmosquitto's keepalive rule: mosquitto_sub takes only whole keepalives of 5 s or more.
+# Under its table it prints what `drowse simulate SCENARIO --compress K` predicted for the same
+# run (Sources/DrowseSimulation/WireScaling.swift: what the bench gives drowsed at K).
 #
 # Needs root (network namespaces); installs iproute2, tcpdump, mosquitto, mosquitto-clients, curl,
 # python3 and nginx when missing. Stops everything it started on every exit, Ctrl-C included.
@@ -115,7 +117,7 @@ trap 'exit 143' TERM
 
 # ---------------------------------------------------------------------------- the plan
 "$BIN/drowse" simulate "$SCENARIO" --plan >"$TMP/plan.json" || die "drowse simulate --plan $SCENARIO failed"
-"$BIN/drowse" simulate "$SCENARIO" --json >"$TMP/sim.json" || die "drowse simulate $SCENARIO failed"
+"$BIN/drowse" simulate "$SCENARIO" --compress "$K" --json >"$TMP/sim.json" || die "drowse simulate $SCENARIO --compress $K failed"
 read -r DURATION RADIO NOTIFICATIONS < <(python3 -c 'import json,sys; p=json.load(open(sys.argv[1]))
 print(p["duration"], p["radio"], len(p["notifications"]))' "$TMP/plan.json")
 [ "$RADIO" != ethernet ] || die "the scenario's radio is ethernet, which has no radio states to measure (use lte, 3g or wifi)"

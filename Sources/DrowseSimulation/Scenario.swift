@@ -20,6 +20,12 @@ import DrowseCore
 /// [conditions]
 /// battery_low_percent = 20
 ///
+/// [mqtt]                       # optional: the push channel is modelled with this table or
+/// keepalive = "240s"           # with [[notification]] tables (drowsed's default keepalive)
+///
+/// [notifications]
+/// max_per_hour = 12            # as in drowse.toml
+///
 /// [[app]]
 /// id = "weather"
 /// interval = "15m"             # a duration, "minimum" or "never", like minimum_interval
@@ -34,7 +40,7 @@ import DrowseCore
 /// size = "20K"                 # bytes a run fetches (K, M, G: powers of 1024); only the wire
 ///                              # benchmark uses it (deploy/bench-radio.sh)
 ///
-/// [[notification]]             # silent notifications to an app, for the wire benchmark
+/// [[notification]]             # silent notifications to an app (priority 5)
 /// app = "weather"              # an [[app]] id
 /// every = "20m"                # one this often
 /// first = "5m"                 # the first at this offset (default: half of `every`)
@@ -50,7 +56,8 @@ import DrowseCore
 /// battery = 15
 /// ```
 ///
-/// `drowse simulate` leaves out the push channel: it ignores `[[notification]]` and `size`.
+/// Only the wire benchmark uses `size`. A scenario with `[[notification]]` or `[mqtt]` tables
+/// has its push channel simulated (`PushChannel`); without either, none.
 package struct Scenario: Sendable, Equatable {
     /// How a handler run ends, as the scenario scripts it.
     package enum Outcome: String, Sendable, Equatable, CaseIterable {
@@ -172,8 +179,18 @@ package struct Scenario: Sendable, Equatable {
     package var network: [NetworkChange]
     /// Sorted by `at`. Before the first change the board is on AC power.
     package var power: [PowerChange]
-    /// For the wire benchmark; `drowse simulate` does not model the push channel.
     package var notificationSchedules: [NotificationSchedule] = []
+    /// `[mqtt] keepalive`, seconds; nil without an `[mqtt]` table.
+    package var mqttKeepalive: Double?
+    /// `[notifications] max_per_hour`.
+    package var maxPerHour = 12
+
+    /// drowsed's default `[mqtt] keepalive`.
+    package static let defaultKeepalive = 240.0
+    /// The keepalive the push channel uses.
+    package var keepalive: Double { mqttKeepalive ?? Self.defaultKeepalive }
+    /// Whether the simulation has a push channel: the scenario has notifications or an `[mqtt]` table.
+    package var pushChannel: Bool { mqttKeepalive != nil || !notificationSchedules.isEmpty }
 
     package init(name: String = "scenario", duration: Double, seed: UInt64 = 1, radio: RadioModel = .lte, start: Double = Scenario.defaultStart,
                 warmup: Double = 0, minimumInterval: Double = 600, handlerDeadline: Double = 30, dailyBudget: Double = 600,
@@ -268,6 +285,17 @@ extension Scenario {
             try c.rejectUnknown()
         }
 
+        var keepalive: Double?
+        if var m = try r.table("mqtt") {
+            keepalive = (try m.duration("keepalive", minimum: .seconds(5)))?.seconds ?? Self.defaultKeepalive
+            try m.rejectUnknown()
+        }
+        var maxPerHour = 12
+        if var n = try r.table("notifications") {
+            maxPerHour = try n.integer("max_per_hour", in: 1...10000) ?? 12
+            try n.rejectUnknown()
+        }
+
         var apps: [App] = []
         for (n, t) in try Self.elements(table, "app", file: file).enumerated() {
             let app = try Self.app(t, prefix: "app[\(n + 1)]", file: file)
@@ -326,6 +354,8 @@ extension Scenario {
             handlerDeadline: deadline, dailyBudget: budget, batteryLowPercent: batteryLow, apps: apps, network: network, power: power)
         scenario.tolerance = tolerance
         scenario.notificationSchedules = schedules
+        scenario.mqttKeepalive = keepalive
+        scenario.maxPerHour = maxPerHour
         return scenario
     }
 

@@ -3,6 +3,37 @@ import DrowseCore
 /// What `drowse simulate` reports: Drowse, Android-style batching and naive timers side by side, in total and per app
 /// (docs/contract.md, `drowse simulate SCENARIO --json`).
 package struct SimulationReport: Sendable, Equatable {
+    /// What a strategy's push channel did (a scenario with `[[notification]]` or `[mqtt]`
+    /// tables); its radio use is in the strategy's totals.
+    package struct PushTotals: Sendable, Equatable {
+        /// Notifications the provider published, and handler runs they started.
+        package var published = 0
+        package var handled = 0
+        /// Held back by `max_per_hour` before they ran (Drowse only).
+        package var deferred = 0
+        /// PINGREQs sent.
+        package var pings = 0
+        /// Sessions the broker accepted: 1, and one more per reconnect.
+        package var sessions = 0
+        package var handlerSeconds = 0.0
+        /// Wakes of pings alone: promotions whose radio-on period carried nothing but the keepalive.
+        package var keepaliveWakes = 0
+        package var keepaliveRadioOnSeconds = 0.0
+        package var keepaliveJoules = 0.0
+
+        package init() {}
+
+        package var json: JSON {
+            .object([
+                ("notifications_published", JSON(published)), ("notifications_handled", JSON(handled)),
+                ("notifications_deferred", JSON(deferred)), ("pings", JSON(pings)), ("sessions", JSON(sessions)),
+                ("handler_seconds", JSON(Totals.round(handlerSeconds))), ("keepalive_wakes", JSON(keepaliveWakes)),
+                ("keepalive_radio_on_seconds", JSON(Totals.round(keepaliveRadioOnSeconds))),
+                ("keepalive_energy_joules", JSON(Totals.round(keepaliveJoules))),
+            ])
+        }
+    }
+
     /// One strategy's figures, for all apps or one.
     package struct Totals: Sendable, Equatable {
         /// Handler runs (for naive timers, including attempts while offline).
@@ -38,11 +69,13 @@ package struct SimulationReport: Sendable, Equatable {
         /// The same wait divided by the interval the strategy itself chose after the run that
         /// began it (the planner stretches after no-data and backs off after failures).
         package var maxGapRatioEffective: Double?
+        /// In total, with a push channel: what it did. Per app the figures are its fetches'.
+        package var push: PushTotals?
 
         package init() {}
 
         package var json: JSON {
-            .object([
+            var members: [(String, JSON)] = [
                 ("fetches", JSON(fetches)),
                 ("promotions", JSON(Self.round(promotions))),
                 ("radio_on_seconds", JSON(Self.round(radioOnSeconds))),
@@ -60,7 +93,9 @@ package struct SimulationReport: Sendable, Equatable {
                 ("handler_seconds", JSON(Self.round(handlerSeconds))),
                 ("max_gap_ratio", JSON(maxGapRatio.map(Self.round))),
                 ("max_gap_ratio_effective", JSON(maxGapRatioEffective.map(Self.round))),
-            ])
+            ]
+            if let push { members.append(("push", push.json)) }
+            return .object(members)
         }
 
         /// Milliseconds are plenty, and keep the JSON short.
@@ -82,6 +117,8 @@ package struct SimulationReport: Sendable, Equatable {
     package var start: Double
     package var duration: Double
     package var warmup: Double
+    /// The wire benchmark's compression this report predicts (`drowse simulate --compress K`).
+    package var compress: Double?
     package var drowse: Totals
     package var naive: Totals
     /// Android-style inexact-alarm batching: the strong baseline.
@@ -92,13 +129,16 @@ package struct SimulationReport: Sendable, Equatable {
     package static func ratio(_ naive: Double, _ drowse: Double) -> Double? { drowse > 0 ? naive / drowse : nil }
 
     package var json: JSON {
-        .object([
+        var members: [(String, JSON)] = [
             ("scenario", .string(scenario)),
             ("seed", seed < 1 << 53 ? JSON(Double(seed)) : .string(String(seed))),  // exact either way
             ("radio", .string(radio)),
             ("start", JSON(start)),
             ("duration_seconds", JSON(duration)),
             ("warmup_seconds", JSON(warmup)),
+        ]
+        if let compress { members.append(("compress", JSON(compress))) }
+        members += [
             ("drowse", drowse.json),
             ("naive", naive.json),
             ("android", android.json),
@@ -110,6 +150,7 @@ package struct SimulationReport: Sendable, Equatable {
                 .object([("id", .string(a.id)), ("interval_seconds", JSON(a.interval)), ("drowse", a.drowse.json), ("naive", a.naive.json),
                           ("android", a.android.json)])
             })),
-        ])
+        ]
+        return .object(members)
     }
 }

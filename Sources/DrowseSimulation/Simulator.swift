@@ -39,11 +39,28 @@ package struct Simulator: Sendable {
         package var at: Double
     }
 
+    /// What the push channel did for one strategy.
+    package struct PushRecord: Sendable {
+        /// Every exchange on the link, in time order.
+        package var packets: [(at: Double, kind: PushChannel.Packet)] = []
+        /// The notification handlers' runs, in start order.
+        package var runs: [Run] = []
+        /// Notifications the provider published.
+        package var published = 0
+        /// Notifications held back by `max_per_hour` before they ran.
+        package var deferred = 0
+        package var sessions = 0
+        package var pings = 0
+    }
+
     package let scenario: Scenario
     package let seed: UInt64
+    /// Set: predict `deploy/bench-radio.sh --compress K` (the scenario as the bench replays it).
+    package let wire: WireScaling?
 
-    package init(_ scenario: Scenario, seed: UInt64? = nil) {
-        self.scenario = scenario
+    package init(_ scenario: Scenario, seed: UInt64? = nil, compress: Double? = nil) {
+        wire = compress.map { WireScaling(compress: $0) }
+        self.scenario = wire.map { $0.replayed(scenario) } ?? scenario
         self.seed = seed ?? scenario.seed
     }
 
@@ -52,9 +69,33 @@ package struct Simulator: Sendable {
     /// The scheduler's policy as `drowsed` configures it for this scenario.
     package var policy: FetchPlanner {
         var p = FetchPlanner()
-        p.dailyBudget = scenario.dailyBudget
+        p.dailyBudget = wire?.dailyBudget(scenario) ?? scenario.dailyBudget
         if let t = scenario.tolerance { p.toleranceFraction = t }
+        if let w = wire { p.maxTolerance = WireScaling.maxTolerance * w.compress }
         return p
+    }
+
+    /// The radio tail the scheduler plans with.
+    var schedulerTail: Double { wire?.schedulerTail(scenario.radio) ?? scenario.radio.tailSeconds }
+
+    /// Where a run uses the radio: for its whole length; on the wire (the bench's handler
+    /// fetches, then sleeps) at an instant once its start-up is over, after the `queued` handlers
+    /// started at the same instant before it, `stagger` real seconds each.
+    func activity(_ r: Run, queued: Int = 0, stagger: Double = WireScaling.drowsedStagger) -> (start: Double, end: Double) {
+        guard let w = wire else { return (r.start, r.end) }
+        let t = r.start + (WireScaling.handlerStartup + Double(queued) * stagger) * w.compress
+        return (t, t)
+    }
+
+    /// The activities of runs sorted by start, each after those that started at the same instant.
+    func activities(_ runs: [Run], stagger: Double = WireScaling.drowsedStagger) -> [(start: Double, end: Double)] {
+        var out: [(start: Double, end: Double)] = []
+        var queued = 0
+        for (k, r) in runs.enumerated() {
+            queued = k > 0 && runs[k - 1].start == r.start ? queued + 1 : 0
+            out.append(activity(r, queued: queued, stagger: stagger))
+        }
+        return out
     }
 
     // MARK: - Shared inputs
@@ -70,6 +111,7 @@ package struct Simulator: Sendable {
             outcome = .timeout
             d = scenario.handlerDeadline
         }
+        if let w = wire { d = outcome == .timeout ? w.deadline(scenario.handlerDeadline) : d + WireScaling.handlerStartup * w.compress }
         if let u = a.updates, outcome == .new || outcome == .no {
             // The source publishes at phase + m·u for every integer m (it had data before the start).
             var p = SplitMix64.stream(seed, 4, UInt64(app))
@@ -134,9 +176,60 @@ package struct Simulator: Sendable {
     /// The runs `drowsed` makes with its scheduler, in start order.
     package func runDrowse() -> [Run] { drowse(policy: policy).runs }
 
+    // MARK: - The baselines' push channel
+
+    /// A baseline's push connection: a client with this keepalive (a plain MQTT client's rule,
+    /// which the machine follows when no window is ever announced), each notification's handler
+    /// started as it arrives, no budget.
+    package func baselinePush(keepalive: Double) -> PushRecord? {
+        guard scenario.pushChannel else { return nil }
+        let s = scenario
+        var channel = pushChannel(keepalive: keepalive, baseline: true)
+        let notes = s.notifications(seed: seed)
+        var push = PushRecord()
+        var count = Array(repeating: 0, count: s.apps.count)
+        var ni = 0, ci = 0
+        let changes = s.network.map { (at: s.start + $0.at, online: $0.kind != .none) }
+        channel.start(now: s.start)
+        var lastT = s.start
+        while true {
+            let nextNote = ni < notes.count ? s.start + notes[ni].at : .infinity
+            let nextChange = ci < changes.count ? changes[ci].at : .infinity
+            let nextTimer = max(channel.timerAt ?? .infinity, lastT)
+            let t = min(nextNote, nextChange, nextTimer)
+            guard t < end else { break }
+            lastT = t
+            if nextChange == t {
+                channel.networkChanged(online: changes[ci].online, now: t)
+                ci += 1
+            } else if nextNote == t {
+                push.published += 1
+                channel.notify(app: notes[ni].app, now: t)
+                ni += 1
+            } else {
+                channel.timerFired(now: t)
+            }
+            for a in channel.takeArrived() {
+                let k = count[a.app]
+                count[a.app] += 1
+                push.runs.append(Run(app: a.app, start: a.at, end: a.at + notificationDuration(app: a.app, run: k), outcome: .new,
+                                     offline: false, nextInterval: nil))
+            }
+        }
+        push.packets = channel.packets.filter { $0.at < end }
+        push.sessions = channel.sessions
+        push.pings = channel.pings
+        return push
+    }
+
+    /// The naive baseline's push connection: mosquitto_sub's default keepalive.
+    static let naiveKeepalive = 60.0
+    /// The Android-style baseline's: the heartbeat of Android's push channel on mobile networks.
+    static let androidHeartbeat = 28 * 60.0
+
     /// The runs, and how often the stated tolerance rule was broken, with a given policy (so a
     /// proposed change can be measured before it is made).
-    package func drowse(policy: FetchPlanner) -> (runs: [Run], toleranceViolations: [Int]) {
+    package func drowse(policy: FetchPlanner) -> (runs: [Run], toleranceViolations: [Int], push: PushRecord?) {
         let s = scenario
         let n = s.apps.count
         let index = Dictionary(uniqueKeysWithValues: s.apps.enumerated().map { ($1.id, $0) })
@@ -156,12 +249,24 @@ package struct Simulator: Sendable {
         var due: [Double?] = Array(repeating: nil, count: n)
         var exempt = Array(repeating: false, count: n)
         var violations = Array(repeating: 0, count: n)
+        // The push channel (docs/benchmarks.md, "The push channel, simulated and on the wire").
+        var channel = s.pushChannel ? pushChannel(keepalive: s.keepalive) : nil
+        let notes = s.pushChannel ? s.notifications(seed: seed) : []
+        var push = PushRecord()
+        var nti = 0
+        var noteRunning: [Int] = []  // indices into push.runs
+        var noteCount = Array(repeating: 0, count: n)
+        var budgetUsed: [[Double]] = Array(repeating: [], count: n)
+        var deferred: [Int] = []  // apps, oldest first
+        let budget = NotificationBudget(maxPerHour: s.maxPerHour)
+        // What drowsed last published of each app in its status (its last run failed).
+        var lastFailed = Array(repeating: false, count: n)
 
         func conditions() -> FetchScheduler.Conditions {
             FetchScheduler.Conditions(
                 online: network != .none,
                 lowBattery: power.source == .battery && (power.battery ?? 100) < s.batteryLowPercent,
-                radioTail: s.radio.tailSeconds)
+                radioTail: schedulerTail)
         }
         func late(_ i: Int, at t: Double) -> Bool {
             guard !exempt[i], let d = due[i] else { return false }
@@ -169,8 +274,10 @@ package struct Simulator: Sendable {
         }
         func feed(_ event: FetchScheduler.Event) {
             let t = event.now
+            var window = false
             for action in driver.feed(event) {
-                guard case .startFetch(let ids, _) = action else { continue }
+                guard case .startFetch(let ids, let trigger) = action else { continue }
+                if trigger == .scheduled { window = true }
                 for id in ids {
                     guard let i = index[id] else { continue }
                     if late(i, at: t) { violations[i] += 1 }
@@ -185,21 +292,73 @@ package struct Simulator: Sendable {
                 guard let promise = driver.scheduler.promise(s.apps[i].id, now: t) else { continue }
                 if let d = promise.dueBy { due[i] = max(due[i] ?? d, d) } else { exempt[i] = true }
             }
+            if window, channel != nil {
+                // The status names the window (a new status to publish), and the keepalive rides it;
+                // notifications held back by their budget go now, as far as it allows.
+                channel?.publish(now: t)
+                channel?.windowOpened(now: t)
+                release(at: t)
+            }
+        }
+        /// A handler ended: drowsed publishes its status again when the app's failed flag changed.
+        func ended(_ i: Int, failed: Bool, at t: Double) {
+            guard lastFailed[i] != failed else { return }
+            lastFailed[i] = failed
+            channel?.publish(now: t)
+        }
+        func startNotification(_ i: Int, at t: Double) {
+            budgetUsed[i].append(t)
+            let k = noteCount[i]
+            noteCount[i] += 1
+            noteRunning.append(push.runs.count)
+            push.runs.append(Run(app: i, start: t, end: t + notificationDuration(app: i, run: k), outcome: .new, offline: false, nextInterval: nil))
+            // The arrival woke the radio: due fetches may ride along.
+            feed(.radioUsed(now: t))
+        }
+        func release(at t: Double) {
+            var still: [Int] = []
+            for i in deferred {
+                if budget.admits(priority: 5, used: budgetUsed[i], now: t) { startNotification(i, at: t) } else { still.append(i) }
+            }
+            deferred = still
+        }
+        func nextRelease(_ t: Double) -> Double {
+            deferred.map { budget.nextRoom(used: budgetUsed[$0], now: t) }.min() ?? .infinity
+        }
+        func takeArrivals() {
+            guard let arrived = channel?.takeArrived() else { return }
+            for a in arrived {
+                if deferred.isEmpty || !deferred.contains(a.app), budget.admits(priority: 5, used: budgetUsed[a.app], now: a.at) {
+                    startNotification(a.app, at: a.at)
+                } else {
+                    push.deferred += 1
+                    deferred.append(a.app)
+                }
+            }
         }
 
         let apps = s.apps.map { FetchScheduler.App(id: $0.id, interval: s.intervalSeconds($0), registeredAt: s.start) }
+        channel?.networkChanged(online: network != .none, now: s.start)
+        channel?.start(now: s.start)
         feed(.started(apps: apps, conditions: conditions(), now: s.start))
+        var lastT = s.start
         while true {
             let nextChange = min(ni < s.network.count ? s.start + s.network[ni].at : .infinity,
                                  pi < s.power.count ? s.start + s.power[pi].at : .infinity)
             let nextEnd = running.values.map { runs[$0].end }.min() ?? .infinity
             let nextUse = ui < uses.count ? uses[ui].at : .infinity
             let nextTimer = driver.timerAt ?? .infinity
-            let t = min(nextChange, nextEnd, nextUse, nextTimer)
+            let nextNote = nti < notes.count ? s.start + notes[nti].at : .infinity
+            let nextNoteEnd = noteRunning.map { push.runs[$0].end }.min() ?? .infinity
+            let nextPush = max(channel?.timerAt ?? .infinity, lastT)
+            let nextDeferred = max(nextRelease(lastT), lastT)
+            let t = min(nextChange, nextEnd, nextUse, nextTimer, nextNote, nextNoteEnd, nextPush, nextDeferred)
             guard t < end else { break }
+            lastT = t
             if nextChange == t {
                 while ni < s.network.count, s.start + s.network[ni].at <= t { network = s.network[ni].kind; ni += 1 }
                 while pi < s.power.count, s.start + s.power[pi].at <= t { power = (s.power[pi].source, s.power[pi].battery); pi += 1 }
+                channel?.networkChanged(online: network != .none, now: t)
                 feed(.conditionsChanged(conditions(), now: t))
             } else if nextEnd == t {
                 for i in running.keys.sorted() where runs[running[i]!].end <= t {
@@ -209,19 +368,66 @@ package struct Simulator: Sendable {
                     let ending = FetchScheduler.FetchEnding(result: r.outcome.result, timedOut: r.outcome == .timeout)
                     feed(.handlerEnded(app: s.apps[i].id, fetch: ending, startedAt: r.start, endedAt: r.end))
                     runs[k].nextInterval = driver.scheduler.promise(s.apps[i].id, now: t).map { $0.eligibleAt - r.start }
+                    ended(i, failed: r.outcome.result == .failed, at: t)
                 }
             } else if nextUse == t {
                 while ui < uses.count, uses[ui].at <= t {
                     feed(.used(app: s.apps[uses[ui].app].id, now: t))
                     ui += 1
                 }
+            } else if nextNoteEnd == t {
+                for k in noteRunning where push.runs[k].end <= t {
+                    let r = push.runs[k]
+                    feed(.handlerEnded(app: s.apps[r.app].id, fetch: nil, startedAt: r.start, endedAt: r.end))
+                    ended(r.app, failed: false, at: t)
+                }
+                noteRunning.removeAll { push.runs[$0].end <= t }
+            } else if nextNote == t {
+                while nti < notes.count, s.start + notes[nti].at <= t {
+                    push.published += 1
+                    channel?.notify(app: notes[nti].app, now: t)
+                    nti += 1
+                }
+            } else if nextPush == t {
+                channel?.timerFired(now: t)
+            } else if nextDeferred == t {
+                release(at: t)
             } else {
                 feed(.timerFired(now: t))
             }
+            takeArrivals()
         }
         // Due before the end and never run: also a breach.
         for i in 0..<n where running[i] == nil && late(i, at: end) { violations[i] += 1 }
-        return (runs, violations)
+        guard let channel else { return (runs, violations, nil) }
+        push.packets = channel.packets.filter { $0.at < end }
+        push.sessions = channel.sessions
+        push.pings = channel.pings
+        return (runs, violations, push)
+    }
+
+    /// The device's push channel at the scenario's start, with this keepalive (scenario seconds).
+    /// On the wire, drowsed's is the bench's whole seconds on a clock K times slower; a
+    /// baseline's (`baseline`) is the bench's Python client, which pings at its keepalive exactly,
+    /// where `MQTTConnectionMachine` sets its timer `machineTimerMargin` past it (for the client
+    /// library's whole seconds): the machine gets that much less.
+    func pushChannel(keepalive: Double, baseline: Bool = false) -> PushChannel {
+        let online = scenario.initialNetwork != .none
+        guard let w = wire else { return PushChannel(keepalive: keepalive, online: online, seed: seed) }
+        let real = baseline ? keepalive / w.compress - Self.machineTimerMargin : w.keepalive(keepalive)
+        return PushChannel(keepalive: real, scale: w.compress, online: online, seed: seed)
+    }
+
+    /// How far past the keepalive `MQTTConnectionMachine` sets its ping timer, in seconds.
+    static let machineTimerMargin = 0.05
+
+    /// How long the n-th notification handler run of an app takes: a draw from its `duration`
+    /// (the stream `(seed, 7, app, n)`); on the wire the bench's handler fetches and exits, so
+    /// its start-up alone.
+    func notificationDuration(app: Int, run k: Int) -> Double {
+        if let w = wire { return WireScaling.handlerStartup * w.compress }
+        var g = SplitMix64.stream(seed, 7, UInt64(app), UInt64(k))
+        return min(g.uniform(scenario.apps[app].duration), scenario.handlerDeadline)
     }
 
     /// Seconds of [a, b] inside the given intervals.
@@ -335,6 +541,10 @@ package struct Simulator: Sendable {
         package var android: [Run]
         package var naive: [Run]
         package var uses: [Use]
+        /// Each strategy's push channel, when the scenario has one.
+        package var drowsePush: PushRecord?
+        package var androidPush: PushRecord?
+        package var naivePush: PushRecord?
     }
 
     package func record() -> Recording { record(policy: policy) }
@@ -342,30 +552,34 @@ package struct Simulator: Sendable {
     package func record(policy: FetchPlanner) -> Recording {
         let uses = self.uses()
         let run = drowse(policy: policy)
-        var drowse = measure(run.runs, uses: uses)
+        var drowse = measure(run.runs, uses: uses, push: run.push, stagger: WireScaling.drowsedStagger)
         for i in drowse.apps.indices { drowse.apps[i].toleranceViolations = run.toleranceViolations[i] }
         drowse.total.toleranceViolations = run.toleranceViolations.reduce(0, +)
         let androidRuns = runAndroid(), naiveRuns = runNaive()
-        let android = measure(androidRuns, uses: uses)
-        let naive = measure(naiveRuns, uses: uses)
+        let androidPush = baselinePush(keepalive: Self.androidHeartbeat), naivePush = baselinePush(keepalive: Self.naiveKeepalive)
+        let android = measure(androidRuns, uses: uses, push: androidPush, stagger: WireScaling.driverStagger)
+        let naive = measure(naiveRuns, uses: uses, push: naivePush, stagger: WireScaling.driverStagger)
         let report = SimulationReport(
             scenario: scenario.name, seed: seed, radio: scenario.radio.name, start: scenario.start, duration: scenario.duration,
-            warmup: scenario.warmup, drowse: drowse.total, naive: naive.total, android: android.total,
+            warmup: scenario.warmup, compress: wire?.compress, drowse: drowse.total, naive: naive.total, android: android.total,
             apps: scenario.apps.indices.map { i in
                 SimulationReport.AppRow(id: scenario.apps[i].id, interval: scenario.intervalSeconds(scenario.apps[i]),
                                         drowse: drowse.apps[i], naive: naive.apps[i], android: android.apps[i])
             })
-        return Recording(report: report, drowse: run.runs, android: androidRuns, naive: naiveRuns, uses: uses)
+        return Recording(report: report, drowse: run.runs, android: androidRuns, naive: naiveRuns, uses: uses,
+                         drowsePush: run.push, androidPush: androidPush, naivePush: naivePush)
     }
 
     /// The radio-on periods of a strategy's runs, as `measure` counts them (runs that fired
     /// offline used no radio).
     package func radioPeriods(_ runs: [Run]) -> [RadioModel.Period] {
-        scenario.radio.periods(of: runs.filter { !$0.offline }.map { ($0.start, $0.end) })
+        scenario.radio.periods(of: activities(runs.filter { !$0.offline }.sorted { ($0.start, $0.app) < ($1.start, $1.app) }))
     }
 
     /// The figures for one strategy's runs: per app and in total.
-    func measure(_ runs: [Run], uses: [Use]) -> (total: SimulationReport.Totals, apps: [SimulationReport.Totals]) {
+    func measure(_ runs: [Run], uses: [Use], push: PushRecord? = nil, stagger: Double = WireScaling.drowsedStagger)
+        -> (total: SimulationReport.Totals, apps: [SimulationReport.Totals])
+    {
         let n = scenario.apps.count
         var apps = Array(repeating: SimulationReport.Totals(), count: n)
         var stale: [[Double]] = Array(repeating: [], count: n)
@@ -418,31 +632,62 @@ package struct Simulator: Sendable {
         // runs that began it together), its radio time and energy are split evenly among its runs.
         let radio = scenario.radio
         let active = runs.filter { !$0.offline }.sorted { ($0.start, $0.app) < ($1.start, $1.app) }
-        var group: [Run] = []
+        let acts = self.activities(active, stagger: stagger)
+        var group: [Int] = []  // indices into active
         var tailUntil = -Double.infinity
         func close() {
             guard let first = group.first else { return }
-            let u = radio.usage(of: group.map { ($0.start, $0.end) })
-            let openers = group.filter { $0.start == first.start }
-            for r in openers { apps[r.app].promotions += Double(u.promotions) / Double(openers.count) }
-            for r in group {
-                apps[r.app].radioOnSeconds += u.radioOnSeconds / Double(group.count)
-                apps[r.app].energyJoules += u.joules / Double(group.count)
+            let u = radio.usage(of: group.map { acts[$0] })
+            let openers = group.filter { active[$0].start == active[first].start }
+            for k in openers { apps[active[k].app].promotions += Double(u.promotions) / Double(openers.count) }
+            for k in group {
+                apps[active[k].app].radioOnSeconds += u.radioOnSeconds / Double(group.count)
+                apps[active[k].app].energyJoules += u.joules / Double(group.count)
             }
             group = []
         }
-        for r in active {
-            if r.start > tailUntil { close() }
-            group.append(r)
-            tailUntil = max(tailUntil, r.end + radio.tailSeconds)
+        for k in active.indices {
+            if active[k].start > tailUntil { close() }
+            group.append(k)
+            tailUntil = max(tailUntil, acts[k].end + radio.tailSeconds)
         }
         close()
 
         var total = SimulationReport.Totals()
-        let u = radio.usage(of: active.map { ($0.start, $0.end) })
+        var activities = acts.map { ($0, keepalive: false) }
+        if let push {
+            activities += self.activities(push.runs, stagger: stagger).map { ($0, keepalive: false) }
+            activities += push.packets.map { ((start: $0.at, end: $0.at), keepalive: $0.kind == .keepalive) }
+        }
+        let u = radio.usage(of: activities.map(\.0))
         total.promotions = Double(u.promotions)
         total.radioOnSeconds = u.radioOnSeconds
         total.energyJoules = u.joules
+        if let push {
+            var p = SimulationReport.PushTotals()
+            p.published = push.published
+            p.handled = push.runs.count
+            p.deferred = push.deferred
+            p.pings = push.pings
+            p.sessions = push.sessions
+            p.handlerSeconds = push.runs.reduce(0) { $0 + $1.end - $1.start }
+            // Wakes made of keepalive pings alone, as `drowse radio` counts them in a capture.
+            let sorted = activities.sorted { $0.0.start < $1.0.start }
+            var i = 0
+            for period in radio.periods(of: sorted.map(\.0)) {
+                var onlyPings = true
+                while i < sorted.count, sorted[i].0.start <= period.lastActivityEnd {
+                    if !sorted[i].keepalive { onlyPings = false }
+                    i += 1
+                }
+                if onlyPings {
+                    p.keepaliveWakes += 1
+                    p.keepaliveRadioOnSeconds += period.radioOnSeconds
+                    p.keepaliveJoules += period.joules
+                }
+            }
+            total.push = p
+        }
         for a in apps {
             total.fetches += a.fetches
             total.intervalViolations += a.intervalViolations

@@ -17,7 +17,12 @@ struct Simulate: ParsableCommand {
             --replay TRACE feeds a trace written by `drowsed --scheduler-trace` through the simulator's driver and checks \
             that it gets the actions drowsed got (exit 1 if not). \
             --plan prints, as JSON, what deploy/bench-radio.sh replays on the wire: each app's handler runs (duration, result), \
-            the scenario's notifications, and the run starts of the naive and Android-style baselines.
+            the scenario's notifications, and the run starts of the naive and Android-style baselines. \
+            A scenario with [[notification]] or [mqtt] tables has its push channel simulated too: drowsed's MQTT connection \
+            (the real connection machine: keepalive pings, pings riding fetch windows, reconnects), each notification \
+            waking the radio and starting its handler, and the baselines' push connections. \
+            --compress K predicts what `deploy/bench-radio.sh SCENARIO --compress K` measures on the wire: the settings \
+            the bench gives drowsed at K, its handlers' traffic at their start, no uses, network or power changes.
             """)
     @Argument(help: "The scenario file.") var scenario: String?
     @Flag(help: "Print JSON.") var json = false
@@ -28,10 +33,15 @@ struct Simulate: ParsableCommand {
     var svg: String?
     @Option(help: "With --svg: which day of a longer scenario to draw (1 is the first).") var day: Int = 1
     @Flag(help: "Print the wire benchmark's plan (JSON): handler runs, notifications, the baselines' run starts.") var plan = false
+    @Option(help: "Predict deploy/bench-radio.sh --compress K: time K times faster on the wire (1-1000).") var compress: Double?
 
     func run() throws {
         if let replay { return try Self.replay(replay, json: json) }
         guard let scenario else { throw CLIError("name a scenario file (see deploy/scenarios/), or --replay TRACE") }
+        if let compress {
+            guard compress >= 1, compress <= 1000 else { throw CLIError("--compress must be a number from 1 to 1000") }
+            if plan { throw CLIError("--plan is the scenario's own time (the bench divides it by K): leave out --compress") }
+        }
         let text: String
         do { text = try FileSystem.readText(scenario, limit: 4 << 20) } catch { throw CLIError(error.description) }
         let parsed: Scenario
@@ -42,12 +52,12 @@ struct Simulate: ParsableCommand {
             guard parts.count == 2 || (parts.count == 1 && !seeds.contains("-")), let lo = parts.first, let hi = parts.last, lo <= hi, hi - lo < 1000 else {
                 throw CLIError("--seeds takes a range such as 1-8")
             }
-            let reports = (lo...hi).map { Simulator(parsed, seed: UInt64(bitPattern: Int64($0))).report() }
+            let reports = (lo...hi).map { Simulator(parsed, seed: UInt64(bitPattern: Int64($0)), compress: compress).report() }
             if json { printJSON(.array(reports.map(\.json))); return }
             printLines(SimulateTable.seeds(reports, apps: parsed.apps.count))
             return
         }
-        let simulator = Simulator(parsed, seed: seed.map { UInt64(bitPattern: Int64($0)) })
+        let simulator = Simulator(parsed, seed: seed.map { UInt64(bitPattern: Int64($0)) }, compress: compress)
         if plan {
             if svg != nil { throw CLIError("--plan prints JSON only: leave out --svg") }
             printJSON(WirePlan(simulator).json)
@@ -147,6 +157,20 @@ enum SimulateTable {
             if let worst { s += " (\(worst.id))" }
             if let e = d.maxGapRatioEffective { s += "; \(number(e, 2))× the interval the scheduler chose after no-data/failures" }
             out.append(s + ".")
+        }
+        if let d = r.drowse.push, let a = r.android.push, let n = r.naive.push {
+            func push(_ name: String, _ p: SimulationReport.PushTotals, _ t: SimulationReport.Totals) -> String {
+                "\(name) \(p.handled)/\(p.published) handled\(p.deferred > 0 ? " (\(p.deferred) deferred)" : ""), \(p.pings) pings, "
+                    + "\(p.keepaliveWakes) keepalive-only wakes (\(number(p.keepaliveRadioOnSeconds, 0)) s radio-on"
+                    + (t.radioOnSeconds > 0 ? ", \(number(100 * p.keepaliveRadioOnSeconds / t.radioOnSeconds, 1)) %" : "") + ")"
+                    + (p.sessions > 1 ? ", \(p.sessions - 1) reconnects" : "")
+            }
+            out.append("Push channel, notifications handled/published: "
+                + [push("Drowse", d, r.drowse), push("Android-style", a, r.android), push("naive", n, r.naive)].joined(separator: "; ") + ".")
+        }
+        if let k = r.compress {
+            out.append("Predicts deploy/bench-radio.sh --compress \(k.rounded() == k ? String(Int64(k)) : number(k, 2)): the bench's settings at K, handlers' traffic at their start; "
+                + "figures at the scenario's scale.")
         }
         if r.warmup > 0 { out.append("Staleness is measured on uses after a \(DurationText.format(.seconds(r.warmup))) warm-up (usage learning).") }
         out.append("Per app: wakes are those its runs began; radio-on splits each wake's cost evenly among its runs.")

@@ -1,0 +1,73 @@
+import DrowseCore
+
+/// What `deploy/bench-radio.sh SCENARIO --compress K` runs, in the scenario's seconds, so that
+/// `drowse simulate SCENARIO --compress K` predicts what the capture will show
+/// (docs/benchmarks.md, "The push channel, simulated and on the wire"). The bench divides every
+/// duration of drowsed's configuration by K, but some do not scale: the keepalive is whole seconds and at least 5,
+/// the handler deadline at least 1 s, the planner's 30-minute cap on a tolerance is real
+/// time, `[radio] model` is the nearest model to the scenario's tail / K, and a handler run
+/// takes its start-up (sh, curl) on top of its scaled duration, handlers that start together one
+/// after another. The bench replays no uses,
+/// network or power changes, and its handlers move their bytes at their start. These rules
+/// mirror `prepare` in deploy/bench-radio.py.
+package struct WireScaling: Sendable, Equatable {
+    package var compress: Double
+
+    /// Real seconds from a wire handler's start to its first packet (sh, then curl), which its
+    /// run also takes beyond its scaled duration: the first curl of a fetch window leaves about
+    /// 20 ms after the window opens in the bench's captures on a 2-core x86 machine.
+    package static let handlerStartup = 0.02
+    /// Handlers started at the same instant go one after another. drowsed starts each through
+    /// its spawner and records the start first: in the K = 144 capture each further handler of a
+    /// window sends its first packet about 11 ms after the one before.
+    package static let drowsedStagger = 0.011
+    /// The baselines' driver (the bench's Python, `subprocess.Popen`): about 6 ms apart.
+    package static let driverStagger = 0.006
+    /// What the bench allows each run for that start-up in the daily budget.
+    static let budgetStartup = 0.1
+    static let minimumKeepalive = 5.0
+    static let minimumDeadline = 1.0
+    /// `FetchPlanner.maxTolerance`, which no key scales.
+    static let maxTolerance = 1800.0
+
+    package init(compress: Double) {
+        precondition(compress >= 1 && compress.isFinite, "compress must be at least 1")
+        self.compress = compress
+    }
+
+    /// drowsed's `[mqtt] keepalive` on the wire, in real seconds.
+    package func keepalive(_ scenarioSeconds: Double) -> Double {
+        max(Self.minimumKeepalive, scenarioSeconds / compress).rounded(.down)
+    }
+
+    /// The handler deadline, in scenario seconds.
+    package func deadline(_ scenarioSeconds: Double) -> Double {
+        max(Self.minimumDeadline, scenarioSeconds / compress) * compress
+    }
+
+    /// The daily budget, in scenario seconds: the scaled one plus the start-up allowance for
+    /// each run the busiest app makes in a day, times the scenario days in 24 real hours.
+    package func dailyBudget(_ s: Scenario) -> Double {
+        let days = max(1, min(s.duration, 86400 * compress) / 86400)
+        let runsPerDay = s.apps.compactMap { s.intervalSeconds($0).map { 86400 / $0 } }.max() ?? 0
+        return max(Self.minimumDeadline, days * (s.dailyBudget / compress + Self.budgetStartup * runsPerDay)) * compress
+    }
+
+    /// The radio tail drowsed plans with, in scenario seconds: that of the model nearest to the
+    /// scenario's tail / K.
+    package func schedulerTail(_ radio: RadioModel) -> Double {
+        let models: [RadioModel] = [.lte, .threeG, .wifi, .ethernet]
+        let want = radio.tailSeconds / compress
+        let nearest = models.min { abs($0.tailSeconds - want) < abs($1.tailSeconds - want) }!
+        return nearest.tailSeconds * compress
+    }
+
+    /// The scenario as the bench replays it: no uses, no network or power changes.
+    package func replayed(_ s: Scenario) -> Scenario {
+        var out = s
+        for i in out.apps.indices { out.apps[i].uses = [] }
+        out.network = []
+        out.power = []
+        return out
+    }
+}

@@ -1,0 +1,161 @@
+@testable import DrowseSimulation
+import DrowseCore
+import Testing
+
+@Suite("The simulated push channel")
+struct PushChannelTests {
+    static func scenario(_ body: String, duration: String = "1h") throws -> Scenario {
+        try Scenario.parse("name = \"push\"\nduration = \"\(duration)\"\nseed = 3\nradio = \"lte\"\n" + body, file: "push.toml")
+    }
+
+    static let quiet = """
+        [mqtt]
+        keepalive = "240s"
+
+        [[app]]
+        id = "chat"
+        interval = "never"
+
+        """
+
+    @Test("an idle device pings every keepalive, each ping a wake of its own")
+    func idlePings() throws {
+        let r = Simulator(try Self.scenario(Self.quiet)).report()
+        let push = try #require(r.drowse.push)
+        // Connected at 0 (its status published then): pings at 240.05 s, 480.1 s, … before 3600 s.
+        #expect(push.pings == 14)
+        #expect(push.keepaliveWakes == 14)
+        #expect(push.sessions == 1)
+        #expect(r.drowse.promotions == 15)  // the connection's own wake, then the pings
+        #expect(abs(push.keepaliveRadioOnSeconds - 14 * (RadioModel.lte.promotionSeconds + RadioModel.lte.tailSeconds)) < 1e-6)
+    }
+
+    @Test("fetch windows closer than the keepalive carry it: no ping wakes the radio on its own")
+    func pingsRideWindows() throws {
+        let r = Simulator(try Self.scenario(Self.quiet + """
+            [[app]]
+            id = "meter"
+            interval = "2m"
+
+            """)).report()
+        let push = try #require(r.drowse.push)
+        #expect(r.drowse.fetches >= 20)
+        #expect(push.keepaliveWakes == 0)
+        // The naive baseline's client pings every 60 s whatever its timers do.
+        let naive = try #require(r.naive.push)
+        #expect(naive.pings >= 50 && naive.keepaliveWakes > 0)
+    }
+
+    @Test("each notification reaches its handler as it arrives and wakes the radio")
+    func notifications() throws {
+        let s = try Self.scenario(Self.quiet + """
+            [[notification]]
+            app = "chat"
+            every = "10m"
+
+            """)
+        let sim = Simulator(s)
+        let run = sim.drowse(policy: sim.policy)
+        let push = try #require(run.push)
+        let arrivals = s.notifications(seed: sim.seed).map { s.start + $0.at }
+        #expect(push.runs.map(\.start) == arrivals)
+        #expect(push.published == 6)
+        let r = sim.report()
+        #expect(r.drowse.push?.notificationsHandledMatch == true)
+        // Six arrivals 10 minutes apart: six wakes besides the connection's and the pings'.
+        #expect(r.drowse.promotions >= 7)
+    }
+
+    @Test("a link lost while offline is found dead by its ping, and the session comes back with the network; what was published meanwhile arrives then")
+    func reconnect() throws {
+        let s = try Self.scenario(Self.quiet + """
+            [[notification]]
+            app = "chat"
+            every = "20m"
+            first = "25m"
+
+            [[network]]
+            at = "20m"
+            kind = "none"
+
+            [[network]]
+            at = "30m"
+            kind = "cellular"
+
+            """)
+        let sim = Simulator(s)
+        let push = try #require(sim.drowse(policy: sim.policy).push)
+        #expect(push.sessions == 2)
+        #expect(push.published == 2)
+        #expect(push.runs.count == 2)
+        // The one published at 25 min, offline, ran when the session was back at 30 min.
+        #expect(push.runs.first.map { $0.start - s.start } == 1800)
+        // Nothing went over the air while offline.
+        #expect(!push.packets.contains { $0.at > s.start + 1200 && $0.at < s.start + 1800 })
+    }
+
+    @Test("past max_per_hour notifications wait for the next window or room in the budget")
+    func budget() throws {
+        let s = try Self.scenario(Self.quiet + """
+            [notifications]
+            max_per_hour = 2
+
+            [[notification]]
+            app = "chat"
+            every = "5m"
+
+            """)
+        let r = Simulator(s).report()
+        let push = try #require(r.drowse.push)
+        #expect(push.published == 12)
+        #expect(push.deferred > 0)
+        #expect(push.handled == 2)  // no window releases the rest, and the hour has no room again before the end
+    }
+
+    @Test("a scenario without notifications or [mqtt] has no push channel")
+    func noPush() throws {
+        let s = try Self.scenario("""
+            [[app]]
+            id = "meter"
+            interval = "15m"
+
+            """)
+        let r = Simulator(s).report()
+        #expect(r.drowse.push == nil && r.naive.push == nil && r.android.push == nil)
+        #expect(r.drowse.json["push"] == nil)
+        #expect(r.json["compress"] == nil)
+    }
+
+    @Test("the same scenario and seed give the same push channel")
+    func determinism() throws {
+        let s = try SimulatorTests.shipped("twenty-apps-lte-push.toml")
+        #expect(Simulator(s).report() == Simulator(s).report())
+        #expect(Simulator(s, compress: 144).report() == Simulator(s, compress: 144).report())
+        #expect(Simulator(s).report().drowse.push != nil)
+    }
+
+    @Test("the wire benchmark's settings at K: whole-second keepalive of 5 s or more, 1 s deadline, the nearest radio tail")
+    func wireScaling() {
+        #expect(WireScaling(compress: 24).keepalive(240) == 10)
+        #expect(WireScaling(compress: 36).keepalive(240) == 6)
+        #expect(WireScaling(compress: 144).keepalive(240) == 5)
+        #expect(WireScaling(compress: 144).deadline(30) == 144)
+        #expect(WireScaling(compress: 10).deadline(30) == 30)
+        #expect(WireScaling(compress: 144).schedulerTail(.lte) == 0)
+        #expect(abs(WireScaling(compress: 60).schedulerTail(.lte) - RadioModel.wifi.tailSeconds * 60) < 1e-9)
+        #expect(WireScaling(compress: 1).schedulerTail(.lte) == RadioModel.lte.tailSeconds)
+    }
+
+    @Test("--compress K: the keepalive the bench gives drowsed, on the scenario's clock")
+    func compressedPings() throws {
+        // 240 s / 144 is under 5 s: drowsed pings every 5 real seconds, 720 s of the scenario.
+        let r = Simulator(try Self.scenario(Self.quiet), compress: 144).report()
+        let push = try #require(r.drowse.push)
+        #expect(push.pings == 4)  // 5.05 s on drowsed's clock: at 727.2, 1454.4, 2181.6 and 2908.8 s
+        #expect(r.compress == 144)
+    }
+}
+
+extension SimulationReport.PushTotals {
+    var notificationsHandledMatch: Bool { handled == published }
+}
