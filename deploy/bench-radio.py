@@ -41,7 +41,8 @@ MAX_PER_HOUR = 12
 NAIVE_KEEPALIVE = 60.0
 ANDROID_HEARTBEAT = 28 * 60.0
 # drowsed's limits on those keys.
-MIN_KEEPALIVE = 5.0
+MIN_KEEPALIVE = 1.0
+MIN_MAX_KEEPALIVE = 5.0
 MIN_DEADLINE = 1.0
 # Radio tails of `[radio] model` (Sources/DrowseCore/RadioModel.swift): drowsed plans with one
 # of these, which no key scales.
@@ -82,10 +83,12 @@ def prepare(plan_path, k, tmp, server_ip, http_port):
         notes.append(f"[mqtt] keepalive {scenario_keepalive:g} s / {k:g} = {keepalive:.3g} s is under drowsed's minimum: {MIN_KEEPALIVE:g} s "
                      f"({MIN_KEEPALIVE * k:g} s of scenario time)")
         keepalive = MIN_KEEPALIVE
-    if keepalive != math.floor(keepalive):
-        notes.append(f"[mqtt] keepalive {scenario_keepalive:g} s / {k:g} = {keepalive:.3g} s: drowsed gives libmosquitto whole seconds, "
-                     f"so {math.floor(keepalive):g} s ({math.floor(keepalive) * k:g} s of scenario time)")
-        keepalive = math.floor(keepalive)
+    # The adaptive keepalive's ceiling is the keepalive asked for in CONNECT: whole seconds, 5 or more.
+    scenario_max = plan.get("mqtt_max_keepalive", max(5.0, math.ceil(scenario_keepalive * 7)))
+    max_keepalive = max(MIN_MAX_KEEPALIVE, math.ceil(scenario_max / k))
+    if max_keepalive != scenario_max / k:
+        notes.append(f"[mqtt] max_keepalive {scenario_max:g} s / {k:g} = {scenario_max / k:.3g} s: whole seconds of at least "
+                     f"{MIN_MAX_KEEPALIVE:g}, so {max_keepalive:g} s ({max_keepalive * k:g} s of scenario time)")
     # drowsed counts a run's real time against the budget, start-up included, which K does not
     # shrink: the scaled budget gets that start-up for each run the busiest app can make in a day.
     # Its 24 hours are real ones: they hold this many days of the scenario.
@@ -174,6 +177,7 @@ socket    = "{d}/drowse.sock"
 [mqtt]
 url = "mqtt://{server_ip}:1883"
 keepalive = "{keepalive:g}s"
+max_keepalive = "{max_keepalive:g}s"
 
 [scheduler]
 handler_deadline = "{ms(deadline)}"

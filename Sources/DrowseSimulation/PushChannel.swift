@@ -53,9 +53,11 @@ package struct PushChannel: Sendable {
     package static let delayedAck = 0.045
 
     /// `keepalive` in seconds of the machine's clock.
-    package init(keepalive: Double, scale: Double = 1, online: Bool, seed: UInt64) {
+    /// `maxKeepalive`: drowsed's adaptive keepalive grows up to it (nil: a fixed keepalive, as a
+    /// plain client's).
+    package init(keepalive: Double, maxKeepalive: Double? = nil, scale: Double = 1, online: Bool, seed: UInt64) {
         var g = SplitMix64.stream(seed, 6)
-        machine = MQTTConnectionMachine(keepalive: keepalive, peer: "broker:1883", seed: g.next())
+        machine = MQTTConnectionMachine(keepalive: keepalive, maxKeepalive: maxKeepalive, peer: "broker:1883", seed: g.next())
         self.scale = scale
         self.online = online
     }
@@ -175,6 +177,8 @@ package struct PushChannel: Sendable {
             }
         case .probePreferred, .endProbe:
             break  // One broker: never asked.
+        case .keepaliveLearned:
+            break  // drowsed keeps it in state.db; a simulation starts afresh.
         case .setTimer(let at, _):
             timerAt = at * scale
         case .cancelTimer:

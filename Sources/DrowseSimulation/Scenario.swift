@@ -189,6 +189,12 @@ package struct Scenario: Sendable, Equatable {
     package static let defaultKeepalive = 240.0
     /// The keepalive the push channel uses.
     package var keepalive: Double { mqttKeepalive ?? Self.defaultKeepalive }
+    /// `[mqtt] max_keepalive`, seconds; nil: drowsed's default, 7 × `keepalive`.
+    package var mqttMaxKeepalive: Double?
+    /// How long the adaptive keepalive may grow (docs/design.md, "The adaptive keepalive").
+    package var maxKeepalive: Double { mqttMaxKeepalive ?? Self.defaultMaxKeepalive(keepalive) }
+    /// drowsed's default `[mqtt] max_keepalive`: 7 × keepalive in whole seconds, 5 s to 65535 s.
+    package static func defaultMaxKeepalive(_ keepalive: Double) -> Double { max(5, min((keepalive * 7).rounded(.up), 65535)) }
     /// Whether the simulation has a push channel: the scenario has notifications or an `[mqtt]` table.
     package var pushChannel: Bool { mqttKeepalive != nil || !notificationSchedules.isEmpty }
 
@@ -286,8 +292,10 @@ extension Scenario {
         }
 
         var keepalive: Double?
+        var maxKeepalive: Double?
         if var m = try r.table("mqtt") {
-            keepalive = (try m.duration("keepalive", minimum: .seconds(5)))?.seconds ?? Self.defaultKeepalive
+            keepalive = (try m.duration("keepalive", minimum: .seconds(1)))?.seconds ?? Self.defaultKeepalive
+            maxKeepalive = (try m.duration("max_keepalive", minimum: .seconds(5)))?.seconds
             try m.rejectUnknown()
         }
         var maxPerHour = 12
@@ -355,6 +363,7 @@ extension Scenario {
         scenario.tolerance = tolerance
         scenario.notificationSchedules = schedules
         scenario.mqttKeepalive = keepalive
+        scenario.mqttMaxKeepalive = maxKeepalive
         scenario.maxPerHour = maxPerHour
         return scenario
     }

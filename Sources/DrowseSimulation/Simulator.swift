@@ -389,7 +389,11 @@ package struct Simulator: Sendable {
                     nti += 1
                 }
             } else if nextPush == t {
+                let pings = channel?.pings ?? 0
                 channel?.timerFired(now: t)
+                // A ping wakes the radio on its own: drowsed posts radioUsed, and fetches whose
+                // tolerance allows ride it (docs/design.md, "The adaptive keepalive").
+                if (channel?.pings ?? 0) > pings { feed(.radioUsed(now: t)) }
             } else if nextDeferred == t {
                 release(at: t)
             } else {
@@ -413,9 +417,11 @@ package struct Simulator: Sendable {
     /// library's whole seconds): the machine gets that much less.
     func pushChannel(keepalive: Double, baseline: Bool = false) -> PushChannel {
         let online = scenario.initialNetwork != .none
-        guard let w = wire else { return PushChannel(keepalive: keepalive, online: online, seed: seed) }
+        // drowsed's keepalive adapts up to max_keepalive; a baseline's client keeps its own.
+        let most = baseline ? nil : scenario.maxKeepalive
+        guard let w = wire else { return PushChannel(keepalive: keepalive, maxKeepalive: most, online: online, seed: seed) }
         let real = baseline ? keepalive / w.compress - Self.machineTimerMargin : w.keepalive(keepalive)
-        return PushChannel(keepalive: real, scale: w.compress, online: online, seed: seed)
+        return PushChannel(keepalive: real, maxKeepalive: most.map { w.maxKeepalive($0) }, scale: w.compress, online: online, seed: seed)
     }
 
     /// How far past the keepalive `MQTTConnectionMachine` sets its ping timer, in seconds.

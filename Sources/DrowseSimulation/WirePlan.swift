@@ -56,7 +56,7 @@ package struct WirePlan: Sendable {
                 ("minimum_interval", JSON(s.minimumInterval)), ("handler_deadline", JSON(s.handlerDeadline)),
                 ("daily_budget", JSON(s.dailyBudget)), ("tolerance", JSON(s.tolerance)),
             ])),
-            ("mqtt_keepalive", JSON(s.keepalive)), ("max_per_hour", JSON(s.maxPerHour)),
+            ("mqtt_keepalive", JSON(s.keepalive)), ("mqtt_max_keepalive", JSON(s.maxKeepalive)), ("max_per_hour", JSON(s.maxPerHour)),
             ("network_changes", JSON(s.network.count)), ("power_changes", JSON(s.power.count)),
             ("apps", .array(s.apps.indices.map { i in
                 let a = s.apps[i]

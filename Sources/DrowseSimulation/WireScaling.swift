@@ -3,7 +3,8 @@ import DrowseCore
 /// What `deploy/bench-radio.sh SCENARIO --compress K` runs, in the scenario's seconds, so that
 /// `drowse simulate SCENARIO --compress K` predicts what the capture will show
 /// (docs/benchmarks.md, "The push channel, simulated and on the wire"). The bench divides every
-/// duration of drowsed's configuration by K, but some do not scale: the keepalive is whole seconds and at least 5,
+/// duration of drowsed's configuration by K, but some do not scale: the keepalive is at least 1 s and
+/// max_keepalive whole seconds and at least 5,
 /// the handler deadline at least 1 s, the planner's 30-minute cap on a tolerance is real
 /// time, `[radio] model` is the nearest model to the scenario's tail / K, and a handler run
 /// takes its start-up (sh, curl) on top of its scaled duration, handlers that start together one
@@ -25,7 +26,10 @@ package struct WireScaling: Sendable, Equatable {
     package static let driverStagger = 0.006
     /// What the bench allows each run for that start-up in the daily budget.
     static let budgetStartup = 0.1
-    static let minimumKeepalive = 5.0
+    /// drowsed's least `[mqtt] keepalive`, and the least `max_keepalive` (libmosquitto's 5 s,
+    /// whole seconds: it is the keepalive asked for in CONNECT).
+    static let minimumKeepalive = 1.0
+    static let minimumMaxKeepalive = 5.0
     static let minimumDeadline = 1.0
     /// `FetchPlanner.maxTolerance`, which no key scales.
     static let maxTolerance = 1800.0
@@ -37,7 +41,12 @@ package struct WireScaling: Sendable, Equatable {
 
     /// drowsed's `[mqtt] keepalive` on the wire, in real seconds.
     package func keepalive(_ scenarioSeconds: Double) -> Double {
-        max(Self.minimumKeepalive, scenarioSeconds / compress).rounded(.down)
+        max(Self.minimumKeepalive, scenarioSeconds / compress)
+    }
+
+    /// drowsed's `[mqtt] max_keepalive` on the wire, in real seconds: whole, at least 5.
+    package func maxKeepalive(_ scenarioSeconds: Double) -> Double {
+        max(Self.minimumMaxKeepalive, (scenarioSeconds / compress).rounded(.up))
     }
 
     /// The handler deadline, in scenario seconds.

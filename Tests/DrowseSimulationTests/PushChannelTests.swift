@@ -18,16 +18,20 @@ struct PushChannelTests {
 
         """
 
-    @Test("an idle device pings every keepalive, each ping a wake of its own")
+    @Test("an idle device pings at the keepalive, then ever less often while the path holds (the adaptive keepalive); each ping a wake of its own")
     func idlePings() throws {
         let r = Simulator(try Self.scenario(Self.quiet)).report()
         let push = try #require(r.drowse.push)
-        // Connected at 0 (its status published then): pings at 240.05 s, 480.1 s, … before 3600 s.
-        #expect(push.pings == 14)
-        #expect(push.keepaliveWakes == 14)
+        // Connected at 0: pings at 240, 480 (each answered after 240 s), then 960, 1440 (480 s),
+        // then 2400, 3360 (960 s) before 3600 s.
+        #expect(push.pings == 6)
+        #expect(push.keepaliveWakes == 6)
         #expect(push.sessions == 1)
-        #expect(r.drowse.promotions == 15)  // the connection's own wake, then the pings
-        #expect(abs(push.keepaliveRadioOnSeconds - 14 * (RadioModel.lte.promotionSeconds + RadioModel.lte.tailSeconds)) < 1e-6)
+        #expect(r.drowse.promotions == 7)  // the connection's own wake, then the pings
+        #expect(abs(push.keepaliveRadioOnSeconds - 6 * (RadioModel.lte.promotionSeconds + RadioModel.lte.tailSeconds)) < 1e-6)
+        // A fixed keepalive (max_keepalive = keepalive) pings every 240 s: 14 before 3600 s.
+        let fixed = Simulator(try Self.scenario(Self.quiet.replacing("keepalive = \"240s\"", with: "keepalive = \"240s\"\nmax_keepalive = \"240s\""))).report()
+        #expect(fixed.drowse.push?.pings == 14 && fixed.drowse.promotions == 15)
     }
 
     @Test("fetch windows closer than the keepalive carry it: no ping wakes the radio on its own")
@@ -134,11 +138,14 @@ struct PushChannelTests {
         #expect(Simulator(s).report().drowse.push != nil)
     }
 
-    @Test("the wire benchmark's settings at K: whole-second keepalive of 5 s or more, 1 s deadline, the nearest radio tail")
+    @Test("the wire benchmark's settings at K: keepalive of 1 s or more, max_keepalive whole seconds of 5 or more, 1 s deadline, the nearest radio tail")
     func wireScaling() {
         #expect(WireScaling(compress: 24).keepalive(240) == 10)
-        #expect(WireScaling(compress: 36).keepalive(240) == 6)
-        #expect(WireScaling(compress: 144).keepalive(240) == 5)
+        #expect(abs(WireScaling(compress: 36).keepalive(240) - 240.0 / 36) < 1e-9)
+        #expect(abs(WireScaling(compress: 144).keepalive(240) - 240.0 / 144) < 1e-9)
+        #expect(WireScaling(compress: 480).keepalive(240) == 1)
+        #expect(WireScaling(compress: 144).maxKeepalive(1680) == 12)
+        #expect(WireScaling(compress: 1000).maxKeepalive(1680) == 5)
         #expect(WireScaling(compress: 144).deadline(30) == 144)
         #expect(WireScaling(compress: 10).deadline(30) == 30)
         #expect(WireScaling(compress: 144).schedulerTail(.lte) == 0)
@@ -148,10 +155,11 @@ struct PushChannelTests {
 
     @Test("--compress K: the keepalive the bench gives drowsed, on the scenario's clock")
     func compressedPings() throws {
-        // 240 s / 144 is under 5 s: drowsed pings every 5 real seconds, 720 s of the scenario.
+        // 240 s / 144 = 1.67 real seconds, max_keepalive 12: the same pings as uncompressed, each
+        // 50 ms of drowsed's clock (7.2 s of the scenario) late.
         let r = Simulator(try Self.scenario(Self.quiet), compress: 144).report()
         let push = try #require(r.drowse.push)
-        #expect(push.pings == 4)  // 5.05 s on drowsed's clock: at 727.2, 1454.4, 2181.6 and 2908.8 s
+        #expect(push.pings == 6)
         #expect(r.compress == 144)
     }
 }
