@@ -66,7 +66,26 @@ def read_notes(b) -> list[tuple[str, int, str, float]]:
 
 
 def status(b) -> dict:
-    return json.loads(b.sh("drowse status --json"))
+    """`drowse status --json`; a transient failure of the call is tried again (the figures read
+    from it are not the test's outcome), but drowsed must not have been restarted meanwhile."""
+    for attempt in range(5):
+        rc, out, err = b.run("drowse status --json")
+        if rc == 0:
+            return json.loads(out)
+        print(f"drowse status --json failed ({rc}): {err.strip()}; again", flush=True)
+        time.sleep(1)
+    raise AssertionError(f"drowse status --json kept failing: {err}")
+
+
+def restarts(b) -> int:
+    """How many times systemd restarted drowsed after a failure, in this boot."""
+    return int(b.sh("systemctl show -p NRestarts --value drowsed").strip() or "0")
+
+
+def assert_not_restarted(b, before: int) -> None:
+    """drowsed did not fail (and get restarted by systemd) since `before` was read."""
+    now = restarts(b)
+    assert now == before, f"drowsed was restarted {now - before} times: " + b.sh("journalctl -u drowsed -n 40 --no-pager")
 
 
 def test_power_cuts_during_streams_and_bursts_repeat_no_finished_run(configured, broker):
@@ -116,11 +135,13 @@ def run_streams(b, broker):
         else:
             plan = [(0.0, p) for p in payloads[:100]] + [(rng.uniform(0.02, 0.05), p) for p in payloads[100:]]
         old_boot = b.sh("cat /proc/sys/kernel/random/boot_id").strip()
+        restarted = restarts(b)
         pub = Publisher(broker.port, topic, plan)
         pub.start()
         published += ids
         time.sleep(rng.uniform(0.5, 6.0))
         max_wait = max(max_wait, status(b)["journal"]["max_wait_ms"])
+        assert_not_restarted(b, restarted)
         b.power_cut()
         pub.join(timeout=120)
         assert pub.proc.returncode == 0, "the publisher failed"
