@@ -83,28 +83,28 @@ package enum TimelineSVG {
     static let minimumWidth = 1.2
 
     static let style = """
-        text{font-family:sans-serif;fill:#111}
+        text{font-family:sans-serif;fill:rgb(17,17,17)}
         .title{font-size:16px;font-weight:bold}
-        .sub,.fig,.note{font-size:11px;fill:#333}
+        .sub,.fig,.note{font-size:11px;fill:rgb(51,51,51)}
         .lane{font-size:11px}
-        .row{font-size:8px;fill:#555}
-        .tick{font-size:10px;fill:#333}
-        .grid{stroke:#ddd;stroke-width:1}
-        .axis{stroke:#333;stroke-width:1}
-        .band{fill:#f4f6f8}
-        .radio{fill:#f2b27a}
-        .promotion{fill:#7b2d8e}
-        .active{fill:#b5470b}
-        .new{fill:#2e7d32}
-        .no{fill:#9e9e9e}
-        .failed{fill:#c62828}
-        .timeout{fill:#6a1b9a}
-        .offline{fill:none;stroke:#c62828;stroke-width:0.8}
-        .window{fill:#1565c0}
-        .notification{fill:#ef6c00}
-        .transfer{fill:#00838f}
-        .state{fill:#e8eaf6;stroke:#9fa8da;stroke-width:0.5}
-        .use{stroke:#0d47a1;stroke-width:1.2}
+        .row{font-size:8px;fill:rgb(85,85,85)}
+        .tick{font-size:10px;fill:rgb(51,51,51)}
+        .grid{stroke:rgb(221,221,221);stroke-width:1}
+        .axis{stroke:rgb(51,51,51);stroke-width:1}
+        .band{fill:rgb(244,246,248)}
+        .radio{fill:rgb(242,178,122)}
+        .promotion{fill:rgb(123,45,142)}
+        .active{fill:rgb(181,71,11)}
+        .new{fill:rgb(46,125,50)}
+        .no{fill:rgb(158,158,158)}
+        .failed{fill:rgb(198,40,40)}
+        .timeout{fill:rgb(106,27,154)}
+        .offline{fill:none;stroke:rgb(198,40,40);stroke-width:0.8}
+        .window{fill:rgb(21,101,192)}
+        .notification{fill:rgb(239,108,0)}
+        .transfer{fill:rgb(0,131,143)}
+        .state{fill:rgb(232,234,246);stroke:rgb(159,168,218);stroke-width:0.5}
+        .use{stroke:rgb(13,71,161);stroke-width:1.2}
         """
 
     /// The SVG text for a drawing.

@@ -249,7 +249,7 @@ struct TimelineSVGTests {
             let value = family.prefix { $0 != ";" && $0 != "}" }
             #expect(["sans-serif", "serif", "monospace"].contains(String(value)), "\(value)")
         }
-        #expect(style.contains("text{font-family:sans-serif;fill:#111}"))
+        #expect(style.contains("text{font-family:sans-serif;fill:rgb(17,17,17)}"))
         let background = try #require(root.children.first { $0.name == "rect" })
         #expect(background.attributes["fill"] == "white" && background.attributes["width"] == root.attributes["width"])
         // The time axis is in hours: every two hours over a day.
