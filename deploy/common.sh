@@ -249,10 +249,11 @@ build_spawner() {
         say "cannot write $dir: no drowse-spawner there (drowsed runs its own binary as the spawn helper)"
         return 0
     fi
-    # Static where libc.a is installed (libc6-dev), else linked to libc.
-    "$cc" -O2 -Wall -static -I"$inc" -o "$out.new" "${src[@]}" 2>/dev/null ||
-        "$cc" -O2 -Wall -I"$inc" -o "$out.new" "${src[@]}" || die "cannot build drowse-spawner with $cc"
-    mv -f "$out.new" "$out"
+    # Static where libc.a is installed (libc6-dev), else linked to libc. Each script builds into a
+    # name of its own and renames it into place: two benches started at once both succeed.
+    "$cc" -O2 -Wall -static -I"$inc" -o "$out.new.$$" "${src[@]}" 2>/dev/null ||
+        "$cc" -O2 -Wall -I"$inc" -o "$out.new.$$" "${src[@]}" || { rm -f "$out.new.$$"; die "cannot build drowse-spawner with $cc"; }
+    mv -f "$out.new.$$" "$out"
 }
 
 # release_binaries: sets BIN to $DROWSE_BIN_DIR, or to the release build, (re)building it when it
