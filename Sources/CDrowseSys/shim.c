@@ -137,6 +137,49 @@ static int for_each_process(int (*visit)(pid_t, void *), void *ctx) {
     return 1;
 }
 
+/* Calls visit(pid) for every child of this process, read from /proc/self/task/TID/children of
+   each thread (an orphan is adopted by one thread of the subreaper): a few small reads instead of
+   the stat file of every process on the board. Returns 1 when read, 0 when the kernel has no such
+   files (CONFIG_PROC_CHILDREN unset) or the task folder could not be read. The kernel walks the
+   list by position, so a child whose sibling exits during the read may be missed: that scan is
+   incomplete, and the next one finds it. */
+static int for_each_child(int (*visit)(pid_t, void *), void *ctx) {
+    static int available = -1;
+    if (available < 0) {
+        char self[64];
+        snprintf(self, sizeof self, "/proc/self/task/%ld/children", (long)syscall(SYS_gettid));
+        available = access(self, R_OK) == 0;
+    }
+    if (!available) return 0;
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return 0;
+    struct dirent *e;
+    int stop = 0;
+    while (!stop && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+        char path[64], buf[1024];
+        snprintf(path, sizeof path, "/proc/self/task/%s/children", e->d_name);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) continue; /* the thread has ended: its children went to another thread */
+        long pid = 0;
+        int digits = 0;
+        ssize_t n;
+        while (!stop && (n = read(fd, buf, sizeof buf)) > 0) {
+            for (ssize_t i = 0; i < n && !stop; i++) {
+                char c = buf[i];
+                if (c >= '0' && c <= '9') { pid = pid * 10 + (c - '0'); digits++; continue; }
+                if (digits) stop = visit((pid_t)pid, ctx);
+                pid = 0;
+                digits = 0;
+            }
+        }
+        if (!stop && digits) stop = visit((pid_t)pid, ctx);
+        close(fd);
+    }
+    closedir(d);
+    return 1;
+}
+
 struct adopted_scan {
     pid_t self;
     pid_t pgrp, sid;  /* drowsed's own process group and session */
@@ -190,7 +233,11 @@ static int scan_adopted(int sig, int *pidfds, int max) {
     unsigned char *seen = children_count ? calloc(children_count, 1) : NULL;
     struct adopted_scan s = { getpid(), getpgrp(), getsid(0), 0, sig, pidfds, max, 0, seen };
     if (children_count && !seen) { pthread_mutex_unlock(&children_lock); return -1; }
-    if (!for_each_process(visit_adopted, &s)) s.incomplete = 1;
+    /* The children lists first; the whole process table where the kernel has none. The lists
+       are not exact (a concurrent exit can hide a sibling): never a reason to prune the registry
+       (its entries leave it when their owners reap them, drowse_forget_child). */
+    if (for_each_child(visit_adopted, &s)) s.incomplete = 1;
+    else if (!for_each_process(visit_adopted, &s)) s.incomplete = 1;
     /* Registered children already reaped by their owner (or whose pid now names another
        process) leave the registry; not after a partial scan, which may have missed live ones. */
     if (!s.incomplete) {
