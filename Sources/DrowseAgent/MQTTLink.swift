@@ -60,7 +60,7 @@ struct FleetStatusState {
                 republishStatusIfChanged()
             case .conditionsRead(let c):
                 // Every reading tells the session whether there is a default route.
-                session?.setNetwork(online: c.network != .none, path: c.interface)
+                session?.setNetwork(online: c.network != .none, path: c.networkKey)
             case .clockStepped:
                 republishStatusIfChanged()
             case .appsReloaded:

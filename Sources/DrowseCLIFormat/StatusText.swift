@@ -36,7 +36,7 @@ package enum StatusText {
         var power = c["power_source"]?.stringValue ?? "unknown"
         if let b = c["battery_percent"]?.intValue { power += ", battery \(b)%" + (c["charging"]?.boolValue == true ? " charging" : "") }
         var net = c["network"]?.stringValue ?? "none"
-        if let i = c["interface"]?.stringValue { net += " (\(i))" }
+        if let i = c["interface"]?.stringValue { net += " (\(i)" + (c["ssid"]?.stringValue.map { ", ssid \($0)" } ?? "") + ")" }
         if c["metered"]?.boolValue == true { net += ", metered" }
         return "power \(power); network \(net)"
     }

@@ -8,6 +8,9 @@ package struct Conditions: Sendable, Equatable {
     package var charging: Bool?
     package var network: Network = .none
     package var interface: String?
+    /// The SSID of the Wi-Fi network `interface` is associated with; nil for other networks, or
+    /// when it cannot be read. Printable UTF-8 as is, other bytes as `0x` and hex.
+    package var ssid: String?
     package var metered: Bool = false
     package var readAt: Double = 0
 
@@ -20,11 +23,28 @@ package struct Conditions: Sendable, Equatable {
         return c
     }
 
+    /// The network the board is on, as the adaptive keepalive tells networks apart
+    /// (docs/design.md, "The adaptive keepalive"): the default route's interface, and on Wi-Fi its
+    /// SSID (`wlan0/home`). nil without a default route.
+    package var networkKey: String? {
+        guard let interface else { return nil }
+        return ssid.map { "\(interface)/\($0)" } ?? interface
+    }
+
+    /// An SSID's bytes as text: printable UTF-8 as is, else `0x` and the bytes in hex. nil for none.
+    package static func ssidText(_ bytes: [UInt8]) -> String? {
+        guard !bytes.isEmpty else { return nil }
+        if let s = String(validating: bytes, as: UTF8.self), !s.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) {
+            return s
+        }
+        return "0x" + Pcap.hex(bytes)
+    }
+
     package var json: JSON {
         [
             "power_source": .string(powerSource.rawValue), "battery_percent": JSON(batteryPercent),
             "charging": JSON(charging), "network": .string(network.rawValue), "interface": JSON(interface),
-            "metered": .bool(metered),
+            "ssid": JSON(ssid), "metered": .bool(metered),
         ]
     }
 }

@@ -1,3 +1,4 @@
+import CDrowseSys
 import DrowseCore
 
 /// Reads power and network facts from sysfs and procfs. Reading is cheap and happens on
@@ -23,6 +24,7 @@ package struct ConditionsProbe: Sendable {
         if let iface = defaultRouteInterface() {
             c.interface = iface
             c.network = kind(of: iface)
+            if c.network == .wifi { c.ssid = wifiSSID(iface).flatMap(Conditions.ssidText) }
             if let metered = meteredInterfaces {
                 c.metered = metered.contains(iface)
             } else if let nm = networkManagerMetered(iface) {
@@ -56,6 +58,14 @@ package struct ConditionsProbe: Sendable {
         if value.hasPrefix("yes") { return true }
         if value.hasPrefix("no") { return false }
         return nil
+    }
+
+    /// The SSID `iface` is associated with, from the kernel's nl80211 (`drowse_wifi_ssid`); nil when
+    /// not associated or not readable (no Wi-Fi driver, not a station, no answer in 500 ms).
+    package func wifiSSID(_ iface: String) -> [UInt8]? {
+        var buf = [UInt8](repeating: 0, count: 32)
+        let n = drowse_wifi_ssid(iface, &buf, buf.count)
+        return n > 0 ? Array(buf[0..<Int(n)]) : nil
     }
 
     /// The interface behind the IPv4 (else IPv6) default route with the lowest metric.

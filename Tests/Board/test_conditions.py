@@ -204,6 +204,10 @@ def test_wifi_metered_rules(configured):
         assert "wifi" in b.sh("drowse conditions")
         c = conditions(b)
         assert (c["interface"], c["metered"]) == ("wlan1", False), c
+        # The access point's SSID, read from nl80211: the network the keepalive is learned for.
+        assert c["ssid"] == "drowse-board", c
+        wait_for(b, "the keepalive to follow the Wi-Fi network",
+                 lambda: json.loads(b.sh("drowse status --json"))["mqtt"]["ping_learned_on"] == "wlan1/drowse-board", 30)
 
         # The Wi-Fi is metered by config: [conditions] is read at start.
         b.sh(f"sed -i '/^\\[conditions\\]/a metered_interfaces = [\"wlan1\"]' {CONFIG} && systemctl restart drowsed")

@@ -1,4 +1,5 @@
 import DrowseCore
+import CDrowseSys
 import DrowseSystem
 import Foundation
 import Testing
@@ -356,5 +357,32 @@ struct ConditionsProbeTests {
             #expect(c.interface == nil)
             #expect(!c.metered)
         }
+    }
+
+    // MARK: Wi-Fi networks
+
+    @Test("an SSID is asked of nl80211 for a Wi-Fi interface only, and a name that is no interface has none")
+    func ssidOfFakeWiFi() async throws {
+        try await withFakeSys { fake in
+            // The fake sysfs says wlan0 is Wi-Fi, but this machine has no wlan0: nl80211 has no SSID for it.
+            try fake.interface("wlan0", wireless: true)
+            try fake.routes([("wlan0", "00000000", "0003", 600)])
+            let c = fake.probe().read(now: 0)
+            #expect(c.network == .wifi)
+            #expect(c.ssid == nil)
+            #expect(c.networkKey == "wlan0")
+        }
+    }
+
+    @Test("nl80211 has no SSID for the loopback interface nor for a missing one; the call returns")
+    func ssidOfNonWiFi() {
+        let probe = ConditionsProbe(sysfsRoot: "/sys", meteredInterfaces: nil, nmcli: nil)
+        #expect(probe.wifiSSID("lo") == nil)
+        #expect(probe.wifiSSID("drowse-none0") == nil)
+        var buf = [UInt8](repeating: 0, count: 32)
+        // lo is a device but not a Wi-Fi one (ENODEV), or there is no Wi-Fi driver at all (ENOTSUP, the same number as EOPNOTSUPP).
+        let rc = drowse_wifi_ssid("lo", &buf, buf.count)
+        #expect(rc == -ENODEV || rc == -EOPNOTSUPP, "drowse_wifi_ssid(lo) = \(rc)")
+        #expect(drowse_wifi_ssid("drowse-none0", &buf, buf.count) == -ENODEV)
     }
 }

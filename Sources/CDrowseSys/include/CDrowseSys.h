@@ -106,6 +106,12 @@ int drowse_netlink_route_socket(void);
 /// A netlink socket for kernel uevents (non-blocking). -1 on error.
 int drowse_netlink_uevent_socket(void);
 
+/// The SSID the Wi-Fi interface `ifname` is associated with, from nl80211 (wifi.c), copied into
+/// out (at most cap bytes; an SSID has at most 32). Returns its length, 0 when the interface has
+/// none (not associated, not a station), or -errno: -ENODEV not a Wi-Fi interface, -ENOTSUP no
+/// Wi-Fi driver loaded, -ETIMEDOUT no answer within 500 ms.
+int drowse_wifi_ssid(const char *ifname, unsigned char *out, size_t cap);
+
 /// Sets Swift concurrency's global-enqueue hook unless one is set. Returns 1 if set.
 int drowse_set_enqueue_global_hook(void *hook);
 
