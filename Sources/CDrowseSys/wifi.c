@@ -1,14 +1,19 @@
 /* The SSID a Wi-Fi station interface is associated with, asked of the kernel's nl80211 over
-   generic netlink: what `iw dev IFACE info` prints as "ssid". Two request-answer exchanges on a
-   socket of their own (the nl80211 family's id, then NL80211_CMD_GET_INTERFACE for the interface's
-   index), each answer awaited at most 500 ms. See docs/design.md, "The adaptive keepalive": the
-   keepalive is learned per network, and a Wi-Fi network is its interface and its SSID. */
+   generic netlink, on a socket of its own, each answer awaited at most 500 ms:
+   1. the nl80211 family's id (CTRL_CMD_GETFAMILY);
+   2. NL80211_CMD_GET_INTERFACE for the interface's index: its NL80211_ATTR_SSID, which some
+      kernels give only for connections cfg80211's own SME made (`iw dev IFACE info`);
+   3. else NL80211_CMD_GET_SCAN (a dump of the BSSs the interface knows): the one whose status is
+      associated, and the SSID element of its information elements (`iw dev IFACE link`).
+   See docs/design.md, "The adaptive keepalive": the keepalive is learned per network, and a Wi-Fi
+   network is its interface and its SSID. */
 
 #include <errno.h>
 #include <linux/genetlink.h>
 #include <linux/netlink.h>
 #include <linux/nl80211.h>
 #include <net/if.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -16,7 +21,9 @@
 
 #include "CDrowseSys.h"
 
-enum { REQ_CAP = 128, ANSWER_CAP = 8192 };
+enum { REQ_CAP = 128, ANSWER_CAP = 32768 };
+
+struct found { unsigned char *out; size_t cap; int len; };
 
 static void put_attr(struct nlmsghdr *n, unsigned short type, const void *data, size_t len) {
     struct nlattr *a = (struct nlattr *)((char *)n + NLMSG_ALIGN(n->nlmsg_len));
@@ -26,55 +33,102 @@ static void put_attr(struct nlmsghdr *n, unsigned short type, const void *data, 
     n->nlmsg_len = NLMSG_ALIGN(n->nlmsg_len) + NLA_ALIGN(a->nla_len);
 }
 
-/* Sends the request and copies attribute `want` of the answer (a generic netlink message) into
-   out. Returns its length, 0 when the answer lacks it, or -errno (the kernel's error included). */
-static int ask(int fd, struct nlmsghdr *req, unsigned short want, void *out, size_t cap) {
+/* The attribute `type` among the attributes in [attrs, attrs + len); NULL when absent. */
+static const struct nlattr *attr(const void *attrs, size_t len, unsigned short type) {
+    const struct nlattr *a = attrs;
+    while (len >= NLA_HDRLEN && a->nla_len >= NLA_HDRLEN && a->nla_len <= len) {
+        if ((a->nla_type & NLA_TYPE_MASK) == type) return a;
+        size_t step = NLA_ALIGN(a->nla_len);
+        if (step >= len) break;
+        len -= step;
+        a = (const struct nlattr *)((const char *)a + step);
+    }
+    return NULL;
+}
+
+static const void *payload(const struct nlattr *a) { return (const char *)a + NLA_HDRLEN; }
+static size_t payload_len(const struct nlattr *a) { return a->nla_len - NLA_HDRLEN; }
+
+static void keep(struct found *f, const void *data, size_t len) {
+    if (len > f->cap) len = f->cap;
+    memcpy(f->out, data, len);
+    f->len = (int)len;
+}
+
+/* Sends the request and hands the attributes of each answer message to `each`, until one
+   answer (a plain request) or the dump's end, or until `each` returns non-zero. Returns 0, or
+   -errno (the kernel's error included, -ETIMEDOUT when nothing came within 500 ms). */
+static int exchange(int fd, struct nlmsghdr *req, int (*each)(const void *attrs, size_t len, struct found *), struct found *f) {
     if (send(fd, req, req->nlmsg_len, 0) < 0) return -errno;
     static __thread char answer[ANSWER_CAP] __attribute__((aligned(NLMSG_ALIGNTO)));
+    int dump = (req->nlmsg_flags & NLM_F_DUMP) != 0;
     for (;;) {
         ssize_t got = recv(fd, answer, sizeof answer, 0);
-        if (got < 0) return errno == EAGAIN ? -ETIMEDOUT : -errno;
-        size_t left = (size_t)got;
+        if (got < 0) return errno == EAGAIN || errno == EWOULDBLOCK ? -ETIMEDOUT : -errno;
+        int left = (int)got;
         for (struct nlmsghdr *n = (struct nlmsghdr *)answer; NLMSG_OK(n, left); n = NLMSG_NEXT(n, left)) {
             if (n->nlmsg_seq != req->nlmsg_seq) continue;
             if (n->nlmsg_type == NLMSG_ERROR) {
                 const struct nlmsgerr *e = NLMSG_DATA(n);
-                return e->error < 0 ? e->error : -EPROTO;
+                return e->error;
             }
             if (n->nlmsg_type == NLMSG_DONE) return 0;
             if (n->nlmsg_len < NLMSG_LENGTH(GENL_HDRLEN)) return -EPROTO;
-            size_t alen = n->nlmsg_len - NLMSG_LENGTH(GENL_HDRLEN);
-            struct nlattr *a = (struct nlattr *)((char *)NLMSG_DATA(n) + GENL_HDRLEN);
-            while (alen >= NLA_HDRLEN && a->nla_len >= NLA_HDRLEN && a->nla_len <= alen) {
-                if ((a->nla_type & NLA_TYPE_MASK) == want) {
-                    size_t len = a->nla_len - NLA_HDRLEN;
-                    if (len > cap) len = cap;
-                    memcpy(out, (char *)a + NLA_HDRLEN, len);
-                    return (int)len;
-                }
-                size_t step = NLA_ALIGN(a->nla_len);
-                if (step > alen) break;
-                alen -= step;
-                a = (struct nlattr *)((char *)a + step);
-            }
-            return 0;
+            if (each((char *)NLMSG_DATA(n) + GENL_HDRLEN, n->nlmsg_len - NLMSG_LENGTH(GENL_HDRLEN), f)) return 0;
+            if (!dump) return 0;
         }
     }
 }
 
-static void start(struct nlmsghdr *n, unsigned short type, unsigned seq, unsigned char cmd) {
+static void start(struct nlmsghdr *n, unsigned short type, unsigned short flags, unsigned seq, unsigned char cmd) {
     memset(n, 0, REQ_CAP);
     n->nlmsg_len = NLMSG_LENGTH(GENL_HDRLEN);
     n->nlmsg_type = type;
-    n->nlmsg_flags = NLM_F_REQUEST;
+    n->nlmsg_flags = NLM_F_REQUEST | flags;
     n->nlmsg_seq = seq;
     struct genlmsghdr *g = NLMSG_DATA(n);
     g->cmd = cmd;
     g->version = 1;
 }
 
+static int family_id(const void *attrs, size_t len, struct found *f) {
+    const struct nlattr *a = attr(attrs, len, CTRL_ATTR_FAMILY_ID);
+    if (a && payload_len(a) == sizeof(uint16_t)) keep(f, payload(a), sizeof(uint16_t));
+    return 1;
+}
+
+static int interface_ssid(const void *attrs, size_t len, struct found *f) {
+    const struct nlattr *a = attr(attrs, len, NL80211_ATTR_SSID);
+    if (a && payload_len(a) > 0) keep(f, payload(a), payload_len(a));
+    return 1;
+}
+
+static int associated_bss_ssid(const void *attrs, size_t len, struct found *f) {
+    const struct nlattr *bss = attr(attrs, len, NL80211_ATTR_BSS);
+    if (!bss) return 0;
+    const struct nlattr *status = attr(payload(bss), payload_len(bss), NL80211_BSS_STATUS);
+    if (!status || payload_len(status) != sizeof(uint32_t)) return 0;
+    uint32_t st;
+    memcpy(&st, payload(status), sizeof st);
+    if (st != NL80211_BSS_STATUS_ASSOCIATED && st != NL80211_BSS_STATUS_IBSS_JOINED) return 0;
+    const struct nlattr *ies = attr(payload(bss), payload_len(bss), NL80211_BSS_INFORMATION_ELEMENTS);
+    if (!ies) return 1;
+    /* Information elements: an id byte, a length byte, the data; the SSID is element 0. */
+    const unsigned char *p = payload(ies);
+    size_t left = payload_len(ies);
+    while (left >= 2 && (size_t)p[1] + 2 <= left) {
+        if (p[0] == 0) {
+            if (p[1] > 0) keep(f, p + 2, p[1]);
+            return 1;
+        }
+        left -= (size_t)p[1] + 2;
+        p += (size_t)p[1] + 2;
+    }
+    return 1;
+}
+
 int drowse_wifi_ssid(const char *ifname, unsigned char *out, size_t cap) {
-    unsigned ifindex = if_nametoindex(ifname);
+    unsigned int ifindex = if_nametoindex(ifname);
     if (ifindex == 0) return -errno;
     int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_GENERIC);
     if (fd < 0) return -errno;
@@ -88,22 +142,26 @@ int drowse_wifi_ssid(const char *ifname, unsigned char *out, size_t cap) {
     char buf[REQ_CAP] __attribute__((aligned(NLMSG_ALIGNTO)));
     struct nlmsghdr *req = (struct nlmsghdr *)buf;
 
-    /* The nl80211 family's id: none without a Wi-Fi driver (cfg80211) loaded. */
-    start(req, GENL_ID_CTRL, 1, CTRL_CMD_GETFAMILY);
+    /* The nl80211 family: none without a Wi-Fi driver (cfg80211) loaded. */
+    uint16_t family = 0;
+    struct found f = { (unsigned char *)&family, sizeof family, 0 };
+    start(req, GENL_ID_CTRL, 0, 1, CTRL_CMD_GETFAMILY);
     put_attr(req, CTRL_ATTR_FAMILY_NAME, NL80211_GENL_NAME, sizeof NL80211_GENL_NAME);
-    unsigned short family = 0;
-    rc = ask(fd, req, CTRL_ATTR_FAMILY_ID, &family, sizeof family);
-    if (rc >= 0 && rc != (int)sizeof family) rc = -ENOENT;
-    if (rc < 0) {
-        close(fd);
-        return rc == -ENOENT ? -ENOTSUP : rc;
-    }
+    rc = exchange(fd, req, family_id, &f);
+    if (rc == -ENOENT || (rc == 0 && f.len != (int)sizeof family)) rc = -ENOTSUP;
+    if (rc < 0) { close(fd); return rc; }
 
-    /* The interface: its SSID while associated (a station), nothing otherwise. */
-    start(req, family, 2, NL80211_CMD_GET_INTERFACE);
-    unsigned int index = ifindex;
-    put_attr(req, NL80211_ATTR_IFINDEX, &index, sizeof index);
-    rc = ask(fd, req, NL80211_ATTR_SSID, out, cap);
+    /* The interface's own record (-ENODEV: not a Wi-Fi interface). */
+    f = (struct found){ out, cap, 0 };
+    start(req, family, 0, 2, NL80211_CMD_GET_INTERFACE);
+    put_attr(req, NL80211_ATTR_IFINDEX, &ifindex, sizeof ifindex);
+    rc = exchange(fd, req, interface_ssid, &f);
+    if (rc == 0 && f.len == 0) {
+        /* The BSS it is associated with. */
+        start(req, family, NLM_F_DUMP, 3, NL80211_CMD_GET_SCAN);
+        put_attr(req, NL80211_ATTR_IFINDEX, &ifindex, sizeof ifindex);
+        rc = exchange(fd, req, associated_bss_ssid, &f);
+    }
     close(fd);
-    return rc;
+    return rc < 0 ? rc : f.len;
 }
