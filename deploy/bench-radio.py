@@ -469,7 +469,14 @@ def report(tmp, k, scenario, strategies, command, markdown=None):
             ratios[s] = {key: (rows[s][key] / d[key] if d[key] else None) for key in ("wakes", "radio_on_s", "joules")}
     notes = [l.rstrip("\n") for l in open(os.path.join(tmp, "notes.txt"))] if os.path.exists(os.path.join(tmp, "notes.txt")) else []
     sim = load(os.path.join(tmp, "sim.json")) if os.path.exists(os.path.join(tmp, "sim.json")) else None
-    results = {"scenario": scenario, "compress": k, "command": command, "strategies": rows, "ratios_to_drowse": ratios, "notes": notes}
+    # The checkout as it was when the run began (written by bench-radio.sh), not at the report.
+    try:
+        with open(os.path.join(tmp, "commit")) as f:
+            commit = f.read().strip() or "?"
+    except OSError:
+        commit = "?"
+    results = {"scenario": scenario, "compress": k, "command": command, "commit": commit, "strategies": rows,
+               "ratios_to_drowse": ratios, "notes": notes}
     if sim:
         results["simulate"] = {s: {"wakes": sim[s]["promotions"], "radio_on_s": sim[s]["radio_on_seconds"], "joules": sim[s]["energy_joules"],
                                    "keepalive_wakes": sim[s].get("push", {}).get("keepalive_wakes"),
@@ -534,9 +541,8 @@ def section(res, lines):
     rows = res["strategies"]
     k = res["compress"]
     any_row = next(iter(rows.values()))
-    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip() or "?"
     text = [f"`{res['command']}`", "",
-            f"Measured {time.strftime('%Y-%m-%d')} at commit {rev}, {os.cpu_count()} CPUs, Linux {platform.release()}; "
+            f"Measured {time.strftime('%Y-%m-%d')} with the checkout at {res['commit']} when the run began, {os.cpu_count()} CPUs, Linux {platform.release()}; "
             f"{fmt(any_row['span_s'] / 3600, 1)} h of scenario time per strategy, each run in {fmt(any_row['span_s'] / k / 60, 1)} min; "
             f"radio model {any_row['model']} on the device side of the veth, every IP packet an instant of activity. "
             "Seconds, joules and latencies are of the uncompressed run (the capture's times × K). "

@@ -80,6 +80,7 @@ done
 [ "$(id -u)" -eq 0 ] || die "needs root: it makes network namespaces (run it with sudo)"
 COMMAND="deploy/bench-radio.sh $SCENARIO --compress $K${PCAP_DIR:+ --keep-pcap $PCAP_DIR}${MARKDOWN:+ --markdown}"
 [ "$STRATEGIES" = drowse,naive,android ] || COMMAND+=" --strategies $STRATEGIES"
+[ -z "${DROWSE_BIN_DIR:-}" ] || COMMAND="DROWSE_BIN_DIR=$DROWSE_BIN_DIR $COMMAND"
 SCENARIO=$(cd "$(dirname "$SCENARIO")" && pwd)/$(basename "$SCENARIO")
 [ -z "$RESULTS" ] || RESULTS=$(cd "$(dirname "$RESULTS")" && pwd)/$(basename "$RESULTS")
 if [ -n "$PCAP_DIR" ]; then mkdir -p "$PCAP_DIR"; PCAP_DIR=$(cd "$PCAP_DIR" && pwd); fi
@@ -92,6 +93,10 @@ HELPER=$DROWSE_ROOT/deploy/bench-radio.py
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/drowse-radio.XXXXXX")
 chmod 755 "$TMP"
+# What the table says it measured: the checkout now, not when the report is written (a run at
+# K = 72 takes an hour, and commits may land meanwhile). With DROWSE_BIN_DIR the binaries are
+# whatever that folder holds: the command line in the table says so.
+git -C "$DROWSE_ROOT" describe --always --dirty >"$TMP/commit" 2>/dev/null || echo "a checkout without git" >"$TMP/commit"
 DEV=drowse-rdev-$$
 SRV=drowse-rsrv-$$
 DEV_IP=10.214.0.2
