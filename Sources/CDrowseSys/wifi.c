@@ -14,6 +14,7 @@
 #include <linux/nl80211.h>
 #include <net/if.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -58,12 +59,12 @@ static void keep(struct found *f, const void *data, size_t len) {
 /* Sends the request and hands the attributes of each answer message to `each`, until one
    answer (a plain request) or the dump's end, or until `each` returns non-zero. Returns 0, or
    -errno (the kernel's error included, -ETIMEDOUT when nothing came within 500 ms). */
-static int exchange(int fd, struct nlmsghdr *req, int (*each)(const void *attrs, size_t len, struct found *), struct found *f) {
+static int exchange(int fd, struct nlmsghdr *req, char *answer, int (*each)(const void *attrs, size_t len, struct found *),
+                    struct found *f) {
     if (send(fd, req, req->nlmsg_len, 0) < 0) return -errno;
-    static __thread char answer[ANSWER_CAP] __attribute__((aligned(NLMSG_ALIGNTO)));
     int dump = (req->nlmsg_flags & NLM_F_DUMP) != 0;
     for (;;) {
-        ssize_t got = recv(fd, answer, sizeof answer, 0);
+        ssize_t got = recv(fd, answer, ANSWER_CAP, 0);
         if (got < 0) return errno == EAGAIN || errno == EWOULDBLOCK ? -ETIMEDOUT : -errno;
         int left = (int)got;
         for (struct nlmsghdr *n = (struct nlmsghdr *)answer; NLMSG_OK(n, left); n = NLMSG_NEXT(n, left)) {
@@ -141,27 +142,32 @@ int drowse_wifi_ssid(const char *ifname, unsigned char *out, size_t cap) {
     }
     char buf[REQ_CAP] __attribute__((aligned(NLMSG_ALIGNTO)));
     struct nlmsghdr *req = (struct nlmsghdr *)buf;
+    /* The answers' buffer lives only for this call (malloc's alignment suits netlink's 4 bytes):
+       a thread-local one would cost every thread of drowsed its size. */
+    char *answer = malloc(ANSWER_CAP);
+    if (!answer) { close(fd); return -ENOMEM; }
 
     /* The nl80211 family: none without a Wi-Fi driver (cfg80211) loaded. */
     uint16_t family = 0;
     struct found f = { (unsigned char *)&family, sizeof family, 0 };
     start(req, GENL_ID_CTRL, 0, 1, CTRL_CMD_GETFAMILY);
     put_attr(req, CTRL_ATTR_FAMILY_NAME, NL80211_GENL_NAME, sizeof NL80211_GENL_NAME);
-    rc = exchange(fd, req, family_id, &f);
+    rc = exchange(fd, req, answer, family_id, &f);
     if (rc == -ENOENT || (rc == 0 && f.len != (int)sizeof family)) rc = -ENOTSUP;
-    if (rc < 0) { close(fd); return rc; }
+    if (rc < 0) { free(answer); close(fd); return rc; }
 
     /* The interface's own record (-ENODEV: not a Wi-Fi interface). */
     f = (struct found){ out, cap, 0 };
     start(req, family, 0, 2, NL80211_CMD_GET_INTERFACE);
     put_attr(req, NL80211_ATTR_IFINDEX, &ifindex, sizeof ifindex);
-    rc = exchange(fd, req, interface_ssid, &f);
+    rc = exchange(fd, req, answer, interface_ssid, &f);
     if (rc == 0 && f.len == 0) {
         /* The BSS it is associated with. */
         start(req, family, NLM_F_DUMP, 3, NL80211_CMD_GET_SCAN);
         put_attr(req, NL80211_ATTR_IFINDEX, &ifindex, sizeof ifindex);
-        rc = exchange(fd, req, associated_bss_ssid, &f);
+        rc = exchange(fd, req, answer, associated_bss_ssid, &f);
     }
+    free(answer);
     close(fd);
     return rc < 0 ? rc : f.len;
 }
