@@ -44,13 +44,14 @@ ANDROID_HEARTBEAT = 28 * 60.0
 MIN_KEEPALIVE = 1.0
 MIN_MAX_KEEPALIVE = 5.0
 MIN_DEADLINE = 1.0
-# Radio tails of `[radio] model` (Sources/DrowseCore/RadioModel.swift): drowsed plans with one
-# of these, which no key scales.
+# Radio tails of `[radio] model` (Sources/DrowseCore/RadioModel.swift): drowsed plans with the
+# scenario's divided by K (`[radio] tail`, whole milliseconds).
 TAILS = {"lte": 11.576, "3g": 8.912, "wifi": 0.238, "ethernet": 0.0}
 # The planner's longest tolerance (FetchPlanner.maxTolerance); not a config key.
 MAX_TOLERANCE = 1800.0
-# Real seconds a handler run costs beyond its scaled duration (starting sh, curl and sleep): about
-# 0.03 s on a 2-core x86 machine, with room for a loaded one. It does not shrink with K.
+# Real seconds a handler run may cost beyond its scaled duration (exec, connect, the GET, waking
+# from its sleep): a few milliseconds on a 2-core x86 machine, with room for a loaded one or a
+# slow board. It does not shrink with K.
 HANDLER_OVERHEAD = 0.1
 
 
@@ -98,13 +99,12 @@ def prepare(plan_path, k, tmp, server_ip, http_port):
     notes.append(f"daily_budget {sched['daily_budget']:g} s / {k:g} = {sched['daily_budget'] / k:.3g} s, plus {HANDLER_OVERHEAD:g} s "
                  f"for each of the {runs_per_day:.0f} runs a day of the busiest app"
                  + (f", times the {days:.3g} scenario days in 24 real hours" if days > 1 else "") + f": {budget:.3g} s. "
-                 "A run's start-up (sh, curl) takes real time that K does not shrink, and drowsed counts it against the budget")
+                 "A run's start-up (exec, connect) takes real time that K does not shrink, and drowsed counts it against the budget")
     minimum = max(MIN_DEADLINE, sched["minimum_interval"] / k)
     per_hour = min(10000, round(plan.get("max_per_hour", MAX_PER_HOUR) * k))
     tail = TAILS[plan["radio"]] if plan["radio"] in TAILS else TAILS["lte"]
-    model = min(TAILS, key=lambda m: abs(TAILS[m] - tail / k))
-    notes.append(f"[radio] model = \"{model}\": drowsed lets due fetches ride the radio's tail after other traffic, and no key scales "
-                 f"the tail; {model}'s {TAILS[model]:g} s is the nearest to {plan['radio']}'s {tail:g} s / {k:g} = {tail / k:.3g} s")
+    model = plan["radio"] if plan["radio"] in TAILS else "lte"
+    tail_ms = round(tail / k * 1000)
     long_apps = [a["id"] for a in plan["apps"] if a["interval"] and a["interval"] * (sched["tolerance"] or 0.5) > MAX_TOLERANCE]
     if long_apps:
         notes.append(f"the planner's 30 min cap on a fetch's tolerance is not a key and stays 30 min of real time: "
@@ -135,32 +135,14 @@ def prepare(plan_path, k, tmp, server_ip, http_port):
                     f.write(f"{sched['handler_deadline'] / k:.4f} {deadline + 5:.4f} {code}\n")
                 else:
                     f.write(f"{d / k:.4f} {d / k:.4f} {code}\n")
-        url = f"http://{server_ip}:{http_port}/f/{size}.bin"
-        runs = max(1, len(app["runs"]))
-        script = f"""#!/bin/sh
-# Handler of app {app["id"]} (deploy/bench-radio.sh): fetch|notify STRATEGY OUT [PAYLOAD]
-mode=$1 strategy=$2 out=$3
-if [ "$mode" = notify ]; then
-    t=$(date +%s.%N)
-    p=${{4-$(cat)}}
-    s=${{p#*\\"seq\\":}}
-    s=${{s%%[,\\}}]*}}
-    echo "$s $t {app["id"]}" >>"$out/starts.txt"
-    exec curl -s -o /dev/null --max-time 20 {url}
-fi
-k=$(cat "$out/count.{app["id"]}" 2>/dev/null || echo 0)
-echo $((k + 1)) >"$out/count.{app["id"]}"
-set -- $(sed -n "$((k % {runs} + 1))p" "{hdir}/{app["id"]}.runs")
-[ "$strategy" = drowse ] && d=$2 || d=$1
-echo "$(date +%s.%N) {app["id"]} $k" >>"$out/runs.txt"
-curl -s -o /dev/null --max-time 20 {url}
-sleep "$d"
-exit "$3"
-"""
+        # deploy/bench-handler.c serves every app: the symlink's name says which, its .conf where
+        # the app's file is and the runs to replay. bench-radio.sh compiles it into h/bench-handler.
+        with open(os.path.join(hdir, app["id"] + ".conf"), "w") as f:
+            f.write(f"{server_ip} {http_port} /f/{size}.bin {os.path.join(hdir, app['id'] + '.runs')}\n")
         path = os.path.join(hdir, app["id"])
-        with open(path, "w") as f:
-            f.write(script)
-        os.chmod(path, 0o755)
+        if os.path.lexists(path):
+            os.unlink(path)
+        os.symlink("bench-handler", path)
 
     # drowsed: the scenario's apps as app files, every duration divided by K.
     d = os.path.join(tmp, "drowse")
@@ -189,6 +171,7 @@ max_per_hour = {per_hour}
 
 [radio]
 model = "{model}"
+tail = "{tail_ms}ms"
 """)
     for app in plan["apps"]:
         h = os.path.join(hdir, app["id"])
@@ -201,7 +184,7 @@ model = "{model}"
             f.write(text)
     with open(os.path.join(tmp, "notes.txt"), "w") as f:
         f.writelines(n + "\n" for n in notes)
-    print(f"drowsed: [mqtt] keepalive {keepalive:g} s, handler_deadline {deadline:.3g} s, max_per_hour {per_hour}, [radio] model {model}")
+    print(f"drowsed: [mqtt] keepalive {keepalive:g} s, handler_deadline {deadline:.3g} s, max_per_hour {per_hour}, [radio] model {model}, tail {tail_ms} ms")
 
 
 # ---------------------------------------------------------------------------- MQTT 3.1.1

@@ -4,7 +4,7 @@
 # times, and `drowse radio` prices each capture with the radio model `drowse simulate` uses.
 #
 #   deploy/bench-radio.sh SCENARIO [--compress K] [--keep-pcap DIR] [--markdown]
-#                         [--strategies LIST] [--results FILE]
+#                         [--strategies LIST] [--results FILE] [--sequential]
 #       SCENARIO        a deploy/scenarios/*.toml file: its apps (interval, handler durations and
 #                       results, `size` fetched per run, default 20 KiB) and its [[notification]]
 #                       schedules (deploy/scenarios/twenty-apps-lte-push.toml has some)
@@ -15,23 +15,27 @@
 #                       the section for this scenario and K only)
 #       --strategies    comma-separated, from drowse,naive,android (default all three, in that order)
 #       --results FILE  also write the figures as JSON to FILE
+#       --sequential    run the strategies one after the other on one link (default: at once,
+#                       each on its own link and server, so the bench takes duration / K)
 #
 # Setup: two network namespaces joined by a veth pair. "device" has the veth as its only link
-# (IPv6 off, static neighbour entries: nothing but the strategies' own traffic crosses it);
+# (IPv6 off, static neighbour entries, ACKs at once: nothing but the strategies' own traffic crosses it);
 # "server" holds nginx (a file of each app's size) and mosquitto on TCP 1883. tcpdump on the
-# device's end of the veth writes one pcap per strategy. The strategies run one after the other,
-# each for the scenario's duration / K:
+# device's end of the veth writes one pcap per strategy. The strategies run at the same time, each
+# in its own pair of namespaces with its own server (--sequential: one after the other on one
+# pair), each for the scenario's duration / K:
 #   drowse   the real drowsed in the device namespace, the scenario's apps as app files, every
 #            duration divided by K through drowsed's own keys ([mqtt] keepalive, [scheduler],
-#            [notifications] max_per_hour); what no key scales is printed, and written with the table;
+#            [notifications] max_per_hour, [radio] tail); what no key scales is printed, and
+#            written with the table;
 #   naive    each app on its own timer (a random phase, then every interval: the simulator's naive
 #            schedule, from `drowse simulate --plan`), and a push connection with mosquitto_sub's
 #            default keepalive (60 s / K) starting the notification handler;
 #   android  inexact repeating alarms batched as the simulator's Android baseline does (each may be
 #            delivered within 75 % of its interval after its time; overlapping windows go
 #            together), and a push connection with a 28-minute heartbeat (/ K).
-# The same handler serves all three: it stamps its start, GETs the app's file from nginx with
-# curl, sleeps the k-th run's duration (/ K, the simulator's draws) and exits with the k-th
+# The same handler serves all three (deploy/bench-handler.c, one process: its first packet leaves
+# about a millisecond after its start): it stamps its start, GETs the app's file from nginx, sleeps the k-th run's duration (/ K, the simulator's draws) and exits with the k-th
 # result (exit 100: no data). Notifications are published on the scenario's schedule from the
 # server's side on one MQTT connection; latency is from the PUBLISH to the handler's start.
 # The baselines' push connection is a small Python MQTT 3.1.1 client (deploy/bench-radio.py)
@@ -39,21 +43,23 @@
 # Under its table it prints what `drowse simulate SCENARIO --compress K` predicted for the same
 # run (Sources/DrowseSimulation/WireScaling.swift: what the bench gives drowsed at K).
 #
-# Needs root (network namespaces); installs iproute2, tcpdump, mosquitto, mosquitto-clients, curl,
-# python3 and nginx when missing. Stops everything it started on every exit, Ctrl-C included.
+# Needs root (network namespaces); installs iproute2, tcpdump, mosquitto, mosquitto-clients,
+# python3, gcc and nginx when missing. Stops everything it started on every exit, Ctrl-C included.
 # Env: DROWSE_BIN_DIR  binaries to use instead of the release build
 #      KEEP=1          keep the temp dir (logs, captures) and print where it is
 set -euo pipefail
 # shellcheck source=deploy/common.sh
 . "$(dirname "$0")/common.sh"
 
-usage() { sed -n '5,15p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '5,17p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 SCENARIO=
 K=24
 PCAP_DIR=
 MARKDOWN=
 STRATEGIES=drowse,naive,android
 RESULTS=
+SEQUENTIAL=
+INTO=
 while [ $# -gt 0 ]; do
     case "$1" in
         --compress) K=${2:-}; shift 2 ;;
@@ -65,6 +71,9 @@ while [ $# -gt 0 ]; do
         --strategies=*) STRATEGIES=${1#*=}; shift ;;
         --results) RESULTS=${2:-}; shift 2 ;;
         --results=*) RESULTS=${1#*=}; shift ;;
+        --sequential) SEQUENTIAL=1; shift ;;
+        # Internal: run one strategy and leave its files in DIR (the parent's, for its report).
+        --into) INTO=${2:-}; shift 2 ;;
         -h|--help) usage ;;
         -*) die "unknown option $1 (see --help)" ;;
         *) [ -z "$SCENARIO" ] || die "one scenario only"; SCENARIO=$1; shift ;;
@@ -80,13 +89,14 @@ done
 [ "$(id -u)" -eq 0 ] || die "needs root: it makes network namespaces (run it with sudo)"
 COMMAND="deploy/bench-radio.sh $SCENARIO --compress $K${PCAP_DIR:+ --keep-pcap $PCAP_DIR}${MARKDOWN:+ --markdown}"
 [ "$STRATEGIES" = drowse,naive,android ] || COMMAND+=" --strategies $STRATEGIES"
+[ -z "$SEQUENTIAL" ] || COMMAND+=" --sequential"
 [ -z "${DROWSE_BIN_DIR:-}" ] || COMMAND="DROWSE_BIN_DIR=$DROWSE_BIN_DIR $COMMAND"
 SCENARIO=$(cd "$(dirname "$SCENARIO")" && pwd)/$(basename "$SCENARIO")
 [ -z "$RESULTS" ] || RESULTS=$(cd "$(dirname "$RESULTS")" && pwd)/$(basename "$RESULTS")
 if [ -n "$PCAP_DIR" ]; then mkdir -p "$PCAP_DIR"; PCAP_DIR=$(cd "$PCAP_DIR" && pwd); fi
 cd "$DROWSE_ROOT"
 
-need_packages iproute2 tcpdump mosquitto mosquitto-clients curl python3
+need_packages iproute2 tcpdump mosquitto mosquitto-clients python3 gcc libc6-dev
 need_nginx
 release_binaries   # sets BIN
 HELPER=$DROWSE_ROOT/deploy/bench-radio.py
@@ -131,9 +141,41 @@ python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 10 else 1)" "$RUN_SE
     die "the scenario's duration / K is $RUN_SECONDS s: too short to measure (at least 10 s)"
 python3 "$HELPER" prepare "$TMP/plan.json" "$K" "$TMP" "$SRV_IP" "$HTTP_PORT" | while read -r l; do say "$l"; done
 while read -r l; do say "not scaled: $l"; done <"$TMP/notes.txt"
+# The handler, for this machine's architecture (the apps' files are symlinks to it).
+gcc -O2 -Wall -Werror -o "$TMP/h/bench-handler" "$DROWSE_ROOT/deploy/bench-handler.c" || die "could not compile deploy/bench-handler.c"
 N_STRAT=$(echo "${STRATEGIES//,/ }" | wc -w)
 say "$(basename "$SCENARIO"): $(python3 -c "print(f'{float(\"$DURATION\") / 3600:g}')") h of scenario, $NOTIFICATIONS notifications;" \
-    "each strategy runs $RUN_SECONDS s (K = $K); about $(python3 -c "print(round($N_STRAT * ($RUN_SECONDS + 15) / 60))") min in all"
+    "each strategy runs $RUN_SECONDS s (K = $K); about $(python3 -c "print(round(${SEQUENTIAL:+$N_STRAT *} ($RUN_SECONDS + 15) / 60))") min in all"
+
+report_results() {
+    python3 "$HELPER" report "$TMP" "$K" "$SCENARIO" "$STRATEGIES" "$COMMAND" ${MARKDOWN:+"$DROWSE_ROOT/docs/benchmarks.md"}
+    [ -z "$RESULTS" ] || cp "$TMP/results.json" "$RESULTS"
+    [ -z "$MARKDOWN" ] || say "wrote the section into docs/benchmarks.md"
+}
+
+# ---------------------------------------------------------------------------- at once
+# Each strategy in an invocation of its own (its namespaces, server and capture), all started
+# together; their files come back into this run's folder for one report.
+if [ -z "$SEQUENTIAL" ] && [ "$N_STRAT" -gt 1 ]; then
+    CHILDREN=()
+    for s in ${STRATEGIES//,/ }; do
+        mkdir -p "$TMP/$s"
+        "$0" "$SCENARIO" --compress "$K" --strategies "$s" --into "$TMP/$s" >"$TMP/$s.log" 2>&1 &
+        PIDS+=($!)
+        CHILDREN+=("$s:$!")
+    done
+    failed=
+    for c in "${CHILDREN[@]}"; do
+        wait "${c#*:}" || { failed+=" ${c%%:*}"; tail -n 20 "$TMP/${c%%:*}.log" >&2; }
+    done
+    [ -z "$failed" ] || die "failed:$failed (their output is above)"
+    for s in ${STRATEGIES//,/ }; do
+        grep "^==> $s: [0-9]" "$TMP/$s.log" >&2 || true
+        [ -z "$PCAP_DIR" ] || cp "$TMP/$s/$s.pcap" "$PCAP_DIR/$s.pcap"
+    done
+    report_results
+    exit 0
+fi
 
 # ---------------------------------------------------------------------------- the link
 ip netns add "$DEV"
@@ -150,8 +192,12 @@ indev ip addr add "$DEV_IP/24" dev rdev
 insrv ip addr add "$SRV_IP/24" dev rsrv
 indev ip link set rdev up
 insrv ip link set rsrv up
-# drowsed is online only with a default route.
-indev ip route add default via "$SRV_IP" dev rdev
+# drowsed is online only with a default route. Every route acknowledges at once (quickack): the
+# kernel's 40 ms delayed ACK is real time that compressing by K would stretch into seconds of
+# scenario after each exchange (a real day's 40 ms are nothing against an 11.6 s tail).
+indev ip route add default via "$SRV_IP" dev rdev quickack 1
+indev ip route change 10.214.0.0/24 dev rdev proto kernel scope link src "$DEV_IP" quickack 1
+insrv ip route change 10.214.0.0/24 dev rsrv proto kernel scope link src "$SRV_IP" quickack 1
 # Static neighbours: no ARP on the link (a cellular link has none).
 indev ip neigh replace "$SRV_IP" lladdr "$(insrv cat /sys/class/net/rsrv/address)" dev rdev nud permanent
 insrv ip neigh replace "$DEV_IP" lladdr "$(indev cat /sys/class/net/rdev/address)" dev rsrv nud permanent
@@ -252,8 +298,10 @@ run_strategy() {   # run_strategy NAME
 }
 
 for s in ${STRATEGIES//,/ }; do run_strategy "$s"; done
+if [ -n "$INTO" ]; then
+    cp -a "$TMP/$STRATEGIES/." "$INTO/"
+    exit 0
+fi
 
 # ---------------------------------------------------------------------------- results
-python3 "$HELPER" report "$TMP" "$K" "$SCENARIO" "$STRATEGIES" "$COMMAND" ${MARKDOWN:+"$DROWSE_ROOT/docs/benchmarks.md"}
-[ -z "$RESULTS" ] || cp "$TMP/results.json" "$RESULTS"
-[ -z "$MARKDOWN" ] || say "wrote the section into docs/benchmarks.md"
+report_results

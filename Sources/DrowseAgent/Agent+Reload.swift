@@ -72,7 +72,7 @@ extension Agent {
 
     /// The top-level keys and tables of drowse.toml whose values differ, as drowse.toml names them.
     static func changedKeys(_ old: MainConfig, _ new: MainConfig) -> [String] {
-        let names = ["deviceID": "device_id", "stateDir": "state_dir", "appsDir": "apps_dir", "socket": "socket", "radioModel": "[radio]"]
+        let names = ["deviceID": "device_id", "stateDir": "state_dir", "appsDir": "apps_dir", "socket": "socket", "radioModel": "[radio]", "radioTail": "[radio]"]
         let a = Mirror(reflecting: old).children, b = Mirror(reflecting: new).children
         return zip(a, b).compactMap { x, y in
             guard let label = x.label, label != "file", String(describing: x.value) != String(describing: y.value) else { return nil }

@@ -89,7 +89,7 @@ package struct AgentParts {
         let conditions = ConditionsService(
             reader: ConditionsProbe(sysfsRoot: config.conditions.sysfsRoot, meteredInterfaces: config.conditions.meteredInterfaces),
             policy: ConditionsPolicy(batteryLowPercent: config.conditions.batteryLowPercent), radioModel: config.radioModel,
-            now: timeline.now(), logger: logger, events: events)
+            radioTail: config.radioTail?.seconds, now: timeline.now(), logger: logger, events: events)
         conditions.timeline = timeline
         let fetch = FetchService(scheduler: scheduler(config), store: store, clock: clock, events: events, conditions: conditions,
                                  trace: trace, logger: logger)

@@ -21,6 +21,8 @@ extension ConditionsProbe: ConditionsReader {}
     package let policy: ConditionsPolicy
     /// `[radio] model`: a named model, or "auto" for the current network's kind.
     let radioModel: String
+    /// `[radio] tail` in seconds, in place of the model's; nil: the model's.
+    let radioTail: Double?
     let logger: Logger
     let events: DaemonEvents
     /// Where a step of the wall clock is noted (for the next start's `alignTimeline`) and each
@@ -31,11 +33,12 @@ extension ConditionsProbe: ConditionsReader {}
 
     package nonisolated var partName: String { "conditions" }
 
-    package init(reader: ConditionsReader, policy: ConditionsPolicy, radioModel: String, now: Double, logger: Logger,
-                 events: DaemonEvents = DaemonEvents()) {
+    package init(reader: ConditionsReader, policy: ConditionsPolicy, radioModel: String, radioTail: Double? = nil, now: Double,
+                 logger: Logger, events: DaemonEvents = DaemonEvents()) {
         self.reader = reader
         self.policy = policy
         self.radioModel = radioModel
+        self.radioTail = radioTail
         self.logger = logger
         self.events = events
         current = reader.read(now: now)
@@ -106,7 +109,11 @@ extension ConditionsProbe: ConditionsReader {}
     }
 
     /// The radio the scheduler reckons with: `[radio] model`, or the current network's kind.
-    package var radio: RadioModel { RadioModel.forConfig(radioModel, network: current.network) }
+    package var radio: RadioModel {
+        var m = RadioModel.forConfig(radioModel, network: current.network)
+        if let radioTail { m.tailSeconds = radioTail }
+        return m
+    }
 
     /// What the fetch scheduler needs to know of the board now.
     package var forScheduler: FetchScheduler.Conditions {

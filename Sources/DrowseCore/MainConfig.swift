@@ -8,6 +8,9 @@ package struct MainConfig: Sendable, Equatable {
     package var mqtt: MQTTConfig?
     package var conditions: ConditionsConfig
     package var radioModel: String
+    /// `[radio] tail`: the radio's tail the planner reckons with, in place of the model's (a
+    /// modem whose network sets another inactivity timer); nil: the model's.
+    package var radioTail: Duration? = nil
     package var scheduler: SchedulerConfig
     package var transfers: TransfersConfig
     package var notifications = NotificationsConfig()
@@ -245,11 +248,14 @@ package struct MainConfig: Sendable, Equatable {
         }
 
         var radioModel = "auto"
+        var radioTail: Duration?
         if var rr = try r.table("radio") {
             radioModel = try rr.string("model") ?? "auto"
             guard ["auto", "lte", "3g", "wifi", "ethernet"].contains(radioModel) else {
                 throw rr.error("model", "'\(radioModel)' is not one of auto, lte, 3g, wifi, ethernet")
             }
+            radioTail = try rr.duration("tail")
+            if let t = radioTail, t > .seconds(300) { throw rr.error("tail", "must be at most 300s") }
             try rr.rejectUnknown()
         }
 
@@ -330,7 +336,7 @@ package struct MainConfig: Sendable, Equatable {
         try r.rejectUnknown()
         return MainConfig(
             file: file, deviceID: deviceID, stateDir: stateDir, appsDir: appsDir, socket: socket, mqtt: mqtt,
-            conditions: conditions, radioModel: radioModel, scheduler: scheduler, transfers: transfers,
+            conditions: conditions, radioModel: radioModel, radioTail: radioTail, scheduler: scheduler, transfers: transfers,
             notifications: notifications, lifecycle: lifecycle, metrics: metrics, api: api, limits: limits)
     }
 }

@@ -421,7 +421,8 @@ package struct Simulator: Sendable {
         let most = baseline ? nil : scenario.maxKeepalive
         guard let w = wire else { return PushChannel(keepalive: keepalive, maxKeepalive: most, online: online, seed: seed) }
         let real = baseline ? keepalive / w.compress - Self.machineTimerMargin : w.keepalive(keepalive)
-        return PushChannel(keepalive: real, maxKeepalive: most.map { w.maxKeepalive($0) }, scale: w.compress, online: online, seed: seed)
+        return PushChannel(keepalive: real, maxKeepalive: most.map { w.maxKeepalive($0) }, scale: w.compress,
+                           delayedAck: WireScaling.delayedAck, online: online, seed: seed)
     }
 
     /// How far past the keepalive `MQTTConnectionMachine` sets its ping timer, in seconds.

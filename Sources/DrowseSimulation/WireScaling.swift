@@ -6,24 +6,28 @@ import DrowseCore
 /// duration of drowsed's configuration by K, but some do not scale: the keepalive is at least 1 s and
 /// max_keepalive whole seconds and at least 5,
 /// the handler deadline at least 1 s, the planner's 30-minute cap on a tolerance is real
-/// time, `[radio] model` is the nearest model to the scenario's tail / K, and a handler run
-/// takes its start-up (sh, curl) on top of its scaled duration, handlers that start together one
-/// after another. The bench replays no uses,
+/// time, `[radio] tail` is the scenario's tail / K in whole milliseconds, and a handler run
+/// takes its start-up (exec, connect) on top of its scaled duration, handlers that start
+/// together one after another. The link acknowledges every segment at once (`quickack` on its
+/// routes: the kernel's 40 ms delayed ACK is real time that K would stretch into seconds of
+/// scenario). The bench replays no uses,
 /// network or power changes, and its handlers move their bytes at their start. These rules
 /// mirror `prepare` in deploy/bench-radio.py.
 package struct WireScaling: Sendable, Equatable {
     package var compress: Double
 
-    /// Real seconds from a wire handler's start to its first packet (sh, then curl), which its
-    /// run also takes beyond its scaled duration: the first curl of a fetch window leaves about
-    /// 20 ms after the window opens in the bench's captures on a 2-core x86 machine.
-    package static let handlerStartup = 0.02
+    /// Real seconds from a wire handler's start to its first packet (spawned, then exec and
+    /// connect: deploy/bench-handler.c), which its run also takes beyond its scaled duration:
+    /// the SYN leaves about 0.5 ms after the exec in the bench's captures on a 2-core x86 machine.
+    package static let handlerStartup = 0.001
     /// Handlers started at the same instant go one after another. drowsed starts each through
-    /// its spawner and records the start first: in the K = 144 capture each further handler of a
-    /// window sends its first packet about 11 ms after the one before.
-    package static let drowsedStagger = 0.011
-    /// The baselines' driver (the bench's Python, `subprocess.Popen`): about 6 ms apart.
-    package static let driverStagger = 0.006
+    /// its spawner: in the K = 144 capture each further handler of a window starts about 0.7 ms
+    /// (median; mean 0.9) after the one before.
+    package static let drowsedStagger = 0.001
+    /// The baselines' driver (the bench's Python, `subprocess.Popen`): about 0.5 ms apart.
+    package static let driverStagger = 0.0006
+    /// Seconds from an exchange to its last ACK on the bench's link, which acknowledges at once.
+    static let delayedAck = 0.0
     /// What the bench allows each run for that start-up in the daily budget.
     static let budgetStartup = 0.1
     /// drowsed's least `[mqtt] keepalive`, and the least `max_keepalive` (libmosquitto's 5 s,
@@ -62,13 +66,15 @@ package struct WireScaling: Sendable, Equatable {
         return max(Self.minimumDeadline, days * (s.dailyBudget / compress + Self.budgetStartup * runsPerDay)) * compress
     }
 
-    /// The radio tail drowsed plans with, in scenario seconds: that of the model nearest to the
-    /// scenario's tail / K.
+    /// drowsed's `[radio] tail` on the wire, in real seconds: the scenario's tail / K, in whole
+    /// milliseconds.
+    package func tail(_ radio: RadioModel) -> Double {
+        (radio.tailSeconds / compress * 1000).rounded() / 1000
+    }
+
+    /// The radio tail drowsed plans with, in scenario seconds.
     package func schedulerTail(_ radio: RadioModel) -> Double {
-        let models: [RadioModel] = [.lte, .threeG, .wifi, .ethernet]
-        let want = radio.tailSeconds / compress
-        let nearest = models.min { abs($0.tailSeconds - want) < abs($1.tailSeconds - want) }!
-        return nearest.tailSeconds * compress
+        tail(radio) * compress
     }
 
     /// The scenario as the bench replays it: no uses, no network or power changes.

@@ -50,5 +50,8 @@ import Testing
         #expect(auto.forScheduler.radioTail == RadioModel.lte.tailSeconds)
         let wifi = ConditionsService(reader: reader, policy: ConditionsPolicy(batteryLowPercent: 5), radioModel: "wifi", now: 1, logger: Logger(label: "t"))
         #expect(!wifi.forScheduler.lowBattery && wifi.forScheduler.radioTail == RadioModel.wifi.tailSeconds)
+        let tail = ConditionsService(reader: reader, policy: ConditionsPolicy(batteryLowPercent: 5), radioModel: "lte", radioTail: 0.08,
+                                     now: 1, logger: Logger(label: "t"))
+        #expect(tail.forScheduler.radioTail == 0.08 && tail.radio.promotionSeconds == RadioModel.lte.promotionSeconds)
     }
 }

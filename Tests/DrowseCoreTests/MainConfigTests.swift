@@ -353,6 +353,16 @@ struct MainConfigTests {
         #expect(e.line == 2)
     }
 
+    @Test("[radio] tail overrides the model's tail for planning; at most 300 s")
+    func radioTail() throws {
+        #expect(try parse("").radioTail == nil)
+        #expect(try parse("[radio]\nmodel = 'lte'\ntail = '80ms'").radioTail == .milliseconds(80))
+        #expect(try parse("[radio]\ntail = '0s'").radioTail == .zero)
+        let long = try #require(refusal("[radio]\ntail = '301s'"))
+        #expect(long.key == "radio.tail")
+        #expect(try #require(refusal("[radio]\ntail = 5")).key == "radio.tail")
+    }
+
     @Test("scheduler knobs accept durations of at least one second")
     func scheduler() throws {
         let s = try parse("[scheduler]\nhandler_deadline = '2s'\nminimum_interval = '1s'").scheduler

@@ -138,7 +138,7 @@ struct PushChannelTests {
         #expect(Simulator(s).report().drowse.push != nil)
     }
 
-    @Test("the wire benchmark's settings at K: keepalive of 1 s or more, max_keepalive whole seconds of 5 or more, 1 s deadline, the nearest radio tail")
+    @Test("the wire benchmark's settings at K: keepalive of 1 s or more, max_keepalive whole seconds of 5 or more, 1 s deadline, the tail / K in whole ms")
     func wireScaling() {
         #expect(WireScaling(compress: 24).keepalive(240) == 10)
         #expect(abs(WireScaling(compress: 36).keepalive(240) - 240.0 / 36) < 1e-9)
@@ -148,8 +148,9 @@ struct PushChannelTests {
         #expect(WireScaling(compress: 1000).maxKeepalive(1680) == 5)
         #expect(WireScaling(compress: 144).deadline(30) == 144)
         #expect(WireScaling(compress: 10).deadline(30) == 30)
-        #expect(WireScaling(compress: 144).schedulerTail(.lte) == 0)
-        #expect(abs(WireScaling(compress: 60).schedulerTail(.lte) - RadioModel.wifi.tailSeconds * 60) < 1e-9)
+        #expect(WireScaling(compress: 144).tail(.lte) == 0.08)
+        #expect(abs(WireScaling(compress: 144).schedulerTail(.lte) - 0.08 * 144) < 1e-9)
+        #expect(abs(WireScaling(compress: 60).schedulerTail(.lte) - 0.193 * 60) < 1e-9)
         #expect(WireScaling(compress: 1).schedulerTail(.lte) == RadioModel.lte.tailSeconds)
     }
 
