@@ -198,7 +198,7 @@ package final class SchedulerTrace: @unchecked Sendable {
 
     package init(path: String, header: JSON) throws(SystemError) {
         let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0o600)
-        guard fd >= 0 else { throw SystemError("scheduler trace \(path)", errno: errno) }
+        guard fd >= 0 else { throw SystemError.last("scheduler trace \(path)") }
         self.fd = fd
         line(header.serialized)
     }

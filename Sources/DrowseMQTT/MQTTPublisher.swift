@@ -24,7 +24,7 @@ package enum MQTTPublisher {
         do throws(MosquittoError) {
             try MosquittoError.check(mosquitto_lib_init(), "mosquitto_lib_init")
         } catch { throw Failure(description: error.description) }
-        guard let mosq = mosquitto_new(nil, true, context) else { throw Failure(description: "mosquitto_new failed: \(String(cString: strerror(errno)))") }
+        guard let mosq = mosquitto_new(nil, true, context) else { let saved = errno; throw Failure(description: "mosquitto_new failed: \(String(cString: strerror(saved)))") }
         do throws(MosquittoError) {
             try MosquittoError.check(cmosq_int_option(mosq, MOSQ_OPT_PROTOCOL_VERSION, Int32(MQTT_PROTOCOL_V311)), "mosquitto_int_option(PROTOCOL_VERSION)")
             if let username { try MosquittoError.check(mosquitto_username_pw_set(mosq, username, password), "mosquitto_username_pw_set") }
@@ -78,9 +78,9 @@ package enum MQTTPublisher {
             guard WallClock.monotonic() < end else { throw Failure(description: "timed out waiting for PUBACK") }
             if let e = MosquittoError(rc: mosquitto_loop(mosq, 200, 1), call: "mosquitto_loop") { throw Failure(description: e.detail) }
         }
-        // PUBACK came: the message is the broker's. A failed goodbye changes nothing for the caller.
-        if MosquittoError(rc: mosquitto_disconnect(mosq), call: "mosquitto_disconnect") == nil {
-            _ = MosquittoError(rc: mosquitto_loop(mosq, 100, 1), call: "mosquitto_loop")
+        // PUBACK came: the message is the broker's. A failed goodbye loses nothing.
+        if MosquittoError.tolerated(mosquitto_disconnect(mosq), "mosquitto_disconnect") {
+            MosquittoError.tolerated(mosquitto_loop(mosq, 100, 1), "mosquitto_loop")
         }
     }
 }

@@ -68,9 +68,9 @@ package enum MQTTRetainedReader {
             if let since = state.subscribedAt, t >= max(since, state.lastMessageAt ?? since) + quiet { break }
             if let e = MosquittoError(rc: mosquitto_loop(mosq, 50, 1), call: "mosquitto_loop") { throw Failure(description: e.detail) }
         }
-        // Done reading; a failed goodbye changes nothing for the caller.
-        if MosquittoError(rc: mosquitto_disconnect(mosq), call: "mosquitto_disconnect") == nil {
-            _ = MosquittoError(rc: mosquitto_loop(mosq, 50, 1), call: "mosquitto_loop")
+        // Done reading; a failed goodbye loses nothing: the messages are in.
+        if MosquittoError.tolerated(mosquitto_disconnect(mosq), "mosquitto_disconnect") {
+            MosquittoError.tolerated(mosquitto_loop(mosq, 50, 1), "mosquitto_loop")
         }
         return state.messages
     }

@@ -76,7 +76,7 @@ extension MQTTSession {
                 let held = sock >= 0 && ctx.gate.map { drowse_mqtt_gate_ready($0) > 0 } == true
                 let timeoutMS: Int32 = held ? 0 : timerAt.map { Int32(max(0, min(Double(Int32.max / 2), ($0 - now()) * 1000)).rounded(.up)) } ?? -1
                 let n = poll(&fds, nfds_t(fds.count), timeoutMS)
-                if n < 0 && errno != EINTR { logger.error("mqtt: poll failed: \(String(cString: strerror(errno)))"); break }
+                if n < 0 && errno != EINTR { let saved = errno; logger.error("mqtt: poll failed: \(String(cString: strerror(saved)))"); break }
 
                 if fds[0].revents != 0 {
                     session.wake.drain()

@@ -322,7 +322,8 @@ package final class MQTTSession: Sendable {
         guard logger.mosquitto(mosquitto_lib_init(), "mosquitto_lib_init", level: .error, "MQTT is off") else { return nil }
         let ctxPtr = Unmanaged.passUnretained(ctx).toOpaque()
         guard let mosq = mosquitto_new(options.clientID, false, ctxPtr) else {
-            logger.error("mqtt: mosquitto_new failed: \(String(cString: strerror(errno))); MQTT is off")
+            let saved = errno
+            logger.error("mqtt: mosquitto_new failed: \(String(cString: strerror(saved))); MQTT is off")
             return nil
         }
         let ok = configure(mosq)

@@ -34,6 +34,11 @@ package struct MosquittoError: Error, CustomStringConvertible, Equatable, Sendab
         if let e = MosquittoError(rc: rc, call: call) { throw e }
     }
 
+    /// For a call whose failure loses nothing (the goodbye after the work is done): whether it
+    /// went.
+    @discardableResult
+    package static func tolerated(_ rc: Int32, _ call: String) -> Bool { MosquittoError(rc: rc, call: call) == nil }
+
     package var description: String { "\(call): \(detail)" }
 }
 

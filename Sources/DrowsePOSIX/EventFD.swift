@@ -12,7 +12,8 @@ package final class EventFD: Sendable {
     /// `blocking`: for a thread that waits on nothing else; `wait()` then sleeps in read(2).
     package init(blocking: Bool = false) {
         fd = blocking ? drowse_eventfd_blocking() : drowse_eventfd()
-        precondition(fd >= 0, "eventfd failed: \(errno)")
+        let saved = errno
+        precondition(fd >= 0, "eventfd failed: \(saved)")
     }
 
     deinit { Sys.close(fd, ignoringErrors: .nothingToFlush) }

@@ -208,6 +208,18 @@ package enum Sys {
         try posix("waitpid(\(pid))") { Int(waitpid(pid, &status, 0)) }
         return status
     }
+
+    /// Sleeps `seconds` (a signal's interruption resumes the rest). nanosleep(2) fails otherwise
+    /// only for a bad argument, which a finite duration of 0 or more cannot be.
+    package static func sleep(seconds: Double) {
+        guard seconds > 0, seconds.isFinite else { return }
+        var ts = timespec(tv_sec: Int(seconds), tv_nsec: Int((seconds - seconds.rounded(.down)) * 1e9))
+        var rest = timespec()
+        while nanosleep(&ts, &rest) != 0 {
+            guard errno == EINTR else { return }
+            ts = rest
+        }
+    }
 }
 
 /// The former name of `Sys`, kept for code written against it.

@@ -52,7 +52,7 @@ package enum UnixHTTP {
             raw[bytes.count] = 0
         }
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { throw .transport("socket: \(errorText(errno))") }
+        guard fd >= 0 else { let saved = errno; throw .transport("socket: \(errorText(saved))") }
         do {
             try Sys.posix("connect") {
                 Int(withUnsafePointer(to: &addr) {

@@ -20,7 +20,8 @@ package enum WallClock {
     private static func reading(_ clock: clockid_t) -> Double {
         var ts = timespec()
         let rc = clock_gettime(clock, &ts)
-        precondition(rc == 0, "clock_gettime(\(clock)) failed: errno \(errno)")
+        let saved = errno
+        precondition(rc == 0, "clock_gettime(\(clock)) failed: errno \(saved)")
         return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
     }
 }

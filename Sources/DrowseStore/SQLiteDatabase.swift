@@ -31,16 +31,41 @@ package final class SQLiteDatabase {
         let rc = sqlite3_open_v2(path, &handle, mode | SQLITE_OPEN_NOMUTEX, nil)
         guard rc == SQLITE_OK, let handle else {
             let msg = handle.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
-            sqlite3_close(handle)
+            // A handle that failed to open has no statements: closing it cannot be refused.
+            let closed = sqlite3_close(handle)
+            assert(closed == SQLITE_OK, "sqlite3_close after a failed open: \(closed)")
             throw StoreError(code: rc, message: "\(path): \(msg)")
         }
         db = handle
-        sqlite3_busy_timeout(handle, 5000)
+        let busy = sqlite3_busy_timeout(handle, 5000)
+        guard busy == SQLITE_OK else {
+            let e = StoreError(code: busy, message: "\(path): busy timeout: \(String(cString: sqlite3_errmsg(handle)))")
+            let closed = sqlite3_close_v2(handle)
+            assert(closed == SQLITE_OK, "sqlite3_close_v2: \(closed)")
+            throw e
+        }
     }
 
     deinit {
-        for stmt in statements.values { sqlite3_finalize(stmt) }
-        sqlite3_close_v2(db)
+        for stmt in statements.values { Self.finalize(stmt) }
+        // close_v2 defers the close of a handle with live statements instead of refusing it.
+        let closed = sqlite3_close_v2(db)
+        assert(closed == SQLITE_OK, "sqlite3_close_v2: \(closed)")
+    }
+
+    /// sqlite3_finalize(3) and sqlite3_reset(3) return the error of the statement's last step,
+    /// which that step's caller already had: here it is not news.
+    private static func finalize(_ stmt: OpaquePointer?) {
+        let lastStep = sqlite3_finalize(stmt)
+        _ = lastStep
+    }
+
+    private static func reset(_ stmt: OpaquePointer) {
+        let lastStep = sqlite3_reset(stmt)
+        _ = lastStep
+        // Clearing bindings cannot fail: it always returns SQLITE_OK.
+        let cleared = sqlite3_clear_bindings(stmt)
+        assert(cleared == SQLITE_OK)
     }
 
     /// Prepared statements by their SQL, reset after each use. The store's statements are a fixed
@@ -54,11 +79,11 @@ package final class SQLiteDatabase {
         var stmt: OpaquePointer?
         let rc = sqlite3_prepare_v2(db, sql, -1, &stmt, nil)
         guard rc == SQLITE_OK, let stmt else {
-            sqlite3_finalize(stmt)
+            Self.finalize(stmt)
             throw fail(rc == SQLITE_OK ? SQLITE_MISUSE : rc, sql)
         }
         if statements.count >= Self.maxStatements {
-            for old in statements.values { sqlite3_finalize(old) }
+            for old in statements.values { Self.finalize(old) }
             statements.removeAll(keepingCapacity: true)
         }
         statements[sql] = stmt
@@ -70,7 +95,7 @@ package final class SQLiteDatabase {
     /// kept one would do nothing the second time.
     private func run(_ sql: String) throws(StoreError) {
         let stmt = try prepared(sql)
-        defer { sqlite3_reset(stmt) }
+        defer { Self.reset(stmt) }
         var rc = sqlite3_step(stmt)
         while rc == SQLITE_ROW { rc = sqlite3_step(stmt) }
         guard rc == SQLITE_DONE else { throw fail(rc, sql) }
@@ -97,10 +122,7 @@ package final class SQLiteDatabase {
     @discardableResult
     package func query(_ sql: String, _ params: [SQLValue] = []) throws(StoreError) -> [[SQLValue]] {
         let stmt = try prepared(sql)
-        defer {
-            sqlite3_reset(stmt)
-            sqlite3_clear_bindings(stmt)
-        }
+        defer { Self.reset(stmt) }
         var rc: Int32
         for (i, p) in params.enumerated() {
             let idx = Int32(i + 1)
@@ -172,12 +194,18 @@ package final class SQLiteDatabase {
     /// stream of them alone still keeps the WAL bounded.
     package func withoutSync<T>(checkpoint: Bool = false, _ body: () throws(StoreError) -> T) throws(StoreError) -> T {
         try exec("PRAGMA synchronous=NORMAL")
-        if !checkpoint { sqlite3_wal_autocheckpoint(db, 0) }
+        if !checkpoint { try autocheckpoint(0) }
         let result: Result<T, StoreError>
         do { result = .success(try body()) } catch { result = .failure(error) }
-        if !checkpoint { sqlite3_wal_autocheckpoint(db, Self.autocheckpointPages) }
+        if !checkpoint { try autocheckpoint(Self.autocheckpointPages) }
         try exec("PRAGMA synchronous=FULL")
         return try result.get()
+    }
+
+    /// Sets the WAL's automatic checkpoint (0: none).
+    private func autocheckpoint(_ pages: Int32) throws(StoreError) {
+        let rc = sqlite3_wal_autocheckpoint(db, pages)
+        guard rc == SQLITE_OK else { throw fail(rc, "sqlite3_wal_autocheckpoint(\(pages))") }
     }
 
     /// SQLite's default: checkpoint once the WAL holds this many pages.

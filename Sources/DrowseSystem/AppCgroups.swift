@@ -89,7 +89,7 @@ package final class AppCgroups: Sendable {
             return .failure(SystemError("\(placement.base)/apps has no cgroup.freeze (a kernel before 5.2)", errno: ENOTSUP))
         }
         guard access(placement.base + "/apps/cgroup.procs", W_OK) == 0 else {
-            return .failure(SystemError("\(placement.base)/apps/cgroup.procs is not writable", errno: errno))
+            return .failure(SystemError.last("\(placement.base)/apps/cgroup.procs is not writable"))
         }
         return .success(tree)
     }
@@ -218,7 +218,7 @@ package final class AppCgroups: Sendable {
     package func ensureApp(_ app: String) throws(SystemError) -> String {
         try Self.checkName(app)
         let path = appPath(app)
-        if mkdir(path, 0o755) != 0 && errno != EEXIST { throw SystemError("mkdir \(path)", errno: errno) }
+        if mkdir(path, 0o755) != 0 && errno != EEXIST { throw SystemError.last("mkdir \(path)") }
         return path
     }
 
@@ -226,7 +226,7 @@ package final class AppCgroups: Sendable {
     package func makeLeaf(app: String, name: String) throws(SystemError) -> String {
         try Self.checkName(name)
         let path = try ensureApp(app) + "/" + name
-        if mkdir(path, 0o755) != 0 && errno != EEXIST { throw SystemError("mkdir \(path)", errno: errno) }
+        if mkdir(path, 0o755) != 0 && errno != EEXIST { throw SystemError.last("mkdir \(path)") }
         return path
     }
 
@@ -417,7 +417,7 @@ package final class AppCgroups: Sendable {
 
     static func writeFile(_ path: String, _ text: String) throws(SystemError) {
         let fd = open(path, O_WRONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw SystemError("open \(path)", errno: errno) }
+        guard fd >= 0 else { throw SystemError.last("open \(path)") }
         defer { Sys.close(fd, ignoringErrors: .nothingToFlush) }
         try FileSystem.writeAll(fd, Array(text.utf8), what: "write \(path)")
     }

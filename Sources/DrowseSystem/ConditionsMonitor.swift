@@ -52,7 +52,7 @@ package final class ConditionsMonitor: Sendable {
             if route >= 0 { Sys.close(route, ignoringErrors: .nothingToFlush) }
             if uevent >= 0 { Sys.close(uevent, ignoringErrors: .nothingToFlush) }
         }
-        if route < 0 { logger.warning("conditions: no netlink route socket (\(String(cString: strerror(errno)))): network changes are seen at window boundaries only") }
+        if route < 0 { let saved = errno; logger.warning("conditions: no netlink route socket (\(String(cString: strerror(saved)))): network changes are seen at window boundaries only") }
         if uevent < 0 { logger.info("conditions: no uevent socket: power changes are seen at window boundaries or on `drowse conditions --refresh`") }
         var clockFailure = ""
         var clock = ClockStepWatch(failure: &clockFailure)
@@ -63,10 +63,12 @@ package final class ConditionsMonitor: Sendable {
             // addresses are joined here.
             var group = NetlinkRoute.groupIPv6Addresses
             if setsockopt(route, NetlinkRoute.solNetlink, NetlinkRoute.addMembership, &group, socklen_t(MemoryLayout<Int32>.size)) != 0 {
-                logger.warning("conditions: cannot follow IPv6 address changes (\(String(cString: strerror(errno)))): they are seen at window boundaries only")
+                let saved = errno
+                logger.warning("conditions: cannot follow IPv6 address changes (\(String(cString: strerror(saved)))): they are seen at window boundaries only")
             }
             if !NetlinkRoute.requestAddressDump(route, sequence: NetlinkRoute.dumpSequence) {
-                logger.info("conditions: cannot list the current addresses (\(String(cString: strerror(errno)))): the first message about each counts as a change")
+                let saved = errno
+                logger.info("conditions: cannot list the current addresses (\(String(cString: strerror(saved)))): the first message about each counts as a change")
             }
         }
         var buf = [UInt8](repeating: 0, count: 65536)
@@ -78,7 +80,7 @@ package final class ConditionsMonitor: Sendable {
             if let clock { fds.append(pollfd(fd: clock.fd, events: Int16(POLLIN), revents: 0)) }
             // Settle for 150 ms after an event; otherwise sleep until the kernel says something.
             let n = poll(&fds, nfds_t(fds.count), pending.isEmpty ? -1 : 150)
-            if n < 0 { if errno == EINTR { continue }; logger.error("conditions: poll: \(errno)"); return }
+            if n < 0 { if errno == EINTR { continue }; let saved = errno; logger.error("conditions: poll: \(saved)"); return }
             if n == 0 {
                 if pending.contains(0) { onChange(.network) }
                 if pending.contains(1) { onChange(.power) }

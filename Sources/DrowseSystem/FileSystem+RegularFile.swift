@@ -20,13 +20,13 @@ extension FileSystem {
     package static func readRegularFile(_ path: String, limit: Int) throws(RefusedFile) -> [UInt8] {
         // stat first, so that a device is never even opened (opening one can have effects).
         var st = stat()
-        guard stat(path, &st) == 0 else { throw RefusedFile("cannot read: \(String(cString: strerror(errno)))") }
+        guard stat(path, &st) == 0 else { let saved = errno; throw RefusedFile("cannot read: \(String(cString: strerror(saved)))") }
         try checkRegular(st, limit: limit)
         // O_NONBLOCK: should it have been swapped for a FIFO since the stat, open returns at once.
         let fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)
-        guard fd >= 0 else { throw RefusedFile("cannot read: \(String(cString: strerror(errno)))") }
+        guard fd >= 0 else { let saved = errno; throw RefusedFile("cannot read: \(String(cString: strerror(saved)))") }
         defer { Sys.close(fd, ignoringErrors: .nothingToFlush) }
-        guard fstat(fd, &st) == 0 else { throw RefusedFile("cannot read: \(String(cString: strerror(errno)))") }
+        guard fstat(fd, &st) == 0 else { let saved = errno; throw RefusedFile("cannot read: \(String(cString: strerror(saved)))") }
         try checkRegular(st, limit: limit)
         return try readWhole(fd, limit: limit)
     }
@@ -40,7 +40,8 @@ extension FileSystem {
             let n = buf.withUnsafeMutableBytes { read(fd, $0.baseAddress, min($0.count, limit + 1 - out.count)) }
             if n < 0 {
                 if errno == EINTR { continue }
-                throw RefusedFile("cannot read: \(String(cString: strerror(errno)))")
+                let saved = errno
+                throw RefusedFile("cannot read: \(String(cString: strerror(saved)))")
             }
             if n == 0 { break }
             out.append(contentsOf: buf[0..<n])
@@ -85,11 +86,12 @@ extension FileSystem {
         let fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)
         guard fd >= 0 else {
             if errno == ELOOP { throw RefusedFile("is a symbolic link; a secret must be the file itself") }
-            throw RefusedFile("cannot read: \(String(cString: strerror(errno)))")
+            let saved = errno
+            throw RefusedFile("cannot read: \(String(cString: strerror(saved)))")
         }
         defer { Sys.close(fd, ignoringErrors: .nothingToFlush) }
         var st = stat()
-        guard fstat(fd, &st) == 0 else { throw RefusedFile("cannot read: \(String(cString: strerror(errno)))") }
+        guard fstat(fd, &st) == 0 else { let saved = errno; throw RefusedFile("cannot read: \(String(cString: strerror(saved)))") }
         try checkRegular(st, limit: limit)
         guard st.st_uid == 0 || st.st_uid == geteuid() else {
             throw RefusedFile("is owned by uid \(st.st_uid); a secret must belong to root or to drowsed's user (uid \(geteuid()))")

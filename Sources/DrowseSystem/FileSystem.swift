@@ -8,7 +8,7 @@ import Musl
 package enum FileSystem {
     package static func readFile(_ path: String, limit: Int = 1 << 20) throws(SystemError) -> [UInt8] {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw SystemError("open \(path)", errno: errno) }
+        guard fd >= 0 else { throw SystemError.last("open \(path)") }
         defer { Sys.close(fd, ignoringErrors: .nothingToFlush) }
         var out: [UInt8] = []
         var buf = [UInt8](repeating: 0, count: 16384)
@@ -16,7 +16,7 @@ package enum FileSystem {
             let n = buf.withUnsafeMutableBytes { read(fd, $0.baseAddress, min($0.count, limit - out.count)) }
             if n < 0 {
                 if errno == EINTR { continue }
-                throw SystemError("read \(path)", errno: errno)
+                throw SystemError.last("read \(path)")
             }
             if n == 0 { break }
             out.append(contentsOf: buf[0..<n])
@@ -51,7 +51,7 @@ package enum FileSystem {
     package static func listDirectory(_ path: String) -> [String] {
         guard let dir = opendir(path) else { return [] }
         // A folder read, nothing written: its close has nothing to report but a bug (EBADF).
-        defer { let rc = closedir(dir); assert(rc == 0, "closedir \(path): errno \(errno)") }
+        defer { let rc = closedir(dir); let saved = errno; assert(rc == 0, "closedir \(path): errno \(saved)") }
         var names: [String] = []
         while let entry = readdir(dir) {
             let name = withUnsafePointer(to: entry.pointee.d_name) {
@@ -67,7 +67,7 @@ package enum FileSystem {
         for part in path.split(separator: "/") {
             prefix += "/" + part
             if mkdir(prefix, mode) != 0 {
-                guard errno == EEXIST else { throw SystemError("mkdir \(prefix)", errno: errno) }
+                guard errno == EEXIST else { throw SystemError.last("mkdir \(prefix)") }
                 guard isDirectory(prefix) else { throw SystemError("mkdir \(prefix)", errno: ENOTDIR) }
             }
         }
@@ -100,13 +100,13 @@ package enum FileSystem {
 
     /// rename(2) then fsync of the destination folder, so the new name survives a power cut.
     package static func rename(_ from: String, to: String) throws(SystemError) {
-        guard Glibc.rename(from, to) == 0 else { throw SystemError("rename \(from) to \(to)", errno: errno) }
+        guard Glibc.rename(from, to) == 0 else { throw SystemError.last("rename \(from) to \(to)") }
         try syncDirectory(ConfigPathDir.of(to))
     }
 
     package static func syncDirectory(_ dir: String) throws(SystemError) {
         let fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard fd >= 0 else { throw SystemError("open folder \(dir)", errno: errno) }
+        guard fd >= 0 else { throw SystemError.last("open folder \(dir)") }
         defer { Sys.close(fd, ignoringErrors: .nothingToFlush) }
         try Sys.fsync(fd, "fsync folder \(dir)")
     }

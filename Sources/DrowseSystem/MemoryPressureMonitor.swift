@@ -32,7 +32,7 @@ package final class MemoryPressureMonitor: Sendable {
     package static func start(trigger: String, path: String = "/proc/pressure/memory",
                               onPressure: @escaping @Sendable () -> Void) -> Result<MemoryPressureMonitor, SystemError> {
         let fd = open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC)
-        guard fd >= 0 else { return .failure(SystemError("open \(path)", errno: errno)) }
+        guard fd >= 0 else { return .failure(SystemError.last("open \(path)")) }
         // The kernel parses the trigger as a string, terminator included.
         var bytes = Array(trigger.utf8)
         bytes.append(0)

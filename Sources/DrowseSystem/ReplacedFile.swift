@@ -20,7 +20,7 @@ package final class ReplacedFile {
     package init(path: String, mode: mode_t = 0o644) throws(SystemError) {
         let folder = ConfigPathDir.of(path)
         let fd = open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard fd >= 0 else { throw SystemError("open folder \(folder)", errno: errno) }
+        guard fd >= 0 else { throw SystemError.last("open folder \(folder)") }
         folderFD = fd
         self.path = path
         name = path.split(separator: "/").last.map(String.init) ?? path
@@ -40,15 +40,15 @@ package final class ReplacedFile {
             fd = openat(folderFD, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode)
             if fd >= 0 || errno != EEXIST { break }
         }
-        guard fd >= 0 else { throw SystemError("create a temporary file beside \(path)", errno: errno) }
+        guard fd >= 0 else { throw SystemError.last("create a temporary file beside \(path)") }
         func fail(_ what: String, _ e: Int32) -> SystemError {
             Sys.close(fd, ignoringErrors: .afterError)
             removeAfterError(tmp)
             return SystemError(what, errno: e)
         }
-        guard fchmod(fd, mode) == 0 else { throw fail("chmod \(path)", errno) }
+        guard fchmod(fd, mode) == 0 else { let saved = errno; throw fail("chmod \(path)", saved) }
         do { try FileSystem.writeAll(fd, bytes, what: "write \(path)") } catch { throw fail(error.what, error.errno) }
-        if durable, fsync(fd) != 0 { throw fail("fsync \(path)", errno) }
+        if durable, fsync(fd) != 0 { let saved = errno; throw fail("fsync \(path)", saved) }
         do { try Sys.close(fd, "close \(path)") } catch {
             removeAfterError(tmp)
             throw error

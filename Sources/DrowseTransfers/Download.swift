@@ -126,7 +126,7 @@ final class Download {
             return 0
         }
         let size = lseek(fd, 0, SEEK_END)
-        guard size >= 0 else { throw TransferError("cannot size \(job.partPath): \(String(cString: strerror(errno)))", transient: true) }
+        guard size >= 0 else { let saved = errno; throw TransferError("cannot size \(job.partPath): \(String(cString: strerror(saved)))", transient: true) }
         return Int64(size)
     }
 
@@ -300,7 +300,8 @@ final class Download {
         gatheredCount = 0
         onDisk = min(onDisk, committed)
         if fd >= 0, ftruncate(fd, off_t(committed)) != 0 {
-            engine.logger.warning("cutting \(job.partPath) back to \(committed) bytes: \(String(cString: strerror(errno)))")
+            let saved = errno
+            engine.logger.warning("cutting \(job.partPath) back to \(committed) bytes: \(String(cString: strerror(saved)))")
         }
         hasher = nil  // it covered bytes that are gone; finishing re-reads the file
     }
@@ -311,7 +312,8 @@ final class Download {
         onDisk = 0
         if fd >= 0, ftruncate(fd, 0) != 0 {
             // The zero reported below still holds: the next attempt cuts the file to it.
-            engine.logger.warning("cutting \(job.partPath) to 0 bytes: \(String(cString: strerror(errno)))")
+            let saved = errno
+            engine.logger.warning("cutting \(job.partPath) to 0 bytes: \(String(cString: strerror(saved)))")
         }
         committed = 0
         engine.syncer.drain()  // no older offset may be reported after this zero

@@ -61,7 +61,8 @@ func writeAll(_ fd: Int32, _ bytes: [UInt8]) {
 func now() -> Double {
     var ts = timespec()
     let rc = clock_gettime(CLOCK_REALTIME, &ts)
-    precondition(rc == 0, "clock_gettime: \(String(cString: strerror(errno)))")  // only for a clock the kernel lacks
+    let saved = errno
+    precondition(rc == 0, "clock_gettime: \(String(cString: strerror(saved)))")  // only for a clock the kernel lacks
     return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
 }
 
@@ -75,11 +76,12 @@ func write(_ line: String, to name: String, replace: Bool = false) {
     let path = Options.folder + "/" + name
     let fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | (replace ? O_TRUNC : O_APPEND), 0o644)
     guard fd >= 0 else {
-        say("drowse-resident-example: cannot write \(path): \(String(cString: strerror(errno)))", fd: 2)
+        let saved = errno
+        say("drowse-resident-example: cannot write \(path): \(String(cString: strerror(saved)))", fd: 2)
         return
     }
     writeAll(fd, Array((line + "\n").utf8))
-    if close(fd) != 0 { say("drowse-resident-example: cannot write \(path): \(String(cString: strerror(errno)))", fd: 2) }
+    if close(fd) != 0 { let saved = errno; say("drowse-resident-example: cannot write \(path): \(String(cString: strerror(saved)))", fd: 2) }
 }
 
 /// What an event carries, for the log.
@@ -169,7 +171,7 @@ final class Work: Sendable {
 }
 
 let folder = Options.folder
-if mkdir(folder, 0o755) != 0 && errno != EEXIST { fatal("cannot create \(folder): \(String(cString: strerror(errno)))") }
+if mkdir(folder, 0o755) != 0 && errno != EEXIST { let saved = errno; fatal("cannot create \(folder): \(String(cString: strerror(saved)))") }
 let app = DrowseApp()
 say("resident: app '\(app.app)' on \(app.socket), writing to \(folder)")
 do {

@@ -138,8 +138,7 @@ struct TransferCommand: ParsableCommand {
                     StandardStream.error(LogText.escape("\(id): still \(state) after \(timeout ?? "")") + "\n")
                     throw ExitCode(2)
                 }
-                var ts = timespec(tv_sec: 0, tv_nsec: 250_000_000)
-                nanosleep(&ts, nil)
+                Sys.sleep(seconds: 0.25)
             }
         }
     }

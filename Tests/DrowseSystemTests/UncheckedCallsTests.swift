@@ -23,7 +23,8 @@ struct UncheckedCallsTests {
         var findings: [String] = []
         for file in RepoPath.swiftFiles(under: root + "/Sources") {
             let relative = String(file.dropFirst(root.count + 1))
-            for f in lint.findings(in: try RepoPath.read(file)) where !UncheckedCalls.allowed(relative, f.text) {
+            let source = try RepoPath.read(file)
+            for f in lint.findings(in: source) + UncheckedCalls.errnoReadLate(in: source) where !UncheckedCalls.allowed(relative, f.text) {
                 findings.append("\(relative):\(f.line): \(f.text)")
             }
         }
@@ -45,6 +46,38 @@ struct UncheckedCallsTests {
     ])
     func catches(_ source: String) {
         #expect(UncheckedCalls().findings(in: source).count == 1)
+    }
+
+    @Test("the lint catches nanosleep, sqlite3 codes and a MosquittoError thrown away", arguments: [
+        "func f() {\n    nanosleep(&ts, nil)\n}",
+        "func f() {\n    defer { sqlite3_reset(stmt) }\n}",
+        "func f() {\n    sqlite3_busy_timeout(handle, 5000)\n}",
+        "func f() {\n    _ = MosquittoError(rc: mosquitto_loop(m, 50, 1), call: \"mosquitto_loop\")\n}",
+    ])
+    func catchesLibraries(_ source: String) {
+        #expect(UncheckedCalls().findings(in: source).count == 1)
+    }
+
+    @Test("errno read after a string was built in the same statement is a finding", arguments: [
+        "guard fd >= 0 else { throw SystemError(\"open \\(path)\", errno: errno) }",
+        "if n < 0 { log(\"poll: \\(errno)\"); return }",
+        "logger.warning(\"no socket (\\(String(cString: strerror(errno))))\")",
+    ])
+    func errnoLate(_ source: String) {
+        #expect(UncheckedCalls.errnoReadLate(in: source).count == 1)
+    }
+
+    @Test("errno read first, or with nothing built before it, is not", arguments: [
+        "guard fd >= 0 else { let e = errno; throw SystemError(\"open \\(path)\", errno: e) }",
+        "if rc < 0 && errno == EINTR { continue }",
+        "throw SystemError(\"open\", errno: errno)",
+        "assert(e.errno != EBADF, \"shutdown: \\(e)\")",
+        "// \"\\(x)\" errno",
+        "let e = SystemError.last(\"open \\(path)\")",
+        "let saved = errno; assert(rc == 0, \"closedir \\(path): errno \\(saved)\")",
+    ])
+    func errnoInTime(_ source: String) {
+        #expect(UncheckedCalls.errnoReadLate(in: source).isEmpty)
     }
 
     @Test("checked calls, used results, closures' values and Swift methods of the same name are not findings", arguments: [
@@ -73,7 +106,7 @@ struct UncheckedCalls {
         "accept", "accept4", "bind", "chdir", "chmod", "chown", "clock_gettime", "close", "closedir", "connect", "dup", "dup2", "dup3",
         "epoll_ctl", "eventfd_read", "eventfd_write", "fallocate", "fchdir", "fchmod", "fchown", "fclose", "fcntl",
         "fdatasync", "fflush", "flock", "fputs", "fsync", "ftruncate", "futimens", "fwrite", "ioctl", "kill", "killpg",
-        "lchown", "link", "linkat", "listen", "localtime_r", "gmtime_r", "lseek", "mallopt", "malloc_trim", "mkdir", "mkdirat", "mount", "pipe",
+        "lchown", "link", "linkat", "listen", "localtime_r", "gmtime_r", "lseek", "mallopt", "malloc_trim", "mkdir", "mkdirat", "mount", "nanosleep", "pipe",
         "pipe2", "poll", "posix_fadvise", "posix_fallocate", "ppoll", "prctl", "pread", "pthread_create", "pthread_detach",
         "pthread_join", "pthread_sigmask", "putenv", "pwrite", "read", "recv", "recvmsg", "rename", "renameat",
         "rmdir", "send", "sendmsg", "setenv", "setpgid", "setrlimit", "setsid", "setsockopt", "shutdown", "sigaction",
@@ -83,6 +116,18 @@ struct UncheckedCalls {
 
     /// C libraries' prefixes: a force-unwrapped result of theirs is a finding.
     static let cPrefixes = ["ccurl_", "curl_", "mosquitto_", "sqlite3_", "drowse_"]
+
+    /// SQLite's calls return a result code, but for these, which return nothing or a value that
+    /// is not a status. Any other `sqlite3_` call whose result is thrown away is a finding.
+    static let sqliteWithoutStatus: Set<String> = [
+        "sqlite3_free", "sqlite3_errmsg", "sqlite3_errstr", "sqlite3_column_type", "sqlite3_column_int64", "sqlite3_column_double",
+        "sqlite3_column_text", "sqlite3_column_blob", "sqlite3_column_bytes", "sqlite3_column_count", "sqlite3_changes",
+        "sqlite3_last_insert_rowid", "sqlite3_interrupt", "sqlite3_libversion", "sqlite3_total_changes",
+    ]
+
+    /// Values that are a failure or nil (`MosquittoError(rc:call:)`): building one and dropping
+    /// it drops the error, as `_ = Sys.noted(…)` does.
+    static let errorValues: Set<String> = ["MosquittoError"]
 
     /// Discarded results accepted for now, as file and the line's text: none. A call whose
     /// failure truly does not matter goes through a `Sys` helper that says why instead.
@@ -127,8 +172,10 @@ struct UncheckedCalls {
             } else if word == "noted" {
                 continue
             }
+            // `x.MosquittoError(` is not the type's initializer.
+            if Self.errorValues.contains(word) && i > 0 && code[i - 1] == UInt8(ascii: ".") { continue }
             guard let close = Self.matchingParen(code, j) else { continue }
-            let isNoted = word == "noted"
+            let isNoted = word == "noted" || Self.errorValues.contains(word)
             if Self.wordBefore(code, start).word == "func" { continue }
             let lineNo = code[..<i].filter { $0 == 10 }.count + 1
             let text = lines[lineNo - 1].trimmingSpaces
@@ -138,10 +185,46 @@ struct UncheckedCalls {
                 out.append(Finding(line: lineNo, text: text))  // a C pointer result force-unwrapped
                 continue
             }
-            guard isNoted || names.contains(word) else { continue }
+            let isSQLite = word.hasPrefix("sqlite3_") && !Self.sqliteWithoutStatus.contains(word)
+            guard isNoted || isSQLite || names.contains(word) else { continue }
             if !isNoted && !Self.looksLikeCArguments(Array(code[(j + 1)..<close])) { continue }
             if Self.isDiscarded(code, start: start, end: close + 1, allowSoleClosureValue: !isNoted) {
                 out.append(Finding(line: lineNo, text: text))
+            }
+        }
+        return out
+    }
+
+    /// `errno` read after a string interpolation in the same statement (`SystemError("open
+    /// \(path)", errno: errno)` builds the string first, and building it may set errno): per
+    /// line, a read of `errno` (not `x.errno`, not the label `errno:`) with `\(` between it and
+    /// the statement's start (the last `{` or `;` before it). Read it first (`let e = errno`), or
+    /// use `SystemError.last(…)`, which does.
+    static func errnoReadLate(in source: String) -> [Finding] {
+        var out: [Finding] = []
+        let word = Array("errno".utf8)
+        for (n, line) in source.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            let t = Array(line.utf8)
+            if line.trimmingSpaces.hasPrefix("//") { continue }
+            var i = 0
+            while i + word.count <= t.count {
+                defer { i += 1 }
+                guard Array(t[i..<(i + word.count)]) == word else { continue }
+                if i > 0 && (isIdent(t[i - 1]) || t[i - 1] == UInt8(ascii: ".")) { continue }
+                var k = i + word.count
+                if k < t.count && isIdent(t[k]) { continue }
+                while k < t.count && t[k] == 32 { k += 1 }
+                if k < t.count && t[k] == UInt8(ascii: ":") { continue }
+                // The word in a string's text ("errno \(e)"), not in an interpolation: an odd
+                // number of quotes before it, and no `(` right before it.
+                let quotes = t[..<i].enumerated().filter { $1 == UInt8(ascii: "\"") && ($0 == 0 || t[$0 - 1] != UInt8(ascii: "\\")) }.count
+                if quotes % 2 == 1 && (i == 0 || t[i - 1] != UInt8(ascii: "(")) { continue }
+                let start = (t[..<i].lastIndex { $0 == UInt8(ascii: "{") || $0 == UInt8(ascii: ";") } ?? -1) + 1
+                let head = t[start..<i]
+                if zip(head, head.dropFirst()).contains(where: { $0 == UInt8(ascii: "\\") && $1 == UInt8(ascii: "(") }) {
+                    out.append(Finding(line: n + 1, text: line.trimmingSpaces))
+                    break
+                }
             }
         }
         return out
