@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The radio claim on real packets: a scenario's apps run three ways over the same link and
-# broker — drowsed, naive per-app timers, Android-style batched alarms — with time compressed K
+# The radio claim on real packets: a scenario's apps run three ways over identical links and
+# brokers — drowsed, naive per-app timers, Android-style batched alarms — with time compressed K
 # times, and `drowse radio` prices each capture with the radio model `drowse simulate` uses.
 #
 #   deploy/bench-radio.sh SCENARIO [--compress K] [--keep-pcap DIR] [--markdown]
@@ -8,8 +8,8 @@
 #       SCENARIO        a deploy/scenarios/*.toml file: its apps (interval, handler durations and
 #                       results, `size` fetched per run, default 20 KiB) and its [[notification]]
 #                       schedules (deploy/scenarios/twenty-apps-lte-push.toml has some)
-#       --compress K    time runs K times faster (default 24: one scenario day in one hour per
-#                       strategy); every figure is given back at the scenario's scale
+#       --compress K    time runs K times faster (default 24: one scenario day in one hour); every
+#                       figure is given back at the scenario's scale
 #       --keep-pcap DIR leave DIR/drowse.pcap, DIR/naive.pcap, DIR/android.pcap
 #       --markdown      also write the table and this command into docs/benchmarks.md (replacing
 #                       the section for this scenario and K only)
@@ -51,7 +51,7 @@ set -euo pipefail
 # shellcheck source=deploy/common.sh
 . "$(dirname "$0")/common.sh"
 
-usage() { sed -n '5,17p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '5,19p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 SCENARIO=
 K=24
 PCAP_DIR=
