@@ -48,6 +48,11 @@
 # Env: DROWSE_BIN_DIR  binaries to use instead of the release build
 #      KEEP=1          keep the temp dir (logs, captures) and print where it is
 set -euo pipefail
+# The whole script is one block, read before any of it runs: a run takes up to hours, and bash
+# reads a script as it goes, so an edit of this file meanwhile would break the run at its end.
+# Functions here run through wait_until and traps, which shellcheck cannot follow in a block.
+# shellcheck disable=SC2317
+{
 # shellcheck source=deploy/common.sh
 . "$(dirname "$0")/common.sh"
 
@@ -305,3 +310,5 @@ fi
 
 # ---------------------------------------------------------------------------- results
 report_results
+exit
+}
