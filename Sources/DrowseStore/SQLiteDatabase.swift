@@ -63,7 +63,10 @@ package final class SQLiteDatabase {
     private static func reset(_ stmt: OpaquePointer) {
         let lastStep = sqlite3_reset(stmt)
         _ = lastStep
-        // Clearing bindings cannot fail: it always returns SQLITE_OK.
+    }
+
+    /// Cannot fail: sqlite3_clear_bindings(3) always returns SQLITE_OK.
+    private static func clearBindings(_ stmt: OpaquePointer) {
         let cleared = sqlite3_clear_bindings(stmt)
         assert(cleared == SQLITE_OK)
     }
@@ -122,7 +125,10 @@ package final class SQLiteDatabase {
     @discardableResult
     package func query(_ sql: String, _ params: [SQLValue] = []) throws(StoreError) -> [[SQLValue]] {
         let stmt = try prepared(sql)
-        defer { Self.reset(stmt) }
+        defer {
+            Self.reset(stmt)
+            Self.clearBindings(stmt)
+        }
         var rc: Int32
         for (i, p) in params.enumerated() {
             let idx = Int32(i + 1)
