@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
+import CSQLite
 import DrowsePOSIX
 import Synchronization
 
@@ -21,6 +22,10 @@ import Synchronization
 /// SQLite writes its WAL with pwrite(2) before a commit returns, so a sync begun after the
 /// commit covers it. The first sync of a newly opened WAL also syncs its folder (the file's
 /// entry), as SQLite does for a journal it created.
+///
+/// The WAL is copied into the database here too, once it holds 1000 pages
+/// (`SQLiteDatabase.checkpointElsewhere`): SQLite's own checkpoint would run inside whichever
+/// commit filled it, on the daemon's thread.
 package final class JournalSyncer: Sendable {
     private let waiting = Mutex<[(at: Double, done: @Sendable (Bool) -> Void)]>([])
     /// From a request to its answer (the write on disk), in seconds: the longest and the last,
@@ -32,16 +37,29 @@ package final class JournalSyncer: Sendable {
     private let wake = EventFD(blocking: true)
     private let started = Atomic<Bool>(false)
     private let syncNow: @Sendable () -> Bool
+    private let checkpointNow: @Sendable () -> Void
+    private let checkpointWanted = Atomic<Bool>(false)
 
-    /// `sync`: runs on the journal thread only; true when everything written before it began is durable.
-    package init(sync: @escaping @Sendable () -> Bool) {
+    /// `sync`: runs on the journal thread only; true when everything written before it began is
+    /// durable. `checkpoint`: runs there too, after `checkpointSoon()`.
+    package init(sync: @escaping @Sendable () -> Bool, checkpoint: @escaping @Sendable () -> Void = {}) {
         syncNow = sync
+        checkpointNow = checkpoint
     }
 
     /// For the WAL of the database at `databasePath`.
     package convenience init(databasePath: String) {
         let wal = WALFile(path: databasePath + "-wal")
-        self.init { wal.sync() }
+        let checkpointer = WALCheckpointer(path: databasePath)
+        self.init(sync: { wal.sync() }, checkpoint: { checkpointer.checkpoint() })
+    }
+
+    /// Asks the journal thread to checkpoint the WAL (after the syncs waiting, if any). Cheap and
+    /// non-blocking: it runs inside a commit (`SQLiteDatabase.checkpointElsewhere`).
+    package func checkpointSoon() {
+        checkpointWanted.store(true, ordering: .releasing)
+        startOnce()
+        wake.signal()
     }
 
     /// Calls `done` on the journal thread once a sync that began after this call returned: true
@@ -49,12 +67,16 @@ package final class JournalSyncer: Sendable {
     package func afterSync(_ done: @escaping @Sendable (Bool) -> Void) {
         let at = WallClock.monotonic()
         waiting.withLock { $0.append((at, done)) }
-        // Started at the first request: a daemon without notifications has no such thread.
+        startOnce()
+        wake.signal()
+    }
+
+    /// Started at the first request: a daemon that writes nothing has no such thread.
+    private func startOnce() {
         if !started.exchange(true, ordering: .acquiringAndReleasing) {
             let me = Unmanaged.passRetained(self)
             OSThread.detach(name: "journal") { me.takeUnretainedValue().run() }
         }
-        wake.signal()
     }
 
     private func run() {
@@ -66,12 +88,17 @@ package final class JournalSyncer: Sendable {
                     defer { w.removeAll(keepingCapacity: true) }
                     return w
                 }
-                if batch.isEmpty { break }
-                let ok = syncNow()
-                let end = WallClock.monotonic()
-                let longest = batch.map { end - $0.at }.max() ?? 0
-                waits.withLock { w in w = (w.syncs + 1, max(w.maxWait, longest), longest) }
-                for entry in batch { entry.done(ok) }
+                let checkpoint = checkpointWanted.exchange(false, ordering: .acquiringAndReleasing)
+                if batch.isEmpty && !checkpoint { break }
+                if !batch.isEmpty {
+                    let ok = syncNow()
+                    let end = WallClock.monotonic()
+                    let longest = batch.map { end - $0.at }.max() ?? 0
+                    waits.withLock { w in w = (w.syncs + 1, max(w.maxWait, longest), longest) }
+                    for entry in batch { entry.done(ok) }
+                }
+                // After the answers: the syncs they waited for do not wait behind the copy.
+                if checkpoint { checkpointNow() }
             }
         }
     }
@@ -115,5 +142,55 @@ final class WALFile: @unchecked Sendable {
         guard dir >= 0 else { return false }
         defer { Sys.close(dir, ignoringErrors: .nothingToFlush) }
         return fsync(dir) == 0
+    }
+}
+
+/// Copies the WAL into the database (a PASSIVE checkpoint: it never waits for, nor blocks, the
+/// daemon's connection, which goes on writing meanwhile) through a connection of its own,
+/// opened at the first checkpoint and kept. Used by the journal thread only.
+final class WALCheckpointer: @unchecked Sendable {
+    let path: String
+    private var db: OpaquePointer?
+    /// Checkpoints run, and those that could not open or run (tried again at the next).
+    private(set) var runs = 0
+    private(set) var failures = 0
+
+    init(path: String) { self.path = path }
+
+    deinit {
+        let closed = sqlite3_close_v2(db)
+        assert(closed == SQLITE_OK, "sqlite3_close_v2: \(closed)")
+    }
+
+    func checkpoint() {
+        runs += 1
+        guard let db = db ?? open() else {
+            failures += 1
+            return
+        }
+        var frames: Int32 = 0, copied: Int32 = 0
+        let rc = sqlite3_wal_checkpoint_v2(db, "main", SQLITE_CHECKPOINT_PASSIVE, &frames, &copied)
+        // BUSY: another checkpoint ran at the same moment (drowse's own never do). Tried again
+        // at the next full commit, as SQLite's automatic checkpoint would be.
+        if rc != SQLITE_OK && rc != SQLITE_BUSY { failures += 1 }
+    }
+
+    /// The connection, in WAL mode (a fresh connection opens the WAL at its first read).
+    private func open() -> OpaquePointer? {
+        var handle: OpaquePointer?
+        let rc = sqlite3_open_v2(path, &handle, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nil)
+        guard rc == SQLITE_OK, let handle else {
+            let closed = sqlite3_close(handle)
+            assert(closed == SQLITE_OK, "sqlite3_close after a failed open: \(closed)")
+            return nil
+        }
+        let mode = sqlite3_exec(handle, "PRAGMA journal_mode=WAL", nil, nil, nil)
+        guard mode == SQLITE_OK else {
+            let closed = sqlite3_close_v2(handle)
+            assert(closed == SQLITE_OK, "sqlite3_close_v2: \(closed)")
+            return nil
+        }
+        db = handle
+        return handle
     }
 }

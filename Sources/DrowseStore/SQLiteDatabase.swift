@@ -190,29 +190,38 @@ package final class SQLiteDatabase {
 
     /// Runs `body` with `synchronous=NORMAL`: in WAL mode its commits are written to the WAL
     /// (they survive a killed process) but not fsynced (a power cut may lose them) until
-    /// `syncJournal()` or the next `synchronous=FULL` commit. Nor do they checkpoint: a commit
-    /// that fills the WAL would copy it into the database (fsyncs, a few ms) before returning;
-    /// the next ordinary commit does that instead.
+    /// `syncJournal()` or the next `synchronous=FULL` commit.
     /// If putting `synchronous=FULL` back fails, that error is thrown even when `body` succeeded:
     /// the caller must not go on as if the connection were durable again.
-    /// `checkpoint: true` keeps SQLite's automatic checkpoint (a full WAL is copied into the
-    /// database before the commit returns): for writes off the latency-critical path, so that a
-    /// stream of them alone still keeps the WAL bounded.
-    package func withoutSync<T>(checkpoint: Bool = false, _ body: () throws(StoreError) -> T) throws(StoreError) -> T {
+    @discardableResult
+    package func withoutSync<T>(_ body: () throws(StoreError) -> T) throws(StoreError) -> T {
         try exec("PRAGMA synchronous=NORMAL")
-        if !checkpoint { try autocheckpoint(0) }
         let result: Result<T, StoreError>
         do { result = .success(try body()) } catch { result = .failure(error) }
-        if !checkpoint { try autocheckpoint(Self.autocheckpointPages) }
         try exec("PRAGMA synchronous=FULL")
         return try result.get()
     }
 
-    /// Sets the WAL's automatic checkpoint (0: none).
-    private func autocheckpoint(_ pages: Int32) throws(StoreError) {
-        let rc = sqlite3_wal_autocheckpoint(db, pages)
-        guard rc == SQLITE_OK else { throw fail(rc, "sqlite3_wal_autocheckpoint(\(pages))") }
+    /// Calls `full` after a commit that leaves the WAL holding `autocheckpointPages` pages or
+    /// more, instead of SQLite's automatic checkpoint: that copies a full WAL into the database
+    /// before the commit returns (two fsyncs, a few ms on the committing thread, and every
+    /// ~50th notification's handler started that much later). The caller checkpoints elsewhere
+    /// (`WALCheckpointer`, on the journal thread). `full` runs inside the commit: it must only
+    /// hand the work on.
+    package func checkpointElsewhere(_ full: @escaping @Sendable () -> Void) {
+        let hook = WALHook(full)
+        walHook = hook
+        let previous = sqlite3_wal_hook(db, { context, _, _, pages in
+            if pages >= SQLiteDatabase.autocheckpointPages, let context {
+                Unmanaged<WALHook>.fromOpaque(context).takeUnretainedValue().full()
+            }
+            return SQLITE_OK
+        }, Unmanaged.passUnretained(hook).toOpaque())
+        _ = previous  // SQLite's own autocheckpoint's argument, or nil: nothing to release
     }
+
+    /// Keeps `checkpointElsewhere`'s callback alive as long as the connection.
+    private var walHook: WALHook?
 
     /// SQLite's default: checkpoint once the WAL holds this many pages.
     static let autocheckpointPages: Int32 = 1000
@@ -227,6 +236,12 @@ package final class SQLiteDatabase {
         let r = sync(file, SQLITE_SYNC_NORMAL)
         guard r == SQLITE_OK else { throw StoreError(code: r, message: "syncing the WAL failed", sql: nil) }
     }
+}
+
+/// `SQLiteDatabase.checkpointElsewhere`'s callback, as the WAL hook's context.
+final class WALHook: Sendable {
+    let full: @Sendable () -> Void
+    init(_ full: @escaping @Sendable () -> Void) { self.full = full }
 }
 
 extension SQLValue {

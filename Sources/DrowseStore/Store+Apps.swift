@@ -88,7 +88,7 @@ extension Store {
     package func record(_ run: RunRecord, fetch: FetchScheduler.Record? = nil, handlingNotification seq: Int64? = nil,
                         durable: Bool = true) throws(StoreError) {
         guard durable else {
-            return try db.withoutSync(checkpoint: true) { () throws(StoreError) in
+            return try db.withoutSync { () throws(StoreError) in
                 try record(run, fetch: fetch, handlingNotification: seq, durable: true)
             }
         }

@@ -11,8 +11,10 @@ package final class Store {
 
     package init(path: String) throws(StoreError) {
         db = try SQLiteDatabase(path: path)
-        journal = JournalSyncer(databasePath: path)
+        let journal = JournalSyncer(databasePath: path)
+        self.journal = journal
         try db.exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;")
+        db.checkpointElsewhere { journal.checkpointSoon() }
         try migrate()
     }
 

@@ -85,4 +85,45 @@ struct JournalSyncerTests {
             #expect(!WALFile(path: path + "/under-a-file-wal").sync(), "a WAL that cannot be reached is not synced")
         }
     }
+
+    static func size(_ path: String) -> Int {
+        ((try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? Int) ?? -1
+    }
+
+    @Test("a commit that fills the WAL does not copy it into the database; the journal thread's checkpoint does")
+    func checkpointElsewhere() throws {
+        try withStorePath { path in
+            let db = try SQLiteDatabase(path: path)
+            try db.exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; CREATE TABLE t (v TEXT)")
+            let asked = Atomic<Int>(0)
+            db.checkpointElsewhere { asked.add(1, ordering: .relaxed) }
+            let before = Self.size(path)
+            // 1,200 commits of a 4 KiB row: more than the WAL's 1,000 pages.
+            let row = String(repeating: "x", count: 4000)
+            for _ in 0..<1200 { try db.withoutSync { () throws(StoreError) in try db.query("INSERT INTO t VALUES (?)", [.text(row)]) } }
+            #expect(asked.load(ordering: .relaxed) > 0, "the full WAL was handed on")
+            #expect(Self.size(path) == before, "no commit copied the WAL into the database")
+            let checkpointer = WALCheckpointer(path: path)
+            checkpointer.checkpoint()
+            #expect(checkpointer.failures == 0)
+            #expect(Self.size(path) > before + 1200 * 4000, "the checkpoint copied the rows into the database")
+            // The copy and the daemon's connection agree: it goes on reading and writing.
+            try db.query("INSERT INTO t VALUES ('after')")
+            #expect(try db.query("SELECT count(*) FROM t").first?.first?.int64 == 1201)
+        }
+    }
+
+    @Test("a store hands its full WAL to the journal thread, which checkpoints it")
+    func storeCheckpoints() throws {
+        try withStorePath { path in
+            let store = try Store(path: path)
+            let before = Self.size(path)
+            let payload = String(repeating: "p", count: 4000)
+            for i in 0..<1200 {
+                _ = try store.recordNotification(app: "a", dedupeKey: "k\(i)", payload: payload, at: 1, durable: false)
+            }
+            Self.waitUntil { Self.size(path) > before + 1200 * 4000 }
+            #expect(Self.size(path) > before + 1200 * 4000, "the journal thread copied the WAL into state.db")
+        }
+    }
 }
