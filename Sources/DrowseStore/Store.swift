@@ -13,6 +13,7 @@ package final class Store {
         db = try SQLiteDatabase(path: path)
         let journal = JournalSyncer(databasePath: path)
         self.journal = journal
+        try usePageSize()
         try db.exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;")
         db.checkpointElsewhere { journal.checkpointSoon() }
         try migrate()
@@ -27,6 +28,30 @@ package final class Store {
         guard version == Self.schemaVersion else {
             throw StoreError(code: 0, message: "\(path) has schema \(version); this drowse reads \(Self.schemaVersion)")
         }
+    }
+
+    /// SQLite's page, in bytes: 1 KiB, not its default 4 KiB. In WAL mode a commit appends each
+    /// page it changed, whole, and a notification's commits change a few dozen bytes on each of a
+    /// handful of pages, so every page is an SD card's write (docs/benchmarks.md, "Where the
+    /// bytes go").
+    package static let pageSize: Int64 = 1024
+
+    /// A new file gets `pageSize`; one made with another page size is rebuilt once (VACUUM,
+    /// which SQLite does only outside WAL mode: atomically, through a rollback journal). When
+    /// that cannot be done now (another process has the file open, or the disk has no room for
+    /// the copy), it stays as it is, and is tried again at the next start.
+    private func usePageSize() throws(StoreError) {
+        let pages = try db.query("PRAGMA page_count").first?.first?.int64 ?? 0
+        guard pages > 0 else {
+            try db.exec("PRAGMA page_size=\(Self.pageSize)")
+            return
+        }
+        guard try db.query("PRAGMA page_size").first?.first?.int64 != Self.pageSize else { return }
+        let mode = try? db.query("PRAGMA journal_mode=DELETE").first?.first?.string
+        guard mode == "delete" else { return }
+        // VACUUM needs room for a copy of the file: on a full disk it fails, and the file keeps
+        // its pages (WAL mode is set again by the caller either way).
+        do { try db.exec("PRAGMA page_size=\(Self.pageSize); VACUUM") } catch {}
     }
 
     private func migrate() throws(StoreError) {
