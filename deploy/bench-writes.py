@@ -168,7 +168,7 @@ def trace(path, phase, mount, pages=None, units=None):
         print(f"  {name:<34}{calls:>12}{nbytes:>14}{syncs:>8}{extra}")
     if frames:
         total = sum(frames.values())
-        print(f"  WAL: {total} frames (pages of 4 KiB) in {commits} commits: {total / max(commits, 1):.1f} pages a commit"
+        print(f"  WAL: {total} frames (a page each) in {commits} commits: {total / max(commits, 1):.1f} pages a commit"
               + (f"; per unit {total / n:.1f} frames, {commits / n:.1f} commits" if n else ""))
         owner = {}
         if pages and os.path.exists(pages):

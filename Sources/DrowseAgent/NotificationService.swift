@@ -6,7 +6,7 @@ import Logging
 /// What the notification service needs of the store.
 package protocol NotificationStore: AnyObject {
     func recordNotification(app: String, dedupeKey: String, payload: String, at: Double, signed: Bool,
-                            collapseID: String?, attempts: Int, durable: Bool) throws(StoreError) -> Int64?
+                            collapseID: String?, attempts: Int, durable: Bool, admit: (Int64) -> Double?) throws(StoreError) -> Int64?
     /// Calls `done` once every record written so far is durable (false: the sync failed).
     func afterJournalSync(_ done: @escaping @Sendable (Bool) -> Void)
     func markNotification(_ seq: Int64, state: String, at: Double) throws(StoreError)
@@ -175,26 +175,40 @@ extension Store: NotificationStore {}
                 carryOut([action])
                 continue
             }
+            // Admitted inside the record's transaction: the budget use it is charged is written in
+            // the same commit, and its actions are carried out in the machine's order once that
+            // commit is in the WAL (a kill -9 from there on cannot lose it), so the handler may
+            // start; the PUBACK waits until the record is on disk too. A power cut in between runs
+            // the handler again after the restart with DROWSE_ATTEMPT set, like any run a crash
+            // interrupts (docs/design.md), and the fsync is off the path to the handler's start.
+            // A duplicate's first copy may not be on disk yet either (written, then the daemon
+            // was killed before its sync): it too is acknowledged only once it is.
+            var decided: (seq: Int64, actions: [NotificationAdmission.Action])?
             let seq: Int64?
             do {
                 seq = try store.recordNotification(
                     app: appID, dedupeKey: key, payload: String(decoding: body, as: UTF8.self), at: t, signed: signed,
-                    collapseID: note.collapseID, attempts: attempts, durable: false)
+                    collapseID: note.collapseID, attempts: attempts, durable: false
+                ) { seq in
+                    let actions = admission.recorded(seq: seq, now: now(), uses: budgetUses(plus: appID), nextWindow: nextFetchWindow())
+                    decided = (seq, actions)
+                    return actions.lazy.compactMap { if case .chargeBudget(seq, let at) = $0 { at } else { nil } }.first
+                }
             } catch {
                 logger.error("notification not recorded, left to the broker to deliver again: \(error)", metadata: ["app.id": "\(appID)"])
+                // Admitted, then the commit failed: what the machine decided still happens; its
+                // handler finds no record and ends at once.
+                if let decided { carryOut(decided.actions.filter { !Self.charges($0, decided.seq) }) }
                 return .reject
             }
-            if seq != nil { metrics.notification(.accepted) }
-            // Written (a kill -9 from here on cannot lose it), so the handler may start; the PUBACK
-            // waits until the record is on disk too. A power cut in between runs the handler again
-            // after the restart, like any run a crash interrupts: notifications are hints that are
-            // safe to repeat (docs/design.md), and the fsync is off the path to the handler's start.
-            // A duplicate's first copy may not be on disk yet either (written, then the daemon was
-            // killed before its sync): it too is acknowledged only once it is.
-            let actions = admission.recorded(seq: seq, now: now(), uses: budgetUses(plus: appID), nextWindow: nextFetchWindow())
+            guard let seq, let decided else {
+                carryOut(admission.recorded(seq: nil, now: now(), uses: budgetUses(plus: appID), nextWindow: nextFetchWindow()))
+                return .acknowledgeWhenSynced
+            }
+            metrics.notification(.accepted)
             arriving = seq
             defer { arriving = nil }
-            carryOut(seq.map { Self.handlerFirst(actions, seq: $0) } ?? actions, notes: seq.map { [$0: note] } ?? [:])
+            carryOut(decided.actions.filter { !Self.charges($0, seq) }, notes: [seq: note])
             return .acknowledgeWhenSynced
         }
         return .acknowledge
@@ -253,19 +267,9 @@ extension Store: NotificationStore {}
         }
     }
 
-    /// A notification admitted as it arrives: its handler starts before its budget use is
-    /// written, so that write (a second commit) is off the path to the start. The record is
-    /// already `pending`, so the order changes nothing a restart could see: a crash between the
-    /// two runs the handler again (as any interrupted run does) and charges it then. Only for a
-    /// fresh record: a released deferred one becomes `pending` by its charge, before it may start.
-    static func handlerFirst(_ actions: [NotificationAdmission.Action], seq: Int64) -> [NotificationAdmission.Action] {
-        guard let charge = actions.firstIndex(where: { if case .chargeBudget(seq, _) = $0 { true } else { false } }),
-              let run = actions.firstIndex(where: { if case .runHandler(seq, _) = $0 { true } else { false } }), charge < run
-        else { return actions }
-        var out = actions
-        let c = out.remove(at: charge)
-        out.insert(c, at: run)
-        return out
+    /// Whether `action` charges notification `seq`'s budget (written with its record).
+    static func charges(_ action: NotificationAdmission.Action, _ seq: Int64) -> Bool {
+        if case .chargeBudget(seq, _) = action { true } else { false }
     }
 
     /// Carries out a settlement: `ack(true)` lets the PUBACK go, `ack(false)` drops it. A record

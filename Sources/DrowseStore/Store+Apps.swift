@@ -110,12 +110,22 @@ extension Store {
                     [SQLValue(fetch.lastFetch), SQLValue(fetch.lastResult?.rawValue), .int(Int64(fetch.consecutiveFailures)),
                      .int(Int64(fetch.consecutiveNoData)), .int(fetch.lastTimedOut ? 1 : 0), .text(run.app)])
             }
-            // Bounded history: the newest 200 runs per app.
+            // Bounded history: the newest `keptRuns` per app, trimmed once `trimmedRuns` more have
+            // piled up. Trimming one row per run rewrote the oldest page of `runs` and of its index
+            // with every run (2 KiB written to the device for each handled notification).
             try db.query(
-                "DELETE FROM runs WHERE app = ? AND seq <= (SELECT seq FROM runs WHERE app = ? ORDER BY seq DESC LIMIT 1 OFFSET 200)",
-                [.text(run.app), .text(run.app)])
+                """
+                DELETE FROM runs WHERE app = ? AND seq <= (SELECT seq FROM runs WHERE app = ? ORDER BY seq DESC LIMIT 1 OFFSET ?)
+                    AND EXISTS (SELECT 1 FROM runs WHERE app = ? ORDER BY seq DESC LIMIT 1 OFFSET ?)
+                """,
+                [.text(run.app), .text(run.app), .int(Int64(Self.keptRuns)), .text(run.app), .int(Int64(Self.keptRuns + Self.trimmedRuns))])
         }
     }
+
+    /// The runs kept per app (at least; at most `keptRuns + trimmedRuns`).
+    package static let keptRuns = 200
+    /// How many runs past `keptRuns` are trimmed at once.
+    package static let trimmedRuns = 32
 
     /// What the fetch scheduler needs of an app at start-up: its record, its handler runs of the
     /// last day (the daily budget) and its recent uses.

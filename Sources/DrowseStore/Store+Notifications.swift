@@ -38,14 +38,24 @@ extension Store {
     /// `attempts`: starts of its handler that may already have happened (1 for a message the
     /// broker marked as sent before, DUP: an earlier copy may have run before a power cut lost
     /// its record).
+    /// `admit`: called with the new record's sequence number before the commit; it returns when
+    /// the notification used its app's hourly budget (nil: it did not), which the same commit
+    /// writes (`chargeBudget`): one commit, not two, for a notification admitted as it arrives.
     package func recordNotification(app: String, dedupeKey: String, payload: String, at: Double, signed: Bool = false,
-                                   collapseID: String? = nil, attempts: Int = 0, durable: Bool = true) throws(StoreError) -> Int64? {
+                                   collapseID: String? = nil, attempts: Int = 0, durable: Bool = true,
+                                   admit: (Int64) -> Double? = { _ in nil }) throws(StoreError) -> Int64? {
         func insert() throws(StoreError) -> Int64? {
-            try db.query(
-                "INSERT OR IGNORE INTO notifications(app, dedupe_key, payload, received_at, state, signed, collapse_id, attempts) VALUES (?,?,?,?, 'pending', ?, ?, ?)",
-                [.text(app), .text(dedupeKey), .text(payload), .double(at), .int(signed ? 1 : 0), SQLValue(collapseID), .int(Int64(attempts))])
-            guard db.changes == 1 else { return nil }
-            return db.lastInsertRowID
+            try db.transaction { () throws(StoreError) -> Int64? in
+                try db.query(
+                    "INSERT OR IGNORE INTO notifications(app, dedupe_key, payload, received_at, state, signed, collapse_id, attempts) VALUES (?,?,?,?, 'pending', ?, ?, ?)",
+                    [.text(app), .text(dedupeKey), .text(payload), .double(at), .int(signed ? 1 : 0), SQLValue(collapseID), .int(Int64(attempts))])
+                guard db.changes == 1 else { return nil }
+                let seq = db.lastInsertRowID
+                if let charged = admit(seq) {
+                    try db.query("UPDATE notifications SET budget_at = ? WHERE seq = ?", [.double(charged), .int(seq)])
+                }
+                return seq
+            }
         }
         return durable ? try insert() : try db.withoutSync(insert)
     }
@@ -104,18 +114,27 @@ extension Store {
     static let waitingStates: Set<String> = ["pending", "deferred"]
 
     /// Marks a notification handled, keeping only what dedupes a redelivery for
-    /// `NotificationAdmission.dedupeWindow`: its payload is never read again. The row is deleted
-    /// and written again without it, not updated in place: SQLite leaves a page whose row only
-    /// shrank as full as before and never reuses it (3000 evicted 4 KiB notifications kept
-    /// state.db at 12 MB after an in-place update, 0.5 MB this way; a flood of 20 000 grew it by
-    /// 80 MB for a week). Call inside a transaction.
+    /// `NotificationAdmission.dedupeWindow`: its payload is never read again. A large one's row
+    /// is deleted and written again without it, not updated in place: SQLite leaves a page whose
+    /// row only shrank as full as before and never reuses it (3000 evicted 4 KiB notifications
+    /// kept state.db at 12 MB after an in-place update, 0.5 MB this way; a flood of 20 000 grew
+    /// it by 80 MB for a week). A small one's is updated in place: the rewrite would also
+    /// rewrite a page of each index whose entry it moves, a few KiB on an SD card for every
+    /// notification, to save less than `rewrittenPayload` bytes. Call inside a transaction.
     func handled(_ seq: Int64, state: String, at: Double) throws(StoreError) {
+        try db.query(
+            "UPDATE notifications SET payload = '', state = ?, handled_at = ? WHERE seq = ? AND length(CAST(payload AS BLOB)) <= ?",
+            [.text(state), .double(at), .int(seq), .int(Int64(Self.rewrittenPayload))])
+        guard db.changes == 0 else { return }
         let kept = "seq, app, dedupe_key, received_at, signed, collapse_id, budget_at"
         guard let row = try db.query("SELECT \(kept) FROM notifications WHERE seq = ?", [.int(seq)]).first else { return }
         try db.query("DELETE FROM notifications WHERE seq = ?", [.int(seq)])
         try db.query("INSERT INTO notifications(\(kept), payload, state, handled_at) VALUES (?,?,?,?,?,?,?, '', ?, ?)",
                      row + [.text(state), .double(at)])
     }
+
+    /// Payloads up to this many bytes are dropped in place when handled (see `handled`).
+    static let rewrittenPayload = 256
 
     /// Notifications recorded but not yet handled (after a crash, they are handled on start).
     package func pendingNotifications() throws(StoreError) -> [NotificationRecord] {

@@ -23,11 +23,12 @@ final class MemoryNotificationStore: NotificationStore {
     var broken = false
     func holdRecorded(_ seq: Int64) throws(StoreError) {}
     func recordNotification(app: String, dedupeKey: String, payload: String, at: Double, signed: Bool, collapseID: String?, attempts: Int,
-                            durable: Bool) throws(StoreError) -> Int64? {
+                            durable: Bool, admit: (Int64) -> Double?) throws(StoreError) -> Int64? {
         if broken { throw StoreError(code: 13, message: "database or disk is full", sql: nil) }
         guard keys.insert(dedupeKey).inserted else { return nil }
         let seq = Int64(rows.count + 1)
         rows.append(NotificationRecord(seq: seq, app: app, payload: payload, receivedAt: at, signed: signed))
+        if let charged = admit(seq) { budget[seq] = charged }
         return seq
     }
     /// false: the journal's sync fails (a disk error).

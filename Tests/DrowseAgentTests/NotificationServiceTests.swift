@@ -107,14 +107,12 @@ import Testing
         #expect(rig.push(#"{"aps": {"content-available": 1}, "id": "n2"}"#))
     }
 
-    @Test("a fresh notification's handler is queued before its budget use is written; a released one's after")
-    func handlerFirst() {
-        typealias A = NotificationAdmission.Action
-        let fresh: [A] = [.chargeBudget(seq: 7, at: 1), .runHandler(seq: 7, app: "news"), .setTimer(at: 5)]
-        #expect(NotificationService.handlerFirst(fresh, seq: 7) == [.runHandler(seq: 7, app: "news"), .chargeBudget(seq: 7, at: 1), .setTimer(at: 5)])
-        // Another notification's charge (a deferred one released by this arrival) keeps its place.
-        let other: [A] = [.chargeBudget(seq: 3, at: 1), .runHandler(seq: 3, app: "news")]
-        #expect(NotificationService.handlerFirst(other, seq: 7) == other)
+    @Test("a fresh notification's budget use is written with its record, before its handler is queued")
+    func chargedWithRecord() throws {
+        let rig = try Rig()
+        #expect(rig.push(Self.silent))
+        #expect(rig.ran.map(\.seq) == [1])
+        #expect(rig.store.budget[1] != nil, "the charge came back from the record's transaction")
     }
 
     @Test("past the hourly budget a notification waits, and runs when the hour has room again")

@@ -126,4 +126,33 @@ struct JournalSyncerTests {
             #expect(Self.size(path) > before + 1200 * 4000, "the journal thread copied the WAL into state.db")
         }
     }
+
+    /// The commits in the WAL at `path`: its frames whose header gives the database's size
+    /// after the commit (the last frame of each).
+    static func walCommits(_ path: String, pageSize: Int) throws -> Int {
+        let wal = try [UInt8](Data(contentsOf: URL(fileURLWithPath: path + "-wal")))
+        var commits = 0
+        var at = 32
+        while at + 24 + pageSize <= wal.count {
+            if wal[at + 4..<at + 8].contains(where: { $0 != 0 }) { commits += 1 }
+            at += 24 + pageSize
+        }
+        return commits
+    }
+
+    @Test("a notification admitted as it arrives is recorded and charged in one commit")
+    func recordedAndChargedOnce() throws {
+        try withStorePath { path in
+            let store = try Store(path: path)
+            _ = try store.db.query("PRAGMA wal_checkpoint(TRUNCATE)")
+            let seq = try #require(try store.recordNotification(app: "a", dedupeKey: "k", payload: "{}", at: 1, durable: false) { _ in 2 })
+            #expect(try Self.walCommits(path, pageSize: Int(Store.pageSize)) == 1)
+            #expect(try store.budgetUses(app: "a", since: 0) == [2])
+            #expect(try store.notificationState(seq) == "pending")
+            // A duplicate is not admitted again.
+            var asked = false
+            #expect(try store.recordNotification(app: "a", dedupeKey: "k", payload: "{}", at: 3, durable: false) { _ in asked = true; return 4 } == nil)
+            #expect(!asked)
+        }
+    }
 }

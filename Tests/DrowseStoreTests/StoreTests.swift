@@ -268,18 +268,22 @@ struct StoreTests {
         }
     }
 
-    @Test("history is bounded to the newest 200 runs per app")
+    @Test("history is bounded to the newest 200 runs per app, trimmed 32 at a time")
     func historyBounded() throws {
         try withStorePath { path in
             let store = try Store(path: path)
             _ = try store.app("weather", now: 0)
             _ = try store.app("other", now: 0)
             try store.record(fetchRun("other", .newData, at: 1))
-            for i in 0..<210 { try store.record(fetchRun("weather", .newData, at: Double(i))) }
+            for i in 0..<232 { try store.record(fetchRun("weather", .newData, at: Double(i))) }
+            #expect(try store.runs(app: "weather", limit: 1000).count == 232, "not trimmed before 32 more than 200")
+            try store.record(fetchRun("weather", .newData, at: 232))
             let kept = try store.runs(app: "weather", limit: 1000)
             #expect(kept.count == 200)
-            #expect(kept.first?.startedAt == 209)
-            #expect(kept.last?.startedAt == 10)
+            #expect(kept.first?.startedAt == 232)
+            #expect(kept.last?.startedAt == 33)
+            for i in 233..<1000 { try store.record(fetchRun("weather", .newData, at: Double(i))) }
+            #expect(try (200...232).contains(store.runs(app: "weather", limit: 2000).count))
             #expect(try store.runs(app: "other").count == 1)
         }
     }
