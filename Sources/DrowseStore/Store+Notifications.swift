@@ -82,7 +82,7 @@ extension Store {
 
     /// The held notifications, oldest first.
     package func heldNotifications() throws(StoreError) -> [HeldNotification] {
-        try db.query("SELECT seq, app, payload, received_at, state, signed, attempts FROM notifications WHERE state IN ('held', 'held-checked') ORDER BY seq")
+        try db.query("SELECT seq, app, payload, received_at, state, signed, attempts FROM notifications WHERE \(Self.waitingOrHeld) AND state IN ('held', 'held-checked') ORDER BY seq")
             .compactMap { r in
                 guard let seq = r[0].int64, let app = r[1].string, let payload = r[2].string else { return nil }
                 return HeldNotification(seq: seq, app: app, payload: payload, receivedAt: r[3].double ?? 0, checked: r[4].string == "held-checked",
@@ -109,6 +109,10 @@ extension Store {
         }
         try db.transaction { () throws(StoreError) in try handled(seq, state: state, at: at) }
     }
+
+    /// The partial index `notifications_waiting`'s condition: the notifications that wait to
+    /// run or are held. A query uses that index only when its WHERE has this very term.
+    static let waitingOrHeld = "state IN ('pending', 'deferred', 'held', 'held-checked')"
 
     /// States in which a notification still waits to run, and so needs its payload.
     static let waitingStates: Set<String> = ["pending", "deferred"]
@@ -139,7 +143,7 @@ extension Store {
     /// Notifications recorded but not yet handled (after a crash, they are handled on start).
     package func pendingNotifications() throws(StoreError) -> [NotificationRecord] {
         try db.query(
-            "SELECT seq, app, payload, received_at, state, signed, budget_at, dedupe_key FROM notifications WHERE state IN ('pending', 'deferred') ORDER BY seq"
+            "SELECT seq, app, payload, received_at, state, signed, budget_at, dedupe_key FROM notifications WHERE \(Self.waitingOrHeld) AND state IN ('pending', 'deferred') ORDER BY seq"
         ).map {
             NotificationRecord(
                 seq: $0[0].int64 ?? 0, app: $0[1].string ?? "", payload: $0[2].string ?? "", receivedAt: Self.unixTime($0[3]) ?? 0,
@@ -199,11 +203,15 @@ extension Store {
     /// Forgets handled notifications received before `before` (their dedupe keys expire with
     /// them); those not yet handled (`pending`, `deferred`) stay. Returns when the oldest handled
     /// one left was received, nil when none is (`NotificationAdmission` prunes again once that
-    /// one has aged).
+    /// one has aged). The newest notification is kept, whatever its age (its number is the
+    /// largest), and pruned once a newer one is recorded.
     @discardableResult
     package func pruneNotifications(before: Double) throws(StoreError) -> Double? {
         let handled = "state NOT IN ('pending', 'deferred')"
-        try db.query("DELETE FROM notifications WHERE \(handled) AND received_at < ?", [.double(before)])
-        return try db.query("SELECT MIN(received_at) FROM notifications WHERE \(handled)").first?.first?.double
+        // The newest stays, whatever its age: the next record's number is the largest + 1.
+        try db.query("DELETE FROM notifications WHERE \(handled) AND received_at < ? AND seq < (SELECT MAX(seq) FROM notifications)",
+                     [.double(before)])
+        return try db.query("SELECT MIN(received_at) FROM notifications WHERE \(handled) AND seq < (SELECT MAX(seq) FROM notifications)")
+            .first?.first?.double
     }
 }

@@ -7,7 +7,7 @@ package final class Store {
     package let db: SQLiteDatabase
     /// Syncs the WAL off the caller's thread (`afterJournalSync`).
     package let journal: JournalSyncer
-    package static let schemaVersion: Int64 = 13
+    package static let schemaVersion: Int64 = 14
 
     package init(path: String) throws(StoreError) {
         db = try SQLiteDatabase(path: path)
@@ -52,6 +52,25 @@ package final class Store {
         // VACUUM needs room for a copy of the file: on a full disk it fails, and the file keeps
         // its pages (WAL mode is set again by the caller either way).
         do { try db.exec("PRAGMA page_size=\(Self.pageSize); VACUUM") } catch {}
+    }
+
+    /// Makes `table` again without AUTOINCREMENT, with the same columns, rows, numbers and
+    /// indexes (SQLite cannot drop it in place). Call inside the migration's transaction.
+    private func rebuildWithoutAutoincrement(_ table: String) throws(StoreError) {
+        guard let sql = try db.query("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", [.text(table)]).first?.first?.string,
+              sql.contains("AUTOINCREMENT"), let columns = sql.firstIndex(of: "(") else { return }
+        let indexes = try db.query("SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL", [.text(table)])
+            .compactMap { $0.first?.string }
+        let rebuilt = "CREATE TABLE \(table)_rebuilt " + String(sql[columns...]).replacingOccurrences("AUTOINCREMENT", with: "")
+        try db.exec(
+            """
+            \(rebuilt);
+            INSERT INTO \(table)_rebuilt SELECT * FROM \(table);
+            DROP TABLE \(table);
+            ALTER TABLE \(table)_rebuilt RENAME TO \(table);
+            DELETE FROM sqlite_sequence WHERE name = '\(table)';
+            """)
+        for index in indexes { try db.exec(index) }
     }
 
     private func migrate() throws(StoreError) {
@@ -238,6 +257,26 @@ package final class Store {
                     CREATE TABLE keepalive_paths (
                         network TEXT PRIMARY KEY, held REAL NOT NULL, failed REAL, learned_at REAL NOT NULL);
                     UPDATE schema_version SET version = 13;
+                    """)
+            }
+            if current < 14 {
+                // Without AUTOINCREMENT: it wrote the sqlite_sequence page with every record and
+                // every run. A rowid is then the largest + 1, so a number is never given twice as
+                // long as the newest row stays: trimming keeps each app's newest runs, and pruning
+                // the newest notification (`pruneNotifications`).
+                try rebuildWithoutAutoincrement("notifications")
+                try rebuildWithoutAutoincrement("runs")
+                // Partial indexes: a handled notification leaves the index of waiting ones instead
+                // of moving to another page of it, and one never charged has no budget entry (a
+                // record charged in its own commit moved its entry from the app's first page to
+                // its last). A page less written per notification for each.
+                try db.exec(
+                    """
+                    DROP INDEX notifications_state;
+                    CREATE INDEX notifications_waiting ON notifications(state, app) WHERE \(Self.waitingOrHeld);
+                    DROP INDEX notifications_budget;
+                    CREATE INDEX notifications_budget ON notifications(app, budget_at) WHERE budget_at IS NOT NULL;
+                    UPDATE schema_version SET version = 14;
                     """)
             }
         }

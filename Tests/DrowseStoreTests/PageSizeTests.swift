@@ -41,3 +41,99 @@ struct PageSizeTests {
         }
     }
 }
+
+/// The notification indexes hold only what their queries look for (waiting or held ones; charged
+/// ones), and those queries use them.
+@Suite("state.db notification indexes")
+struct NotificationIndexTests {
+    static func plan(_ store: Store, _ sql: String, _ args: [SQLValue]) throws -> String {
+        try store.db.query("EXPLAIN QUERY PLAN " + sql, args).compactMap { $0.last?.string }.joined(separator: "; ")
+    }
+
+    static func indexSQL(_ store: Store, _ name: String) throws -> String? {
+        try store.db.query("SELECT sql FROM sqlite_master WHERE type = 'index' AND name = ?", [.text(name)]).first?.first?.string
+    }
+
+    @Test("the waiting, held and budget queries use the partial indexes; a handled notification leaves the waiting one")
+    func partial() throws {
+        try withStorePath { path in
+            let store = try Store(path: path)
+            let pending = "SELECT seq FROM notifications WHERE \(Store.waitingOrHeld) AND state IN ('pending', 'deferred')"
+            #expect(try Self.plan(store, pending, []).contains("notifications_waiting"))
+            let held = "SELECT seq FROM notifications WHERE \(Store.waitingOrHeld) AND state IN ('held', 'held-checked')"
+            #expect(try Self.plan(store, held, []).contains("notifications_waiting"))
+            let budget = "SELECT budget_at FROM notifications WHERE app = ? AND budget_at > ? ORDER BY budget_at"
+            #expect(try Self.plan(store, budget, [.text("a"), .double(0)]).contains("notifications_budget"))
+            let seq = try #require(try store.recordNotification(app: "a", dedupeKey: "k", payload: "{}", at: 1) { _ in 1 })
+            _ = try store.recordNotification(app: "a", dedupeKey: "k2", payload: "{}", at: 1)
+            try store.markNotification(seq, state: "newData", at: 2)
+            // One row in the waiting index (k2), one in the budget index (k).
+            #expect(try store.db.query("SELECT count(*) FROM notifications INDEXED BY notifications_waiting WHERE \(Store.waitingOrHeld)").first?.first?.int64 == 1)
+            #expect(try store.pendingNotifications().map(\.dedupeKey) == ["k2"])
+            #expect(try store.budgetUses(app: "a", since: 0) == [1])
+        }
+    }
+
+    @Test("a state.db of schema 13 loses AUTOINCREMENT, keeping its rows, numbers and indexes; records then write no sqlite_sequence")
+    func rebuiltWithoutAutoincrement() throws {
+        try withStorePath { path in
+            var kept: [Int64] = []
+            do {
+                let store = try Store(path: path)
+                // As schema 13 made them.
+                try store.db.exec("""
+                    DROP TABLE notifications;
+                    CREATE TABLE notifications (seq INTEGER PRIMARY KEY AUTOINCREMENT, app TEXT NOT NULL, dedupe_key TEXT NOT NULL,
+                        payload TEXT NOT NULL, received_at REAL NOT NULL, state TEXT NOT NULL, handled_at REAL, signed INTEGER NOT NULL DEFAULT 0,
+                        collapse_id TEXT, budget_at REAL, attempts INTEGER NOT NULL DEFAULT 0, UNIQUE (app, dedupe_key));
+                    CREATE INDEX notifications_state ON notifications(state, app);
+                    CREATE INDEX notifications_budget ON notifications(app, budget_at);
+                    DROP TABLE runs;
+                    CREATE TABLE runs (seq INTEGER PRIMARY KEY AUTOINCREMENT, app TEXT NOT NULL, event TEXT NOT NULL, trigger TEXT,
+                        result TEXT NOT NULL, ending TEXT NOT NULL, started_at REAL NOT NULL, ended_at REAL NOT NULL);
+                    CREATE INDEX runs_app ON runs(app, seq);
+                    UPDATE schema_version SET version = 13;
+                    """)
+                for i in 0..<3 {
+                    kept.append(try #require(try store.recordNotification(app: "a", dedupeKey: "k\(i)", payload: "{\"n\":\(i)}", at: Double(i)) { _ in 7 }))
+                    try store.record(RunRecord(app: "a", event: .notification, trigger: nil, result: .newData, ending: "exit status 0",
+                                               startedAt: Double(i), endedAt: Double(i)))
+                }
+                #expect(kept == [1, 2, 3])
+            }
+            let store = try Store(path: path)
+            for table in ["notifications", "runs"] {
+                let sql = try #require(try store.db.query("SELECT sql FROM sqlite_master WHERE name = ?", [.text(table)]).first?.first?.string)
+                #expect(!sql.contains("AUTOINCREMENT"), "\(table): \(sql)")
+            }
+            #expect(try store.pendingNotifications().map(\.payload) == ["{\"n\":0}", "{\"n\":1}", "{\"n\":2}"])
+            #expect(try store.budgetUses(app: "a", since: 0) == [7, 7, 7])
+            #expect(try store.runs(app: "a", limit: 10).count == 3)
+            #expect(try Self.indexSQL(store, "runs_app") != nil)
+            #expect(try Self.indexSQL(store, "sqlite_autoindex_notifications_1") == nil, "the UNIQUE constraint's index has no SQL")
+            #expect(try store.recordNotification(app: "a", dedupeKey: "k0", payload: "{}", at: 9) == nil, "still unique on (app, key)")
+            #expect(try store.recordNotification(app: "a", dedupeKey: "k3", payload: "{}", at: 9) == 4)
+            try store.record(RunRecord(app: "a", event: .notification, trigger: nil, result: .newData, ending: "exit status 0", startedAt: 9, endedAt: 9))
+            #expect(try store.db.query("SELECT count(*) FROM sqlite_sequence WHERE name IN ('notifications', 'runs')").first?.first?.int64 == 0)
+            #expect(try store.db.query("PRAGMA integrity_check").first?.first?.string == "ok")
+        }
+    }
+
+    @Test("a state.db of schema 13 gets the partial indexes")
+    func migrated() throws {
+        try withStorePath { path in
+            do {
+                let store = try Store(path: path)
+                try store.db.exec("""
+                    DROP INDEX notifications_waiting; CREATE INDEX notifications_state ON notifications(state, app);
+                    DROP INDEX notifications_budget; CREATE INDEX notifications_budget ON notifications(app, budget_at);
+                    UPDATE schema_version SET version = 13;
+                    """)
+            }
+            let store = try Store(path: path)
+            #expect(try Self.indexSQL(store, "notifications_state") == nil)
+            #expect(try Self.indexSQL(store, "notifications_waiting")?.contains("WHERE") == true)
+            #expect(try Self.indexSQL(store, "notifications_budget")?.contains("WHERE budget_at IS NOT NULL") == true)
+        }
+    }
+}
