@@ -184,6 +184,7 @@ extension Store: NotificationStore {}
             // A duplicate's first copy may not be on disk yet either (written, then the daemon
             // was killed before its sync): it too is acknowledged only once it is.
             var decided: (seq: Int64, actions: [NotificationAdmission.Action])?
+            let beforeRecord = admission
             let seq: Int64?
             do {
                 seq = try store.recordNotification(
@@ -196,9 +197,10 @@ extension Store: NotificationStore {}
                 }
             } catch {
                 logger.error("notification not recorded, left to the broker to deliver again: \(error)", metadata: ["app.id": "\(appID)"])
-                // Admitted, then the commit failed: what the machine decided still happens; its
-                // handler finds no record and ends at once.
-                if let decided { carryOut(decided.actions.filter { !Self.charges($0, decided.seq) }) }
+                // Admitted, then the commit failed (a full disk fails at COMMIT): the record was
+                // rolled back and its number may be given again, so the machine forgets what it
+                // decided for it, and none of it is carried out.
+                if decided != nil { admission = beforeRecord }
                 return .reject
             }
             guard let seq, let decided else {

@@ -203,15 +203,11 @@ extension Store {
     /// Forgets handled notifications received before `before` (their dedupe keys expire with
     /// them); those not yet handled (`pending`, `deferred`) stay. Returns when the oldest handled
     /// one left was received, nil when none is (`NotificationAdmission` prunes again once that
-    /// one has aged). The newest notification is kept, whatever its age (its number is the
-    /// largest), and pruned once a newer one is recorded.
+    /// one has aged).
     @discardableResult
     package func pruneNotifications(before: Double) throws(StoreError) -> Double? {
         let handled = "state NOT IN ('pending', 'deferred')"
-        // The newest stays, whatever its age: the next record's number is the largest + 1.
-        try db.query("DELETE FROM notifications WHERE \(handled) AND received_at < ? AND seq < (SELECT MAX(seq) FROM notifications)",
-                     [.double(before)])
-        return try db.query("SELECT MIN(received_at) FROM notifications WHERE \(handled) AND seq < (SELECT MAX(seq) FROM notifications)")
-            .first?.first?.double
+        try db.query("DELETE FROM notifications WHERE \(handled) AND received_at < ?", [.double(before)])
+        return try db.query("SELECT MIN(received_at) FROM notifications WHERE \(handled)").first?.first?.double
     }
 }

@@ -261,9 +261,9 @@ package final class Store {
             }
             if current < 14 {
                 // Without AUTOINCREMENT: it wrote the sqlite_sequence page with every record and
-                // every run. A rowid is then the largest + 1, so a number is never given twice as
-                // long as the newest row stays: trimming keeps each app's newest runs, and pruning
-                // the newest notification (`pruneNotifications`).
+                // every run. A rowid is then the largest + 1, so the number of a row deleted while
+                // it was the newest (pruned, released when held) may be given again; nothing
+                // refers to a deleted row's number (the admission machine forgets it first).
                 try rebuildWithoutAutoincrement("notifications")
                 try rebuildWithoutAutoincrement("runs")
                 // Partial indexes: a handled notification leaves the index of waiting ones instead

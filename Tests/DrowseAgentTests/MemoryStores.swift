@@ -25,12 +25,20 @@ final class MemoryNotificationStore: NotificationStore {
     func recordNotification(app: String, dedupeKey: String, payload: String, at: Double, signed: Bool, collapseID: String?, attempts: Int,
                             durable: Bool, admit: (Int64) -> Double?) throws(StoreError) -> Int64? {
         if broken { throw StoreError(code: 13, message: "database or disk is full", sql: nil) }
-        guard keys.insert(dedupeKey).inserted else { return nil }
+        guard !keys.contains(dedupeKey) else { return nil }
         let seq = Int64(rows.count + 1)
+        if failsAtCommit {
+            // Inserted and admitted, then the COMMIT fails: rolled back.
+            _ = admit(seq)
+            throw StoreError(code: 13, message: "database or disk is full", sql: "COMMIT")
+        }
+        keys.insert(dedupeKey)
         rows.append(NotificationRecord(seq: seq, app: app, payload: payload, receivedAt: at, signed: signed))
         if let charged = admit(seq) { budget[seq] = charged }
         return seq
     }
+    /// The record's transaction fails at its COMMIT, after `admit` ran.
+    var failsAtCommit = false
     /// false: the journal's sync fails (a disk error).
     var syncFails = false
     func afterJournalSync(_ done: @escaping @Sendable (Bool) -> Void) { done(!syncFails) }

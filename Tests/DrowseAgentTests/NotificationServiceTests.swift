@@ -107,6 +107,25 @@ import Testing
         #expect(rig.push(#"{"aps": {"content-available": 1}, "id": "n2"}"#))
     }
 
+    @Test("a record whose commit fails after it was admitted runs nothing, and the machine forgets it: its number, given again, runs once")
+    func commitFails() throws {
+        let rig = try Rig(maxPerHour: 1)
+        #expect(rig.push(#"{"aps": {"content-available": 1}, "id": "a"}"#))
+        // Past the budget: admitted as deferred, then the commit fails.
+        rig.store.failsAtCommit = true
+        #expect(!rig.push(#"{"aps": {"content-available": 1}, "id": "b"}"#))
+        #expect(rig.store.rows.count == 1)
+        #expect(rig.service.admission.deferredCount == 0, "the failed record's deferral was forgotten")
+        rig.store.failsAtCommit = false
+        // The next record gets the rolled-back number (2), deferred too.
+        #expect(rig.push(#"{"aps": {"content-available": 1}, "id": "c"}"#))
+        #expect(rig.store.rows.map(\.seq) == [1, 2])
+        #expect(rig.service.admission.deferredCount == 1)
+        rig.now = try #require(rig.timer)
+        rig.service.deferredTimerFired()
+        #expect(rig.ran.map(\.seq) == [1, 2])
+    }
+
     @Test("a fresh notification's budget use is written with its record, before its handler is queued")
     func chargedWithRecord() throws {
         let rig = try Rig()

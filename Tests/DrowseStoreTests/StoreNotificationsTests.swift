@@ -34,25 +34,7 @@ struct StoreNotificationsTests {
             #expect(try keys(store) == ["pending", "deferred", "collapsed", "recent"])
             _ = pending
             #expect(try store.pruneNotifications(before: 1000) == nil)
-            #expect(try keys(store) == ["pending", "deferred", "recent"], "the newest stays (newestKept)")
-        }
-    }
-
-    @Test("the newest notification outlives pruning until a newer one is recorded: a number is never given twice")
-    func newestKept() throws {
-        try withStore { store in
-            let a = try #require(try store.recordNotification(app: "w", dedupeKey: "a", payload: "", at: 10))
-            let b = try #require(try store.recordNotification(app: "w", dedupeKey: "b", payload: "", at: 11))
-            try store.markNotification(a, state: "new-data", at: 12)
-            try store.markNotification(b, state: "new-data", at: 12)
-            #expect(try store.pruneNotifications(before: 1000) == nil)
-            #expect(try keys(store) == ["b"])
-            let c = try #require(try store.recordNotification(app: "w", dedupeKey: "c", payload: "", at: 2000))
-            #expect(c == b + 1)
-            try store.markNotification(c, state: "new-data", at: 2001)
-            #expect(try store.pruneNotifications(before: 1000) == nil)
-            #expect(try keys(store) == ["c"])
-            #expect(try store.recordNotification(app: "w", dedupeKey: "d", payload: "", at: 2002) == c + 1)
+            #expect(try keys(store) == ["pending", "deferred"])
         }
     }
 
