@@ -185,9 +185,8 @@ extension Store: NotificationStore {}
             // was killed before its sync): it too is acknowledged only once it is.
             var decided: (seq: Int64, actions: [NotificationAdmission.Action])?
             let beforeRecord = admission
-            let seq: Int64?
             do {
-                seq = try store.recordNotification(
+                _ = try store.recordNotification(
                     app: appID, dedupeKey: key, payload: String(decoding: body, as: UTF8.self), at: t, signed: signed,
                     collapseID: note.collapseID, attempts: attempts, durable: false
                 ) { seq in
@@ -203,14 +202,15 @@ extension Store: NotificationStore {}
                 if decided != nil { admission = beforeRecord }
                 return .reject
             }
-            guard let seq, let decided else {
+            // Not admitted: a duplicate of a recorded one.
+            guard let (seq, actions) = decided else {
                 carryOut(admission.recorded(seq: nil, now: now(), uses: budgetUses(plus: appID), nextWindow: nextFetchWindow()))
                 return .acknowledgeWhenSynced
             }
             metrics.notification(.accepted)
             arriving = seq
             defer { arriving = nil }
-            carryOut(decided.actions.filter { !Self.charges($0, seq) }, notes: [seq: note])
+            carryOut(actions.filter { !Self.charges($0, seq) }, notes: [seq: note])
             return .acknowledgeWhenSynced
         }
         return .acknowledge

@@ -151,8 +151,7 @@ final class WALFile: @unchecked Sendable {
 final class WALCheckpointer: @unchecked Sendable {
     let path: String
     private var db: OpaquePointer?
-    /// Checkpoints run, and those that could not open or run (tried again at the next).
-    private(set) var runs = 0
+    /// Checkpoints that could not open or run (tried again at the next).
     private(set) var failures = 0
 
     init(path: String) { self.path = path }
@@ -163,13 +162,11 @@ final class WALCheckpointer: @unchecked Sendable {
     }
 
     func checkpoint() {
-        runs += 1
         guard let db = db ?? open() else {
             failures += 1
             return
         }
-        var frames: Int32 = 0, copied: Int32 = 0
-        let rc = sqlite3_wal_checkpoint_v2(db, "main", SQLITE_CHECKPOINT_PASSIVE, &frames, &copied)
+        let rc = sqlite3_wal_checkpoint_v2(db, "main", SQLITE_CHECKPOINT_PASSIVE, nil, nil)
         // BUSY: another checkpoint ran at the same moment (drowse's own never do). Tried again
         // at the next full commit, as SQLite's automatic checkpoint would be.
         if rc != SQLITE_OK && rc != SQLITE_BUSY { failures += 1 }

@@ -68,7 +68,6 @@ package final class Store {
             INSERT INTO \(table)_rebuilt SELECT * FROM \(table);
             DROP TABLE \(table);
             ALTER TABLE \(table)_rebuilt RENAME TO \(table);
-            DELETE FROM sqlite_sequence WHERE name = '\(table)';
             """)
         for index in indexes { try db.exec(index) }
     }
