@@ -38,6 +38,9 @@ extension Store: NotificationStore {}
 /// notification's handler starts in the turn it is recorded, without a hop.
 @DaemonActor package final class NotificationService: DaemonPart {
     package private(set) var admission: NotificationAdmission
+    /// Budget uses in the last hour by app, as written to the store (`uses(of:since:)`), in the
+    /// order they were charged (oldest first).
+    var knownUses: [String: [Double]] = [:]
     package private(set) var refusedNotifications = 0
     /// Messages on topics drowsed did not subscribe to; the topics already logged (once each).
     package private(set) var unexpectedMessages = 0
@@ -208,6 +211,7 @@ extension Store: NotificationStore {}
                 return .acknowledgeWhenSynced
             }
             metrics.notification(.accepted)
+            for case .chargeBudget(seq, let at) in actions { knownUses[appID]?.append(at) }
             arriving = seq
             defer { arriving = nil }
             carryOut(actions.filter { !Self.charges($0, seq) }, notes: [seq: note])
@@ -330,12 +334,27 @@ extension Store: NotificationStore {}
 
     /// Each app's budget uses in the last hour, for the apps an admission event needs.
     func budgetUses(plus app: String? = nil) -> [String: [Double]] {
-        let t = now()
+        let since = now() - NotificationBudget.period
         var uses: [String: [Double]] = [:]
-        for a in admission.budgetApps(plus: app) {
-            uses[a] = (try? store.budgetUses(app: a, since: t - NotificationBudget.period)) ?? []
-        }
+        for a in admission.budgetApps(plus: app) { uses[a] = self.uses(of: a, since: since) }
         return uses
+    }
+
+    /// An app's budget uses after `since` (on the timeline, which no clock step moves while
+    /// drowsed runs). Read from the store once, then kept: each notification admitted would
+    /// otherwise read back every use of the last hour, up to `max_per_hour` rows, before its
+    /// handler starts. A store that cannot be read gives none (and nothing is kept).
+    func uses(of app: String, since: Double) -> [Double] {
+        if var known = knownUses[app] {
+            if let oldest = known.first, oldest <= since {
+                known.removeAll { $0 <= since }
+                knownUses[app] = known
+            }
+            return known
+        }
+        guard let read = try? store.budgetUses(app: app, since: since) else { return [] }
+        knownUses[app] = read
+        return read
     }
 
     /// Carries out what `NotificationAdmission` decided. `notes` are the parsed notifications at
@@ -379,6 +398,8 @@ extension Store: NotificationStore {}
                 logger.warning("notification's download ignored: \(why == .unsigned ? "the notification is not signed" : "the app does not set notification.allow_download")",
                                metadata: ["app.id": "\(app)"])
             case .chargeBudget(let seq, let at):
+                // A deferred one released: which app's uses it adds to is the store's to say.
+                knownUses = [:]
                 do { try store.chargeBudget(seq, at: at) } catch {
                     logger.error("store: budget use not recorded: \(error)", metadata: ["notification.seq": "\(seq)"])
                 }
@@ -481,9 +502,7 @@ extension Store: NotificationStore {}
         }
         let t = now()
         var uses: [String: [Double]] = [:]
-        for app in Set(pending.map(\.app)) {
-            uses[app] = (try? store.budgetUses(app: app, since: t - NotificationBudget.period)) ?? []
-        }
+        for app in Set(pending.map(\.app)) { uses[app] = self.uses(of: app, since: t - NotificationBudget.period) }
         carryOut(admission.restored(restored, now: t, uses: uses, nextWindow: nextFetchWindow()), notes: notes)
     }
 }

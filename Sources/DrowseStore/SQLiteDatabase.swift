@@ -110,6 +110,11 @@ package final class SQLiteDatabase {
 
     /// Runs one or more statements without results.
     package func exec(_ sql: String) throws(StoreError) {
+        try durableUnlessRelaxed()
+        try execAsIs(sql)
+    }
+
+    private func execAsIs(_ sql: String) throws(StoreError) {
         var err: UnsafeMutablePointer<CChar>?
         let rc = sqlite3_exec(db, sql, nil, nil, &err)
         if rc != SQLITE_OK {
@@ -125,6 +130,10 @@ package final class SQLiteDatabase {
     @discardableResult
     package func query(_ sql: String, _ params: [SQLValue] = []) throws(StoreError) -> [[SQLValue]] {
         let stmt = try prepared(sql)
+        // A write that commits on its own (outside a transaction) is durable unless relaxed.
+        if synchronous != .full, relaxed == 0, sqlite3_get_autocommit(db) != 0, sqlite3_stmt_readonly(stmt) == 0 {
+            try durableUnlessRelaxed()
+        }
         defer {
             Self.reset(stmt)
             Self.clearBindings(stmt)
@@ -173,6 +182,7 @@ package final class SQLiteDatabase {
 
     /// Runs `body` in one transaction (BEGIN IMMEDIATE … COMMIT, rolled back on error).
     package func transaction<T>(_ body: () throws(StoreError) -> T) throws(StoreError) -> T {
+        if sqlite3_get_autocommit(db) != 0 { try durableUnlessRelaxed() }
         try run("BEGIN IMMEDIATE")
         do {
             let v = try body()
@@ -191,15 +201,37 @@ package final class SQLiteDatabase {
     /// Runs `body` with `synchronous=NORMAL`: in WAL mode its commits are written to the WAL
     /// (they survive a killed process) but not fsynced (a power cut may lose them) until
     /// `syncJournal()` or the next `synchronous=FULL` commit.
-    /// If putting `synchronous=FULL` back fails, that error is thrown even when `body` succeeded:
-    /// the caller must not go on as if the connection were durable again.
+    ///
+    /// The setting is changed only when it must be: it stays NORMAL after `body`, and is put
+    /// back to FULL before the next write outside `withoutSync` (a transaction, a write that
+    /// commits on its own, `exec`). A PRAGMA is compiled at every use (`run` cannot keep it), and
+    /// two of them around each of a notification's commits were a tenth of the daemon's work for
+    /// it. If putting FULL back fails, that write throws instead of committing without the sync.
     @discardableResult
     package func withoutSync<T>(_ body: () throws(StoreError) -> T) throws(StoreError) -> T {
-        try exec("PRAGMA synchronous=NORMAL")
-        let result: Result<T, StoreError>
-        do { result = .success(try body()) } catch { result = .failure(error) }
-        try exec("PRAGMA synchronous=FULL")
-        return try result.get()
+        // Inside a durable transaction: its writes commit with it, synced.
+        if relaxed == 0, sqlite3_get_autocommit(db) == 0 { return try body() }
+        if synchronous != .normal {
+            try execAsIs("PRAGMA synchronous=NORMAL")
+            synchronous = .normal
+        }
+        relaxed += 1
+        defer { relaxed -= 1 }
+        return try body()
+    }
+
+    /// The connection's `synchronous` setting as last set here (unknown after a failed change).
+    private enum Synchronous { case full, normal, unknown }
+    private var synchronous = Synchronous.unknown
+    /// Depth of `withoutSync` calls under way.
+    private var relaxed = 0
+
+    /// Puts `synchronous=FULL` back before a write outside `withoutSync`.
+    private func durableUnlessRelaxed() throws(StoreError) {
+        guard relaxed == 0, synchronous != .full else { return }
+        synchronous = .unknown
+        try execAsIs("PRAGMA synchronous=FULL")
+        synchronous = .full
     }
 
     /// Calls `full` after a commit that leaves the WAL holding `autocheckpointPages` pages or

@@ -47,8 +47,11 @@ final class MemoryNotificationStore: NotificationStore {
     }
     func pendingNotifications() throws(StoreError) -> [NotificationRecord] { rows.filter { ["pending", "deferred"].contains($0.state) } }
     func chargeBudget(_ seq: Int64, at: Double) throws(StoreError) { budget[seq] = at }
+    /// How many times `budgetUses` was read.
+    var budgetReads = 0
     func budgetUses(app: String, since: Double) throws(StoreError) -> [Double] {
-        budget.filter { seq, at in at >= since && rows.contains { $0.seq == seq && $0.app == app } }.map(\.value).sorted()
+        budgetReads += 1
+        return budget.filter { seq, at in at >= since && rows.contains { $0.seq == seq && $0.app == app } }.map(\.value).sorted()
     }
     func notificationPayload(_ seq: Int64) throws(StoreError) -> String? { rows.first { $0.seq == seq }?.payload }
     func pruneNotifications(before: Double) throws(StoreError) -> Double? { nil }

@@ -148,6 +148,27 @@ import Testing
         #expect(rig.ran.map(\.seq) == [1, 2])
     }
 
+    @Test("an app's budget uses are read from the store once, then kept: each charge counts, and an hour later they have left")
+    func budgetKept() throws {
+        let rig = try Rig(maxPerHour: 3)
+        for id in ["a", "b", "c", "d", "e"] {
+            #expect(rig.push(#"{"aps": {"content-available": 1}, "id": "\#(id)"}"#))
+            rig.now += 1
+        }
+        #expect(rig.ran.map(\.seq) == [1, 2, 3], "the kept uses count each charge: the 4th and 5th wait")
+        #expect(rig.store.budgetReads == 1, "not read back for each notification")
+        // An hour after the first use, that one has left: room for one.
+        rig.now = try #require(rig.timer)
+        rig.service.deferredTimerFired()
+        #expect(rig.ran.map(\.seq) == [1, 2, 3, 4])
+        rig.now = try #require(rig.timer)
+        rig.service.deferredTimerFired()
+        #expect(rig.ran.map(\.seq) == [1, 2, 3, 4, 5])
+        rig.now += 3600
+        #expect(rig.push(#"{"aps": {"content-available": 1}, "id": "f"}"#))
+        #expect(rig.ran.map(\.seq) == [1, 2, 3, 4, 5, 6])
+    }
+
     // MARK: - Fleets: one notification by two routes
 
     @Test("the same id by the device's own topic and a group's, or by two groups, runs once", arguments: [

@@ -316,16 +316,19 @@ struct StoreTests {
         }
     }
 
-    @Test("a record written without waiting for the disk is in the WAL at once, and synchronous=FULL comes back")
+    @Test("a record written without waiting for the disk is in the WAL at once, and the next durable write has synchronous=FULL")
     func recordWithoutSync() throws {
         try withStorePath { path in
             let store = try Store(path: path)
             let seq = try #require(try store.recordNotification(app: "weather", dedupeKey: "fast", payload: "{}", at: 1, durable: false))
-            #expect(try store.db.query("PRAGMA synchronous").first?.first?.int64 == 2)
+            #expect(try store.db.query("PRAGMA synchronous").first?.first?.int64 == 1)
             // Another connection (a daemon restarted after kill -9) sees it before any sync.
             let other = try Store(path: path)
             #expect(try other.pendingNotifications().map(\.seq) == [seq])
             #expect(FileManager.default.fileExists(atPath: path + "-wal"))
+            _ = try store.recordNotification(app: "weather", dedupeKey: "durable", payload: "{}", at: 1)
+            // A PRAGMA's value is read when it is compiled: a statement text of its own.
+            #expect(try store.db.query("PRAGMA synchronous -- after").first?.first?.int64 == 2)
             try store.syncJournal()
             #expect(try store.recordNotification(app: "weather", dedupeKey: "fast", payload: "{}", at: 2, durable: false) == nil)
         }
