@@ -246,7 +246,13 @@ package struct APIRouter: Sendable {
             if let seconds = try duration(b, "timeout_resource") { r.timeoutResource = seconds }
             return try await agent.createTransfer(r, caller: caller).json(wall: agent.timeline.skew)
         case .transfer:
-            return try await agent.transfer(p[0], caller: caller).json(wall: agent.timeline.skew)
+            guard let text = req.query["wait"] else {
+                return try await agent.transfer(p[0], caller: caller).json(wall: agent.timeline.skew)
+            }
+            guard let seconds = Double(text), seconds.isFinite, (0...Agent.maxTransferWait).contains(seconds) else {
+                throw .badRequest("'wait' is a number of seconds from 0 to \(Int(Agent.maxTransferWait))")
+            }
+            return try await agent.transfer(p[0], caller: caller, waitingUpTo: seconds).json(wall: agent.timeline.skew)
         case .cancelTransfer, .cancelTransferByDelete:
             return try await agent.cancel(p[0], caller: caller).json(wall: agent.timeline.skew)
         case .events, .metrics:

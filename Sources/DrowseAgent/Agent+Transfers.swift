@@ -138,6 +138,19 @@ extension Agent {
         return parts.transfers.withLive(t)
     }
 
+    /// `GET /v1/transfers/ID?wait=S` (`drowse transfer wait`): the transfer once it is
+    /// finished, or as it is after `seconds` (at most `maxWait`), whichever comes first; at once
+    /// when it is finished already or drowsed is stopping.
+    package func transfer(_ id: String, caller: Caller, waitingUpTo seconds: Double) async throws(APIError) -> Transfer {
+        let t = try transfer(id, caller: caller)
+        guard seconds > 0, !t.state.isFinished, !stopping else { return t }
+        await parts.transfers.waitFinished(id, upTo: min(seconds, Self.maxTransferWait))
+        return (try? transfer(id, caller: caller)) ?? t
+    }
+
+    /// The longest a request may wait for a transfer's end, in seconds.
+    package nonisolated static let maxTransferWait = 60.0
+
     package func cancel(_ id: String, caller: Caller) throws(APIError) -> Transfer {
         let t = try transfer(id, caller: caller)
         guard !t.state.isFinished else { return t }

@@ -101,6 +101,16 @@ package final class SystemTransferFiles: TransferFiles {
     var countedUpTo: [String: Int64] = [:]
     /// Per transfer: the state and retries last saved, so a failure or retry is counted once.
     var lastSaved: [String: (state: Transfer.State, retries: Int)] = [:]
+    /// Requests waiting for a transfer to finish (`GET /v1/transfers/ID?wait=`), by transfer,
+    /// each with the wake that ends its wait.
+    var finishWaiters: [String: [FinishWaiter]] = [:]
+    private var nextWaiter = 0
+
+    struct FinishWaiter {
+        let token: Int
+        let wake: ServiceWake
+        let resume: CheckedContinuation<Void, Never>
+    }
 
     package nonisolated var partName: String { "transfers" }
 
@@ -138,6 +148,7 @@ package final class SystemTransferFiles: TransferFiles {
     /// reports reach the store before it closes.
     package func stop() async {
         stopped = true
+        for id in Array(finishWaiters.keys) { endWaits(id) }
         for wake in retryWakes.values { wake.close() }
         retryWakes = [:]
         timeoutWake.close()
@@ -398,12 +409,45 @@ package final class SystemTransferFiles: TransferFiles {
     /// too), the state is kept in memory so the API still tells the truth, and saved later.
     func persist(_ t: Transfer) {
         observe(t)
+        if t.state.isFinished { endWaits(t.id) }
         do {
             try store.save(t)
             unsaved[t.id] = nil
         } catch {
             logger.error("store: \(error)", metadata: ["transfer.id": "\(t.id)"])
             unsaved[t.id] = t
+        }
+    }
+
+    // MARK: waiting for the end
+
+    /// Returns once transfer `id` is finished, after `seconds` (on the agent's clock), or at
+    /// the service's stop, whichever comes first. The caller reads the transfer afterwards.
+    package func waitFinished(_ id: String, upTo seconds: Double) async {
+        guard !stopped, seconds > 0, let t = current(id), !t.state.isFinished else { return }
+        nextWaiter += 1
+        let token = nextWaiter
+        let wake = ServiceWake(clock: clock)
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+            finishWaiters[id, default: []].append(FinishWaiter(token: token, wake: wake, resume: c))
+            wake.set(clock.timeline.now() + seconds) { [weak self] in self?.waitTimedOut(id, token: token) }
+        }
+    }
+
+    /// One wait's time is up.
+    func waitTimedOut(_ id: String, token: Int) {
+        guard let i = finishWaiters[id]?.firstIndex(where: { $0.token == token }) else { return }
+        let w = finishWaiters[id]!.remove(at: i)
+        if finishWaiters[id]?.isEmpty == true { finishWaiters[id] = nil }
+        w.resume.resume()
+    }
+
+    /// Ends every wait for `id`: it finished (or the service stops).
+    private func endWaits(_ id: String) {
+        guard let waiters = finishWaiters.removeValue(forKey: id) else { return }
+        for w in waiters {
+            w.wake.cancel()
+            w.resume.resume()
         }
     }
 

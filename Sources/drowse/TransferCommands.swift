@@ -110,7 +110,12 @@ struct TransferCommand: ParsableCommand {
             let tty = isatty(1) == 1
             var lastLine = ""
             while true {
-                let t = try global.call("GET", "/v1/transfers/\(id)")
+                // drowsed answers when the transfer finishes, or after `wait` seconds: once a
+                // second for a progress bar, else twice a minute at most.
+                let left = limit.map { max(0, $0 - (WallClock.monotonic() - start)) }
+                let wait = min(tty ? 1 : 30, left ?? 30)
+                let asked = WallClock.monotonic()
+                let t = try global.call("GET", "/v1/transfers/\(id)?wait=\(wait)")
                 let state = t["state"]?.stringValue ?? "?"
                 let done = t["bytes_sent"]?.int64Value ?? t["bytes_done"]?.int64Value ?? 0
                 let total = t["bytes_total"]?.int64Value
@@ -138,7 +143,9 @@ struct TransferCommand: ParsableCommand {
                     StandardStream.error(LogText.escape("\(id): still \(state) after \(timeout ?? "")") + "\n")
                     throw ExitCode(2)
                 }
-                Sys.sleep(seconds: 0.25)
+                // A drowsed that does not know `wait` answers at once: ask at most 4 times a second.
+                let took = WallClock.monotonic() - asked
+                if took < 0.25 { Sys.sleep(seconds: 0.25 - took) }
             }
         }
     }

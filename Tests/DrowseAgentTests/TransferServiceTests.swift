@@ -113,6 +113,38 @@ import Testing
         #expect(doc["transfers"]?.arrayValue?.first?["id"]?.stringValue == "t1")
     }
 
+    @Test("a wait for a transfer's end returns when it completes, or when its time is up, or at the stop")
+    func waitFinished() async throws {
+        let rig = try Rig()
+        _ = rig.submit("t1")
+        let waiting = Task { @DaemonActor in await rig.service.waitFinished("t1", upTo: 30) }
+        while rig.service.finishWaiters["t1"]?.count != 1 { await Task.yield() }
+        let job = try #require(rig.engine.downloads.first)
+        rig.service.engineEvent(.progress(id: "t1", bytesDone: 10, bytesTotal: 42))
+        #expect(rig.service.finishWaiters["t1"]?.count == 1, "progress ends no wait")
+        rig.service.engineEvent(.completed(id: "t1", bytes: 42, path: job.finalPath))
+        await waiting.value
+        #expect(rig.service.finishWaiters.isEmpty && rig.clock.pendingWakes.count == rig.service.retryWakes.count)
+        // A finished transfer answers at once.
+        await rig.service.waitFinished("t1", upTo: 30)
+
+        _ = rig.submit("t2")
+        let timed = Task { @DaemonActor in await rig.service.waitFinished("t2", upTo: 5) }
+        while rig.service.finishWaiters["t2"]?.count != 1 { await Task.yield() }
+        rig.clock.advance(by: 4)
+        for _ in 0..<10 { await Task.yield() }
+        #expect(rig.service.finishWaiters["t2"]?.count == 1, "not before its time")
+        rig.clock.advance(by: 1.1)
+        await timed.value
+        #expect(rig.service.finishWaiters.isEmpty && rig.store.rows["t2"]?.state == .running)
+
+        let stopped = Task { @DaemonActor in await rig.service.waitFinished("t2", upTo: 30) }
+        while rig.service.finishWaiters["t2"]?.count != 1 { await Task.yield() }
+        await rig.service.stop()
+        await stopped.value
+        #expect(rig.service.finishWaiters.isEmpty)
+    }
+
     @Test("a transient failure sets a retry timer, and the retry starts the engine again")
     func retry() throws {
         let rig = try Rig()

@@ -6,9 +6,14 @@ import re
 import signal
 from pathlib import Path
 
+import shutil
+import subprocess
+import time
+
 import pytest
 
-from drowse_e2e import sha256_file, wait_until
+from drowse_e2e import DROWSE, sha256_file, wait_until
+from raw_http import request
 
 MiB = 1 << 20
 
@@ -212,3 +217,41 @@ def test_body_is_written_in_large_writes(nginx, make_drowse):
     # 65 body writes, and the API's answers, the log and the database's: well under the 1024
     # that one write per 16 KiB would take.
     assert writes < 400, f"{writes} write calls for a 16 MiB download"
+
+
+def cli_connects(d, out: Path, *args: str, timeout: float = 90):
+    """Runs `drowse ARGS` under strace; returns it and how many times it connected to drowsed's socket."""
+    if not shutil.which("strace"):
+        pytest.skip("strace is not installed (deploy/test.sh installs it)")
+    start = time.monotonic()
+    r = subprocess.run(["strace", "-f", "-qq", "-e", "trace=connect", "-o", str(out), str(DROWSE), *args],
+                       capture_output=True, text=True, timeout=timeout, env={**d.env(), "DROWSE_SOCKET": str(d.socket)})
+    took = time.monotonic() - start
+    return r, sum(1 for line in out.read_text().splitlines() if str(d.socket) in line), took
+
+
+def test_transfer_wait_asks_drowsed_once_for_the_end_not_four_times_a_second(nginx, make_drowse):
+    d = make_drowse()
+    d.add_app("dl")
+    d.start()
+    url, digest, _ = nginx.add_file("waited.bin", 12 * MiB, slow=True)  # 3 s at 4 MiB/s
+    dest = d.base / "waited.bin"
+    tid = d.download(url, "dl", "--sha256", digest, "--to", str(dest))
+    r, connects, took = cli_connects(d, d.base / "wait.strace", "transfer", "wait", tid, "--timeout", "60s")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert sha256_file(dest) == digest
+    assert took >= 1.5, f"the download took {took:.1f} s: too fast to tell a long poll from polling"
+    # Polling 4 times a second made 12 or more requests here; drowsed now answers at the end.
+    assert connects == 1, f"{connects} requests in {took:.1f} s"
+
+    # A timeout: asked once, answered when the time is up, exit 2.
+    url2, _, _ = nginx.add_file("slower.bin", 40 * MiB, slow=True)
+    tid2 = d.download(url2, "dl")
+    r, connects, took = cli_connects(d, d.base / "timeout.strace", "transfer", "wait", tid2, "--timeout", "1s")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert 0.9 <= took < 5 and connects <= 2, (took, connects)
+    # A wait beyond 60 s, or not a number, is refused; 0 answers at once.
+    for bad in ("61", "-1", "soon", "nan"):
+        assert request(d.socket, "GET", f"/v1/transfers/{tid2}?wait={bad}")[0] == 400, bad
+    status, body = request(d.socket, "GET", f"/v1/transfers/{tid2}?wait=0")
+    assert status == 200 and json.loads(body)["id"] == tid2
