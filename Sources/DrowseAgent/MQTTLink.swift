@@ -124,6 +124,9 @@ struct FleetStatusState {
         if let session { await session.stop() }
         sessionEvents?.finish()
         await eventsTask?.value
+        do { try store.flushPending() } catch {
+            logger.warning("mqtt: cannot keep what the keepalive learned: \(error)")
+        }
     }
 
     func subscriptions(_ m: MainConfig.MQTTConfig) -> [String] {
@@ -143,10 +146,9 @@ struct FleetStatusState {
             // (docs/design.md, "The adaptive keepalive").
             events.post(.radioUsed)
         case .keepaliveLearned(let network, let learned):
-            // Kept for the next start: a restart need not find the path's interval again.
-            do { try store.saveKeepalivePath(network, held: learned.held, failed: learned.failed, at: timeline.now()) } catch {
-                logger.warning("mqtt: cannot keep what the keepalive learned on \(network): \(error)")
-            }
+            // Kept for the next start: a restart need not find the path's interval again. Written
+            // with the next commit, or at the stop: idle, drowsed writes nothing of its own.
+            store.keepKeepalivePath(network, held: learned.held, failed: learned.failed, at: timeline.now())
         case .message(let topic, let payload, let receipt):
             // The PUBACK leaves only after the record is on disk (or a refusal, which is final).
             notifications.settle(notifications.receive(topic: topic, payload: payload, redelivered: receipt.redelivered)) {

@@ -184,13 +184,58 @@ package final class SQLiteDatabase {
     package func transaction<T>(_ body: () throws(StoreError) -> T) throws(StoreError) -> T {
         if sqlite3_get_autocommit(db) != 0 { try durableUnlessRelaxed() }
         try run("BEGIN IMMEDIATE")
+        var taken: [Rider] = []
         do {
             let v = try body()
+            // What waits for a commit rides this one; one that fails waits for the next.
+            taken = riders
+            riders = []
+            for r in taken {
+                do { try r.write() } catch { ride(r, unlessNewer: true) }
+            }
             try run("COMMIT")
             return v
         } catch {
             try? run("ROLLBACK")
+            for r in taken { ride(r, unlessNewer: true) }
             throw error
+        }
+    }
+
+    // MARK: writes that ride the next commit
+
+    private struct Rider {
+        let key: String
+        let write: () throws(StoreError) -> Void
+    }
+
+    /// Writes waiting for the next transaction, at most one per key.
+    private var riders: [Rider] = []
+
+    /// How many writes wait for the next transaction.
+    package var ridersWaiting: Int { riders.count }
+
+    /// Runs `write` inside the next transaction, whatever writes it (before its COMMIT), or at
+    /// `flushRiders()`; a later write with the same key replaces it. For state that costs only
+    /// relearning when a power cut loses it (docs/design.md, "The adaptive keepalive"): an idle
+    /// daemon then writes nothing of its own, and what it learned goes with the next record.
+    package func rideNextCommit(_ key: String, _ write: @escaping () throws(StoreError) -> Void) {
+        ride(Rider(key: key, write: write), unlessNewer: false)
+    }
+
+    /// Writes every waiting rider now, in a transaction of its own (at shutdown). A rider that
+    /// fails is kept for the next.
+    package func flushRiders() throws(StoreError) {
+        guard !riders.isEmpty else { return }
+        try transaction { () throws(StoreError) in }
+    }
+
+    /// Queues `r`; `unlessNewer`: not when a newer write of its key arrived meanwhile.
+    private func ride(_ r: Rider, unlessNewer: Bool) {
+        if let i = riders.firstIndex(where: { $0.key == r.key }) {
+            if !unlessNewer { riders[i] = r }
+        } else {
+            riders.append(r)
         }
     }
 

@@ -1,11 +1,24 @@
 import DrowseCore
 
 /// What the adaptive keepalive learned of each network path (docs/design.md, "The adaptive
-/// keepalive"): one row per interface the board has been online on, written only when the
-/// learner learns something (a few times a path), so a restart goes on from there.
+/// keepalive"): one row per interface the board has been online on, written with the next commit
+/// after the learner learns something (a few times a path), so a restart goes on from there.
 extension Store {
     /// The most paths kept (the most recently learned).
     package static let maxKeepalivePaths = 32
+
+    /// Keeps what was learned of a path with the next commit the daemon makes anyway, or at
+    /// `flushPending()` (its stop): the learner steps while the board is idle, and a write of its
+    /// own would be the only one of an idle hour. A power cut before then costs relearning that
+    /// step.
+    package func keepKeepalivePath(_ network: String, held: Double, failed: Double?, at: Double) {
+        db.rideNextCommit("keepalive_paths " + network) { [weak self] () throws(StoreError) in
+            try self?.saveKeepalivePath(network, held: held, failed: failed, at: at)
+        }
+    }
+
+    /// Writes now what waits for the next commit (`keepKeepalivePath`).
+    package func flushPending() throws(StoreError) { try db.flushRiders() }
 
     package func saveKeepalivePath(_ network: String, held: Double, failed: Double?, at: Double) throws(StoreError) {
         _ = try db.query(

@@ -59,3 +59,57 @@ struct SQLiteDatabaseTests {
         #expect(try Self.setting(db, 1) == 2)
     }
 }
+
+/// Writes that ride the next commit: nothing is written of them until a transaction commits
+/// (or `flushRiders`), a rolled-back one keeps them, and the latest per key wins.
+@Suite("Writes that ride the next commit")
+struct RiderTests {
+    static func count(_ db: SQLiteDatabase, _ table: String) throws(StoreError) -> Int64? {
+        try db.query("SELECT count(*) FROM \(table)").first?.first?.int64
+    }
+
+    @Test("a rider waits for the next transaction, survives its rollback, and the latest of a key is the one written")
+    func ridesNextCommit() throws {
+        let (db, dir) = try SQLiteDatabaseTests.database()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        try db.exec("CREATE TABLE soft(k TEXT PRIMARY KEY, v INTEGER)")
+        let wal = dir + "/t.db-wal"
+        let before = (try? FileManager.default.attributesOfItem(atPath: wal)[.size] as? Int) ?? 0
+        db.rideNextCommit("a") { () throws(StoreError) in _ = try db.query("INSERT OR REPLACE INTO soft VALUES ('a', 1)") }
+        db.rideNextCommit("a") { () throws(StoreError) in _ = try db.query("INSERT OR REPLACE INTO soft VALUES ('a', 2)") }
+        db.rideNextCommit("b") { () throws(StoreError) in _ = try db.query("INSERT OR REPLACE INTO soft VALUES ('b', 1)") }
+        #expect(db.ridersWaiting == 2)
+        #expect(try Self.count(db, "soft") == 0)
+        #expect(((try? FileManager.default.attributesOfItem(atPath: wal)[.size] as? Int) ?? 0) == before, "nothing written while waiting")
+        // A transaction that rolls back takes none of them.
+        struct Refused: Error {}
+        #expect(throws: StoreError.self) {
+            try db.transaction { () throws(StoreError) in
+                _ = try db.query("INSERT INTO t VALUES (1)")
+                throw StoreError(code: 1, message: "refused", sql: nil)
+            }
+        }
+        #expect(try Self.count(db, "soft") == 0 && db.ridersWaiting == 2)
+        // The next one that commits writes them, the latest of "a".
+        try db.withoutSync { () throws(StoreError) in
+            try db.transaction { () throws(StoreError) in _ = try db.query("INSERT INTO t VALUES (2)") }
+        }
+        #expect(db.ridersWaiting == 0)
+        #expect(try db.query("SELECT k, v FROM soft ORDER BY k") == [[.text("a"), .int(2)], [.text("b"), .int(1)]])
+        // flushRiders writes what waits, in a transaction of its own.
+        db.rideNextCommit("c") { () throws(StoreError) in _ = try db.query("INSERT OR REPLACE INTO soft VALUES ('c', 1)") }
+        try db.flushRiders()
+        #expect(try Self.count(db, "soft") == 3 && db.ridersWaiting == 0)
+        // A rider that fails waits for the next commit; the transaction it rode commits.
+        var fail = true
+        db.rideNextCommit("d") { () throws(StoreError) in
+            if fail { throw StoreError(code: 13, message: "full", sql: nil) }
+            _ = try db.query("INSERT OR REPLACE INTO soft VALUES ('d', 1)")
+        }
+        try db.transaction { () throws(StoreError) in _ = try db.query("INSERT INTO t VALUES (3)") }
+        #expect(try Self.count(db, "t") == 2 && db.ridersWaiting == 1)
+        fail = false
+        try db.flushRiders()
+        #expect(try Self.count(db, "soft") == 4 && db.ridersWaiting == 0)
+    }
+}
