@@ -13,6 +13,8 @@ package protocol NotificationStore: AnyObject {
     func pendingNotifications() throws(StoreError) -> [NotificationRecord]
     func chargeBudget(_ seq: Int64, at: Double) throws(StoreError)
     func budgetUses(app: String, since: Double) throws(StoreError) -> [Double]
+    /// Changes when another connection (a tool, an operator's sqlite3) commits to the file.
+    func dataVersion() throws(StoreError) -> Int64
     func notificationPayload(_ seq: Int64) throws(StoreError) -> String?
     func pruneNotifications(before: Double) throws(StoreError) -> Double?
     func holdRecorded(_ seq: Int64) throws(StoreError)
@@ -41,6 +43,8 @@ extension Store: NotificationStore {}
     /// Budget uses in the last hour by app, as written to the store (`uses(of:since:)`), in the
     /// order they were charged (oldest first).
     var knownUses: [String: [Double]] = [:]
+    /// state.db's `data_version` when `knownUses` was read (nil: unknown, nothing is kept).
+    var knownUsesVersion: Int64?
     package private(set) var refusedNotifications = 0
     /// Messages on topics drowsed did not subscribe to; the topics already logged (once each).
     package private(set) var unexpectedMessages = 0
@@ -343,8 +347,15 @@ extension Store: NotificationStore {}
     /// An app's budget uses after `since` (on the timeline, which no clock step moves while
     /// drowsed runs). Read from the store once, then kept: each notification admitted would
     /// otherwise read back every use of the last hour, up to `max_per_hour` rows, before its
-    /// handler starts. A store that cannot be read gives none (and nothing is kept).
+    /// handler starts. A store that cannot be read gives none (and nothing is kept), and what
+    /// another connection commits (`PRAGMA data_version`) has them read again.
     func uses(of app: String, since: Double) -> [Double] {
+        // Read again when someone else wrote to state.db meanwhile (the uses are the store's).
+        let version = try? store.dataVersion()
+        if version == nil || version != knownUsesVersion {
+            knownUses = [:]
+            knownUsesVersion = version
+        }
         if var known = knownUses[app] {
             if let oldest = known.first, oldest <= since {
                 known.removeAll { $0 <= since }
@@ -428,6 +439,9 @@ extension Store: NotificationStore {}
             case .setTimer(let at):
                 wake.set(at) { [weak self] in self?.deferredTimerFired() }
             case .prune(let before):
+                // A row received before `before` may carry a use of the last hour (charged
+                // after a long stop): the kept uses are read again.
+                knownUses = [:]
                 do { admission.pruned(oldestLeft: try store.pruneNotifications(before: before)) } catch {
                     logger.error("store: old notifications not pruned: \(error)")
                 }

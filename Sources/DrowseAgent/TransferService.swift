@@ -106,6 +106,9 @@ package final class SystemTransferFiles: TransferFiles {
     var finishWaiters: [String: [FinishWaiter]] = [:]
     private var nextWaiter = 0
 
+    /// The most requests waiting for transfers' ends at once.
+    static let maxFinishWaiters = 64
+
     struct FinishWaiter {
         let token: Int
         let wake: ServiceWake
@@ -425,6 +428,9 @@ package final class SystemTransferFiles: TransferFiles {
     /// the service's stop, whichever comes first. The caller reads the transfer afterwards.
     package func waitFinished(_ id: String, upTo seconds: Double) async {
         guard !stopped, seconds > 0, let t = current(id), !t.state.isFinished else { return }
+        // A request whose client hangs up still waits out its time: past this many waiting,
+        // one is answered at once (and `drowse transfer wait` asks again a moment later).
+        guard finishWaiters.values.reduce(0, { $0 + $1.count }) < Self.maxFinishWaiters else { return }
         nextWaiter += 1
         let token = nextWaiter
         let wake = ServiceWake(clock: clock)

@@ -185,13 +185,31 @@ package final class SQLiteDatabase {
         if sqlite3_get_autocommit(db) != 0 { try durableUnlessRelaxed() }
         try run("BEGIN IMMEDIATE")
         var taken: [Rider] = []
-        do {
+        do throws(StoreError) {
             let v = try body()
-            // What waits for a commit rides this one; one that fails waits for the next.
+            // What waits for a commit rides this one, each in a savepoint: one that fails leaves
+            // nothing of itself and waits for the next. If SQLite ended the whole transaction
+            // (a full disk, an I/O error), that error is this transaction's.
             taken = riders
             riders = []
             for r in taken {
-                do { try r.write() } catch { ride(r, unlessNewer: true) }
+                do throws(StoreError) {
+                    try run("SAVEPOINT rider")
+                    do throws(StoreError) {
+                        try r.write()
+                        try run("RELEASE rider")
+                    } catch {
+                        if sqlite3_get_autocommit(db) == 0 {
+                            try? run("ROLLBACK TO rider")
+                            try? run("RELEASE rider")
+                        }
+                        throw error
+                    }
+                } catch {
+                    riderFailure = error
+                    ride(r, unlessNewer: true)
+                    if sqlite3_get_autocommit(db) != 0 { throw error }
+                }
             }
             try run("COMMIT")
             return v
@@ -211,6 +229,8 @@ package final class SQLiteDatabase {
 
     /// Writes waiting for the next transaction, at most one per key.
     private var riders: [Rider] = []
+    /// The last error of a rider (kept for `flushRiders` to report).
+    private var riderFailure: StoreError?
 
     /// How many writes wait for the next transaction.
     package var ridersWaiting: Int { riders.count }
@@ -224,10 +244,13 @@ package final class SQLiteDatabase {
     }
 
     /// Writes every waiting rider now, in a transaction of its own (at shutdown). A rider that
-    /// fails is kept for the next.
+    /// fails is kept for the next, and its error thrown. A rider must not begin a transaction
+    /// itself (it runs inside one).
     package func flushRiders() throws(StoreError) {
         guard !riders.isEmpty else { return }
+        riderFailure = nil
         try transaction { () throws(StoreError) in }
+        if !riders.isEmpty, let riderFailure { throw riderFailure }
     }
 
     /// Queues `r`; `unlessNewer`: not when a newer write of its key arrived meanwhile.

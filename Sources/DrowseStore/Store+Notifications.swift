@@ -195,6 +195,12 @@ extension Store {
             .compactMap { $0[0].double }
     }
 
+    /// SQLite's `data_version`: it changes when another connection commits to the file, not
+    /// when this one does (nor at a checkpoint).
+    package func dataVersion() throws(StoreError) -> Int64 {
+        try db.query("PRAGMA data_version").first?.first?.int64 ?? 0
+    }
+
     /// The payload a notification was recorded with (nil when it is not recorded, e.g. pruned).
     package func notificationPayload(_ seq: Int64) throws(StoreError) -> String? {
         try db.query("SELECT payload FROM notifications WHERE seq = ?", [.int(seq)]).first?.first?.string

@@ -47,6 +47,9 @@ final class MemoryNotificationStore: NotificationStore {
     }
     func pendingNotifications() throws(StoreError) -> [NotificationRecord] { rows.filter { ["pending", "deferred"].contains($0.state) } }
     func chargeBudget(_ seq: Int64, at: Double) throws(StoreError) { budget[seq] = at }
+    /// `dataVersion()`: a test moves it as another connection's commit would.
+    var version: Int64 = 1
+    func dataVersion() throws(StoreError) -> Int64 { version }
     /// How many times `budgetUses` was read.
     var budgetReads = 0
     func budgetUses(app: String, since: Double) throws(StoreError) -> [Double] {

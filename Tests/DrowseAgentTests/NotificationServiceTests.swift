@@ -169,6 +169,21 @@ import Testing
         #expect(rig.ran.map(\.seq) == [1, 2, 3, 4, 5, 6])
     }
 
+    @Test("what another connection commits to state.db has the budget uses read again")
+    func budgetReadAgainAfterOthersWrite() throws {
+        let rig = try Rig(maxPerHour: 1)
+        #expect(rig.push(#"{"aps": {"content-available": 1}, "id": "a"}"#))
+        #expect(rig.push(#"{"aps": {"content-available": 1}, "id": "b"}"#))
+        #expect(rig.ran.map(\.seq) == [1], "b waits: the hour's one use is spent")
+        rig.service.flushDeferred()
+        #expect(rig.ran.map(\.seq) == [1])
+        // An operator's sqlite3 moves the use an hour back (as the end-to-end tests do).
+        rig.store.budget[1] = rig.now - 3601
+        rig.store.version += 1
+        rig.service.flushDeferred()
+        #expect(rig.ran.map(\.seq) == [1, 2], "the window has room once the uses are read again")
+    }
+
     // MARK: - Fleets: one notification by two routes
 
     @Test("the same id by the device's own topic and a group's, or by two groups, runs once", arguments: [

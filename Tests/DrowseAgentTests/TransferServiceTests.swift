@@ -145,6 +145,23 @@ import Testing
         #expect(rig.service.finishWaiters.isEmpty)
     }
 
+    @Test("past 64 waiting requests, one more is answered at once")
+    func waitersBounded() async throws {
+        let rig = try Rig()
+        _ = rig.submit("t1")
+        var tasks: [Task<Void, Never>] = []
+        for _ in 0..<TransferService.maxFinishWaiters {
+            tasks.append(Task { @DaemonActor in await rig.service.waitFinished("t1", upTo: 60) })
+        }
+        while rig.service.finishWaiters["t1"]?.count != TransferService.maxFinishWaiters { await Task.yield() }
+        await rig.service.waitFinished("t1", upTo: 60)  // returns: the test would hang otherwise
+        #expect(rig.service.finishWaiters["t1"]?.count == TransferService.maxFinishWaiters)
+        let job = try #require(rig.engine.downloads.first)
+        rig.service.engineEvent(.completed(id: "t1", bytes: 42, path: job.finalPath))
+        for t in tasks { await t.value }
+        #expect(rig.service.finishWaiters.isEmpty)
+    }
+
     @Test("a transient failure sets a retry timer, and the retry starts the engine again")
     func retry() throws {
         let rig = try Rig()

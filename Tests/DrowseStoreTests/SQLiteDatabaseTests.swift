@@ -100,16 +100,41 @@ struct RiderTests {
         db.rideNextCommit("c") { () throws(StoreError) in _ = try db.query("INSERT OR REPLACE INTO soft VALUES ('c', 1)") }
         try db.flushRiders()
         #expect(try Self.count(db, "soft") == 3 && db.ridersWaiting == 0)
-        // A rider that fails waits for the next commit; the transaction it rode commits.
+        // A rider that fails halfway leaves nothing of itself and waits for the next commit; the
+        // transaction it rode commits.
         var fail = true
         db.rideNextCommit("d") { () throws(StoreError) in
-            if fail { throw StoreError(code: 13, message: "full", sql: nil) }
             _ = try db.query("INSERT OR REPLACE INTO soft VALUES ('d', 1)")
+            if fail { throw StoreError(code: 13, message: "full", sql: nil) }
         }
         try db.transaction { () throws(StoreError) in _ = try db.query("INSERT INTO t VALUES (3)") }
         #expect(try Self.count(db, "t") == 2 && db.ridersWaiting == 1)
+        #expect(try Self.count(db, "soft") == 3, "the failed rider's first write was undone")
+        // flushRiders says so when one fails.
+        #expect(throws: StoreError.self) { try db.flushRiders() }
+        #expect(try Self.count(db, "soft") == 3 && db.ridersWaiting == 1)
         fail = false
         try db.flushRiders()
         #expect(try Self.count(db, "soft") == 4 && db.ridersWaiting == 0)
+    }
+}
+
+@Suite("state.db's data version")
+struct DataVersionTests {
+    @Test("it changes when another connection commits, not at this one's commits nor another's checkpoint")
+    func changesForOthersOnly() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("drowse-dv-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let store = try Store(path: dir + "/state.db")
+        let v0 = try store.dataVersion()
+        _ = try store.recordNotification(app: "a", dedupeKey: "k1", payload: "{}", at: 1)
+        _ = try store.recordNotification(app: "a", dedupeKey: "k2", payload: "{}", at: 2, durable: false)
+        #expect(try store.dataVersion() == v0)
+        let other = try SQLiteDatabase(path: dir + "/state.db")
+        _ = try other.query("PRAGMA wal_checkpoint(PASSIVE)")
+        #expect(try store.dataVersion() == v0, "a checkpoint changes no content")
+        try other.exec("UPDATE notifications SET budget_at = 5")
+        #expect(try store.dataVersion() != v0)
     }
 }
