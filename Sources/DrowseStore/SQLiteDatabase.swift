@@ -193,19 +193,7 @@ package final class SQLiteDatabase {
             taken = riders
             riders = []
             for r in taken {
-                do throws(StoreError) {
-                    try run("SAVEPOINT rider")
-                    do throws(StoreError) {
-                        try r.write()
-                        try run("RELEASE rider")
-                    } catch {
-                        if sqlite3_get_autocommit(db) == 0 {
-                            try? run("ROLLBACK TO rider")
-                            try? run("RELEASE rider")
-                        }
-                        throw error
-                    }
-                } catch {
+                do { try write(r) } catch {
                     riderFailure = error
                     ride(r, unlessNewer: true)
                     if sqlite3_get_autocommit(db) != 0 { throw error }
@@ -251,6 +239,20 @@ package final class SQLiteDatabase {
         riderFailure = nil
         try transaction { () throws(StoreError) in }
         if !riders.isEmpty, let riderFailure { throw riderFailure }
+    }
+
+    /// Writes `r` in a savepoint of the transaction under way: when it fails, nothing of it stays.
+    private func write(_ r: Rider) throws(StoreError) {
+        try run("SAVEPOINT rider")
+        do { try r.write() } catch {
+            // Unless SQLite ended the whole transaction (then there is no savepoint to undo).
+            if sqlite3_get_autocommit(db) == 0 {
+                try? run("ROLLBACK TO rider")
+                try? run("RELEASE rider")
+            }
+            throw error
+        }
+        try run("RELEASE rider")
     }
 
     /// Queues `r`; `unlessNewer`: not when a newer write of its key arrived meanwhile.
