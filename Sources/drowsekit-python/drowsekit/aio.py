@@ -60,7 +60,12 @@ class AsyncDrowseApp:
 
     async def call(self, method: str, target: str, body: Any = None) -> Any:
         """One API call; the answer's JSON, or DrowseError with the API's code and HTTP status."""
+        return await self._call(method, target, body)
+
+    async def _call(self, method: str, target: str, body: Any = None, wait: float = 0.0) -> Any:
+        """``call`` for a request drowsed may hold up to ``wait`` seconds before answering."""
         request = P.request_bytes(method, target, body)
+        limit = P.answer_timeout(self.timeout, wait)
         while True:
             reused = False
             c: Optional[_Connection] = None
@@ -79,14 +84,14 @@ class AsyncDrowseApp:
                 c.writer.write(request)
                 await asyncio.wait_for(c.writer.drain(), self.timeout)
                 while not parser.complete:
-                    chunk = await asyncio.wait_for(c.reader.read(65536), self.timeout)
+                    chunk = await asyncio.wait_for(c.reader.read(65536), limit)
                     if not chunk:
                         parser.eof()
                         break
                     data += parser.feed(chunk)
             except asyncio.TimeoutError:
                 c.close()
-                raise DrowseConnectionError(f"{method} {target}: no answer in {self.timeout}s") from None
+                raise DrowseConnectionError(f"{method} {target}: no answer in {limit}s") from None
             except (OSError, DrowseProtocolError) as e:
                 c.close()
                 P.retry_or_raise(e, reused, parser, f"{method} {target}")
@@ -235,9 +240,12 @@ class AsyncDrowseApp:
                 return
 
     async def wait_transfer(self, transfer_id: str, timeout: Optional[float] = None, interval: float = 0.2) -> Transfer:
+        """As ``DrowseApp.wait_transfer``: long polls (``?wait=``), asked again at most every
+        ``interval`` when drowsed answers sooner without the transfer's end."""
         wait = P.TransferWait(timeout, interval)
         while True:
-            t = await self.transfer(transfer_id)
+            seconds = wait.ask()
+            t = Transfer.from_json(await self._call(*self._routes.transfer(transfer_id, seconds), wait=seconds))
             delay = wait.delay(t)
             if delay is None:
                 return t

@@ -41,7 +41,8 @@ class DrowseApp:
             ...
             app.complete(event, Result.NEW_DATA)
 
-    ``timeout`` bounds each wait for drowsed's answer to a call (not the event stream, which is
+    ``timeout`` bounds each wait for drowsed's answer to a call (beyond the time a
+    ``wait_transfer`` request asks drowsed to hold its answer; not the event stream, which is
     quiet between events). ``expiry_margin``: a task's expiration callback runs at the latest this
     long before the task's end even when no ``task-expiring`` warning came on the stream.
     """
@@ -76,12 +77,17 @@ class DrowseApp:
 
     def call(self, method: str, target: str, body: Any = None) -> Any:
         """One API call; the answer's JSON, or DrowseError with the API's code and HTTP status."""
+        return self._call(method, target, body)
+
+    def _call(self, method: str, target: str, body: Any = None, wait: float = 0.0) -> Any:
+        """``call`` for a request drowsed may hold up to ``wait`` seconds before answering."""
         request = P.request_bytes(method, target, body)
         while True:
             c, reused = self._checkout()
             parser = P.ResponseParser(method)
             data = bytearray()
             try:
+                c.sock.settimeout(P.answer_timeout(self.timeout, wait))
                 c.sock.sendall(request)
                 while not parser.complete:
                     chunk = c.sock.recv(65536)
@@ -250,10 +256,14 @@ class DrowseApp:
                 return
 
     def wait_transfer(self, transfer_id: str, timeout: Optional[float] = None, interval: float = 0.2) -> Transfer:
-        """Polls until the transfer is completed, failed or cancelled; TimeoutError after ``timeout``."""
+        """The transfer once it is completed, failed or cancelled; TimeoutError after ``timeout``.
+        Each request asks drowsed to hold its answer until then (``?wait=``, at most 30 s and the
+        time left); a drowsed that answers sooner anyway is asked again at most every ``interval``
+        (growing to 2 s)."""
         wait = P.TransferWait(timeout, interval)
         while True:
-            t = self.transfer(transfer_id)
+            seconds = wait.ask()
+            t = Transfer.from_json(self._call(*self._routes.transfer(transfer_id, seconds), wait=seconds))
             delay = wait.delay(t)
             if delay is None:
                 return t

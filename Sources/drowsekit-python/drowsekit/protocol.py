@@ -1,11 +1,12 @@
 """The protocol without I/O, shared by the blocking and the asyncio clients: requests as bytes,
 an HTTP/1.1 response parser fed with whatever the socket gave (chunked, Content-Length or
-close-delimited bodies, keep-alive), the event stream cut into lines, the reconnection backoff
-and the bookkeeping of background tasks."""
+close-delimited bodies, keep-alive), the event stream cut into lines, the reconnection backoff,
+the bookkeeping of background tasks and the long polls waiting for a transfer."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import re
@@ -374,8 +375,11 @@ class Routes:
         body = {"kind": "upload", "url": url, "app": self.app, "session": session, "file": file, **options}
         return "POST", "/v1/transfers", {k: v for k, v in body.items() if v is not None}
 
-    def transfer(self, transfer_id: str) -> tuple[str, str, Any]:
-        return "GET", f"/v1/transfers/{segment(transfer_id)}", None
+    def transfer(self, transfer_id: str, wait: Optional[float] = None) -> tuple[str, str, Any]:
+        """``GET /v1/transfers/ID``; with ``wait`` (seconds), drowsed answers once the transfer is
+        completed, failed or cancelled, or after that long, whichever comes first."""
+        query = "" if wait is None else f"?wait={seconds_text(wait)}"
+        return "GET", f"/v1/transfers/{segment(transfer_id)}{query}", None
 
     def cancel_transfer(self, transfer_id: str) -> tuple[str, str, Any]:
         return "POST", f"/v1/transfers/{segment(transfer_id)}/cancel", None
@@ -494,28 +498,59 @@ class PageWalk:
         return True
 
 
-class TransferWait:
-    """Waiting for a transfer to finish by asking for it: the delays between asks (``interval``
-    growing to 2 s) and the deadline."""
+def seconds_text(seconds: float) -> str:
+    """Seconds for a query: at most 3 decimals, rounded down, never below 0 (``30``, ``1.25``, ``0``)."""
+    ms = max(0, math.floor(round(seconds * 1000, 6))) if math.isfinite(seconds) else 0
+    return f"{ms // 1000}.{ms % 1000:03d}".rstrip("0").rstrip(".")
 
-    def __init__(self, timeout: Optional[float], interval: float) -> None:
+
+def answer_timeout(timeout: Optional[float], wait: float) -> Optional[float]:
+    """How long a call that asked drowsed to hold its answer ``wait`` seconds waits for it: the
+    client's ``timeout`` beyond the wait (None: no limit)."""
+    return None if timeout is None else timeout + max(0.0, wait)
+
+
+#: The longest ``wait`` one request of ``wait_transfer`` asks for (drowsed takes up to 60 s).
+TRANSFER_WAIT = 30.0
+
+
+class TransferWait:
+    """Waiting for a transfer to finish with long polls: each ``GET /v1/transfers/ID?wait=S``
+    (``ask`` gives S) asks drowsed to answer once the transfer is completed, failed or cancelled,
+    or after S seconds: at most 30, and no longer than the time left before the deadline. A
+    drowsed that answers sooner without the end (one that ignores ``wait``, one stopping, or one
+    with too many requests waiting) is asked again no sooner than ``interval`` after the previous
+    ask, the interval growing by half up to 2 s (or ``interval`` itself, when longer)."""
+
+    def __init__(self, timeout: Optional[float], interval: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.timeout = timeout
-        self.deadline = None if timeout is None else time.monotonic() + timeout
+        self._clock = clock
+        self.deadline = None if timeout is None else clock() + timeout
         self.interval = interval
+        self._cap = max(interval, 2.0)
+        self._asked_at: Optional[float] = None
+
+    def ask(self) -> float:
+        """The ``wait`` for the next request, which starts now (in seconds, 3 decimals at most)."""
+        now = self._clock()
+        self._asked_at = now
+        wait = TRANSFER_WAIT if self.deadline is None else min(TRANSFER_WAIT, self.deadline - now)
+        return float(seconds_text(wait))
 
     def delay(self, t: Transfer) -> Optional[float]:
-        """None when ``t`` has finished, else how long to wait before asking again;
-        TimeoutError past the deadline."""
+        """The answer to the last ask came: None when ``t`` has finished, else how long to wait
+        before asking again; TimeoutError past the deadline."""
         if t.finished:
             return None
-        d = self.interval
-        self.interval = min(self.interval * 1.5, 2.0)
-        if self.deadline is not None:
-            left = self.deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"transfer {clip(t.id)} is still {clip(str(t.state))} after {self.timeout}s")
-            d = min(d, left)
-        return d
+        now = self._clock()
+        left = None if self.deadline is None else self.deadline - now
+        if left is not None and left <= 0:
+            raise TimeoutError(f"transfer {clip(t.id)} is still {clip(str(t.state))} after {self.timeout}s")
+        since = 0.0 if self._asked_at is None else now - self._asked_at
+        d = max(0.0, self.interval - since)
+        self.interval = min(self.interval * 1.5, self._cap)
+        return d if left is None else min(d, left)
 
 
 def local_expiry_delay(time_remaining: Optional[float], margin: float) -> Optional[float]:

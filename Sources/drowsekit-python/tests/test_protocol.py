@@ -9,7 +9,9 @@ import random
 import pytest
 
 from drowsekit import DrowseError, DrowseProtocolError
-from drowsekit.protocol import EventStreamDecoder, LineSplitter, ResponseParser, Routes, answer_json, request_bytes
+from drowsekit.models import Transfer
+from drowsekit.protocol import (EventStreamDecoder, LineSplitter, ResponseParser, Routes, TransferWait, answer_json,
+                                answer_timeout, request_bytes, seconds_text)
 from scripted_server import chunk, line
 
 STREAM = (b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -129,6 +131,72 @@ def test_requests_and_routes():
     raw = request_bytes("POST", "/v1/x", {"a": 1})
     assert raw.startswith(b"POST /v1/x HTTP/1.1\r\n") and raw.endswith(b'\r\nContent-Length: 8\r\n\r\n{"a": 1}')
     assert b"Content-Length: 0" in request_bytes("POST", "/v1/x")
+
+
+def test_a_transfer_route_asks_a_wait_in_seconds_rounded_down():
+    r = Routes("py")
+    assert r.transfer("t/9") == ("GET", "/v1/transfers/t%2F9", None)
+    assert r.transfer("t/9", 30.0)[1] == "/v1/transfers/t%2F9?wait=30"
+    assert [seconds_text(s) for s in (0, 1.25, 0.29, 0.0004, 9.9999, -3, float("nan"))] == \
+        ["0", "1.25", "0.29", "0", "9.999", "0", "0"]
+    assert answer_timeout(30.0, 30.0) == 60.0 and answer_timeout(None, 30.0) is None
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def running(state: str = "running") -> Transfer:
+    return Transfer.from_json({"id": "t1", "state": state})
+
+
+def test_transfer_wait_asks_at_most_30_s_and_the_time_left():
+    clock = Clock()
+    w = TransferWait(None, 0.2, clock)
+    assert w.ask() == 30.0
+    clock.now += 30
+    assert w.delay(running()) == 0.0  # held the whole wait: ask again at once
+    assert w.delay(running("completed")) is None and w.delay(running("cancelled")) is None
+
+    w = TransferWait(45.0, 0.2, clock)
+    assert w.ask() == 30.0
+    clock.now += 30
+    assert w.delay(running()) == 0.0
+    assert w.ask() == 15.0
+    clock.now += 14.9996
+    assert w.delay(running()) == 0.0
+    assert w.ask() == 0.0  # 0.4 ms left: rounded down, never past the deadline
+    clock.now += 0.001
+    with pytest.raises(TimeoutError):
+        w.delay(running())
+
+    w = TransferWait(-1.0, 0.2, clock)
+    assert w.ask() == 0.0
+
+
+def test_transfer_wait_spaces_early_answers_by_the_interval():
+    clock = Clock()
+    w = TransferWait(None, 0.2, clock)
+    delays = []
+    for _ in range(12):
+        w.ask()
+        clock.now += 0.05  # answered at once, without the end
+        delays.append(round(w.delay(running()), 6))
+        clock.now += delays[-1]
+    assert delays[:3] == [0.15, 0.25, 0.4] and max(delays) == pytest.approx(1.95)
+    w = TransferWait(0.3, 0.5, clock)
+    w.ask()
+    clock.now += 0.05
+    assert w.delay(running()) == pytest.approx(0.25)  # the interval, up to the deadline only
+    w = TransferWait(None, 5.0, clock)  # an interval over 2 s is kept, not cut
+    w.ask()
+    assert w.delay(running()) == 5.0
+    w.ask()
+    assert w.delay(running()) == 5.0
 
 
 ANSWERS = [
