@@ -88,6 +88,30 @@ def assert_not_restarted(b, before: int) -> None:
     assert now == before, f"drowsed was restarted {now - before} times: " + b.sh("journalctl -u drowsed -n 40 --no-pager")
 
 
+def explain_missing(b, broker, missing: list[str]) -> None:
+    """What drowsed, its state.db and the broker knew of the notifications that never ran."""
+    print(f"missing after the reboot: {len(missing)}: {missing[:20]}", flush=True)
+    rc, out, _ = b.run(f"cat {NOTES} 2>/dev/null")
+    odd = [line for line in out.splitlines() if len(line.split()) != 4]
+    print(f"lines of {NOTES} that do not read as id, attempt, boot, time: {odd[:10]!r}", flush=True)
+    keys = ",".join(f"'{nid}'" for nid in missing[:50])
+    for q in (f"select seq, dedupe_key, state, attempts, received_at, handled_at from notifications"
+              f" where app = 'streamapp' and dedupe_key in ({keys})",
+              "select state, count(*) from notifications where app = 'streamapp' group by state",
+              "select * from runs order by rowid desc limit 5"):
+        rc, out, err = b.run(f"sqlite3 -header {STATE_DB} \"{q}\"")
+        print(f"state.db: {q}\n{out}{err}", flush=True)
+    rc, out, _ = b.run("drowse status --json")
+    print(f"drowse status: {out}", flush=True)
+    rc, out, _ = b.run("journalctl -u drowsed -b --no-pager | tail -n 60")
+    print(f"drowsed's journal, this boot:\n{out}", flush=True)
+    try:
+        lines = broker.log.read_text(errors="replace").splitlines()
+        print("broker log (last 60 lines about the device):\n" + "\n".join([l for l in lines if DEVICE in l][-60:]), flush=True)
+    except OSError as e:
+        print(f"no broker log: {e}", flush=True)
+
+
 def test_power_cuts_during_streams_and_bursts_repeat_no_finished_run(configured, broker):
     b = configured
     # The tests after this one configure drowse.toml themselves: it is left as it was found.
@@ -150,7 +174,9 @@ def run_streams(b, broker):
         assert (rc, out.strip()) == (0, "ok"), out + err
         deadline = time.monotonic() + 600
         while not set(ids) <= {n[0] for n in read_notes(b)}:
-            assert time.monotonic() < deadline, f"cut {cut + 1}: not every notification ran after the reboot"
+            if time.monotonic() >= deadline:
+                explain_missing(b, broker, [nid for nid in ids if nid not in {n[0] for n in read_notes(b)}])
+                raise AssertionError(f"cut {cut + 1}: not every notification ran after the reboot")
             time.sleep(2)
         notes = read_notes(b)
         this = [n for n in notes if n[0] in set(ids)]
