@@ -18,6 +18,9 @@ import Synchronization
 ///
 /// The same thread waits on a `ClockStepWatch`: a step of the wall clock is reported at once
 /// (`.clock`), with no settle delay, so that drowsed converts times with the new skew.
+///
+/// Once its sockets listen, the monitor reports every kind once: what changed between the
+/// daemon's first reading and the start of the watch is read then, not lost.
 package final class ConditionsMonitor: Sendable {
     package enum Change: Sendable { case network, power, clock }
 
@@ -72,7 +75,13 @@ package final class ConditionsMonitor: Sendable {
             }
         }
         var buf = [UInt8](repeating: 0, count: 65536)
-        var pending: Set<Int> = []  // 0 network, 1 power
+        // The daemon's first reading was taken before this watch began: a change in between (a
+        // DHCP lease arriving while drowsed starts at boot, a time sync's first step) would
+        // otherwise wait for the next event, which may never come. So the watch reports each
+        // kind once as it begins: the clock at once, network and power after the settle delay
+        // (the address dump's answers are not changes).
+        if clock != nil { onChange(.clock) }
+        var pending: Set<Int> = [0, 1]  // 0 network, 1 power
         while !stopping.load(ordering: .relaxed) {
             var fds = [pollfd(fd: wake.fd, events: Int16(POLLIN), revents: 0)]
             if route >= 0 { fds.append(pollfd(fd: route, events: Int16(POLLIN), revents: 0)) }

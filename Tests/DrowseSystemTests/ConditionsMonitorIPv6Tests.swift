@@ -207,4 +207,22 @@ struct ConditionsMonitorIPv6Tests {
         try #require(ns.ip("-6", "addr", "del", "fd00::1/64", "dev", ns.link))
         #expect(try await waitFor(3) { changes.network > 0 }, "removing fd00::1 was not reported")
     }
+
+    @Test("as it begins the watch reports network, power and clock once: a change before it is not lost")
+    func firstReport() async throws {
+        // The daemon reads the conditions before the watch begins; at boot a DHCP lease can
+        // arrive in between (an address and a route the address dump then lists as known).
+        // In a namespace where nothing happens, the monitor must still say "read again".
+        let ns = try #require(TestNamespace())
+        try #require(ns.ip("-6", "addr", "add", "fd00::3/64", "dev", ns.link, "nodad"))
+        let changes = Changes()
+        let monitor = ConditionsMonitor(logger: Logger(label: "test")) { c in changes.seen.withLock { $0.append(c) } }
+        try ns.start(monitor)
+        defer { monitor.stop() }
+        #expect(try await waitFor(3) { changes.network == 1 }, "no first network report")
+        try await Task.sleep(for: .milliseconds(500))
+        let seen = changes.seen.withLock { $0 }
+        #expect(seen.filter { $0 == .network }.count == 1 && seen.filter { $0 == .power }.count == 1, "\(seen)")
+        #expect(seen.filter { $0 == .clock }.count <= 1, "\(seen)")
+    }
 }
