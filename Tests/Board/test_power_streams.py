@@ -94,7 +94,8 @@ def explain_missing(b, broker, missing: list[str]) -> None:
     rc, out, _ = b.run(f"cat {NOTES} 2>/dev/null")
     odd = [line for line in out.splitlines() if len(line.split()) != 4]
     print(f"lines of {NOTES} that do not read as id, attempt, boot, time: {odd[:10]!r}", flush=True)
-    keys = ",".join(f"'{nid}'" for nid in missing[:50])
+    # A notification with an `id` is recorded under the key "id:<id>".
+    keys = ",".join(f"'id:{nid}'" for nid in missing[:50])
     for q in (f"select seq, dedupe_key, state, attempts, received_at, handled_at from notifications"
               f" where app = 'streamapp' and dedupe_key in ({keys})",
               "select state, count(*) from notifications where app = 'streamapp' group by state",
@@ -175,7 +176,8 @@ def run_streams(b, broker):
         deadline = time.monotonic() + 600
         while not set(ids) <= {n[0] for n in read_notes(b)}:
             if time.monotonic() >= deadline:
-                explain_missing(b, broker, [nid for nid in ids if nid not in {n[0] for n in read_notes(b)}])
+                ran = {n[0] for n in read_notes(b)}
+                explain_missing(b, broker, [nid for nid in ids if nid not in ran])
                 raise AssertionError(f"cut {cut + 1}: not every notification ran after the reboot")
             time.sleep(2)
         notes = read_notes(b)
