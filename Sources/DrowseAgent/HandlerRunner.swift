@@ -9,12 +9,21 @@ import Logging
 /// A notification or fetch run waiting for a handler slot.
 package enum QueuedRun: Sendable {
     /// Recorded, and `pending` in the store until its handler ends: a crash while it waits
-    /// loses nothing (it is queued again on start).
-    case notification(app: String, seq: Int64, payload: [UInt8])
+    /// loses nothing (it is queued again on start). `counted`: its start was already counted
+    /// (in the commit that recorded it), as this attempt; nil: the runner counts it.
+    case notification(app: String, seq: Int64, payload: [UInt8], counted: Int? = nil)
     /// `done` gets the outcome (for `drowse fetch`, which waits).
     case fetch(app: String, trigger: String, done: HandlerRun)
     /// A finished session for the app's events handler; undelivered in the store until it ends.
     case transfers(app: String, key: String, stdin: [UInt8], batch: [Transfer])
+}
+
+extension QueuedRun {
+    /// The same run with its start not counted yet.
+    var uncounted: QueuedRun {
+        guard case .notification(let app, let seq, let payload, .some) = self else { return self }
+        return .notification(app: app, seq: seq, payload: payload)
+    }
 }
 
 /// Where a part of the daemon queues a handler run.
@@ -23,6 +32,8 @@ package enum QueuedRun: Sendable {
     func enqueue(_ run: QueuedRun)
     /// Shutdown has begun: nothing new is launched.
     var stopping: Bool { get }
+    /// A run queued now starts in this turn (a slot is free and nothing waits before it).
+    var startsAtOnce: Bool { get }
 }
 
 /// Handlers as a part of the daemon: the queue of runs waiting for one of the
@@ -73,6 +84,8 @@ package enum QueuedRun: Sendable {
 
     var waiting: Int { queue.waitingCount }
 
+    package var startsAtOnce: Bool { !stopping && queue.startsAtOnce }
+
     func now() -> Double { clock.timeline.now() }
 
     // MARK: the queue
@@ -92,7 +105,8 @@ package enum QueuedRun: Sendable {
             case .nothingToRun:
                 queue.ended()
             case .shortage(let err):
-                let delay = queue.failedToStart(item)
+                // Its counted start was taken back (`notificationNotStarted`): the retry counts anew.
+                let delay = queue.failedToStart(item.uncounted)
                 logger.warning("""
                     a handler could not start (\(String(cString: strerror(err)))); \(queue.waitingCount) run(s) wait \
                     for \(delay.map { "a retry in \($0) s" } ?? "a running handler to end")
@@ -118,28 +132,18 @@ package enum QueuedRun: Sendable {
 
     private func startQueued(_ item: QueuedRun) -> QueuedStart {
         switch item {
-        case .notification(let appID, let seq, let payload):
+        case .notification(let appID, let seq, let payload, let counted):
             // Its app may have been removed while it waited (a collapse is found below).
             guard let app = registry[appID] else {
                 notifications?.notificationRunEnded(seq)
                 return .nothingToRun
             }
-            // The start is counted before it happens (DROWSE_ATTEMPT); nil: no longer pending (a
-            // newer one collapsed it while it waited). On disk before the start,
-            // unless this is the notification being received now: the sync its PUBACK waits for
-            // covers the mark, and a message whose PUBACK never left comes back marked DUP.
-            let attempt: Int
-            do {
-                guard let a = try store.notificationStarting(seq, durable: notifications?.arriving != seq) else {
-                    notifications?.notificationRunEnded(seq)
-                    return .nothingToRun
-                }
-                attempt = a
-            } catch {
-                // Not counted: the handler may run again after a restart without knowing. Start
-                // it anyway (the notification is recorded); the log says why.
-                logger.error("store: the start of a notification's handler not recorded: \(error)", metadata: ["app.id": "\(appID)"])
-                attempt = 1
+            // The start is counted before it happens (DROWSE_ATTEMPT), unless the commit that
+            // recorded it in this turn counted it already; nil: no longer pending (a newer one
+            // collapsed it while it waited).
+            guard let attempt = counted ?? countStart(seq, app: appID) else {
+                notifications?.notificationRunEnded(seq)
+                return .nothingToRun
             }
             guard app.command(for: .notification) != nil || app.isResident else {
                 logger.warning("notification dropped: the app has no notification or fetch command", metadata: ["app.id": "\(appID)"])
@@ -193,6 +197,21 @@ package enum QueuedRun: Sendable {
                 self.slotFreed()
             }
             return .started
+        }
+    }
+
+    /// Counts a notification's start in the store and returns the attempt it is; nil when the
+    /// notification is no longer pending. On disk before the start, unless this is the
+    /// notification being received now: the sync its PUBACK waits for covers the mark, and a
+    /// message whose PUBACK never left comes back marked DUP.
+    private func countStart(_ seq: Int64, app: String) -> Int? {
+        do {
+            return try store.notificationStarting(seq, durable: notifications?.arriving != seq)
+        } catch {
+            // Not counted: the handler may run again after a restart without knowing. Start it
+            // anyway (the notification is recorded); the log says why.
+            logger.error("store: the start of a notification's handler not recorded: \(error)", metadata: ["app.id": "\(app)"])
+            return 1
         }
     }
 

@@ -6,7 +6,7 @@ import Logging
 /// What the notification service needs of the store.
 package protocol NotificationStore: AnyObject {
     func recordNotification(app: String, dedupeKey: String, payload: String, at: Double, signed: Bool,
-                            collapseID: String?, attempts: Int, durable: Bool, admit: (Int64) -> Double?) throws(StoreError) -> Int64?
+                            collapseID: String?, attempts: Int, durable: Bool, admit: (Int64) -> NotificationAdmitted) throws(StoreError) -> Int64?
     /// Calls `done` once every record written so far is durable (false: the sync failed).
     func afterJournalSync(_ done: @escaping @Sendable (Bool) -> Void)
     func markNotification(_ seq: Int64, state: String, at: Double) throws(StoreError)
@@ -69,6 +69,9 @@ extension Store: NotificationStore {}
     /// no sync of its own (the PUBACK's sync covers it; without it the broker sends it again,
     /// marked as a redelivery).
     package private(set) var arriving: Int64?
+    /// The notification being received now whose start was counted in its record's commit, and
+    /// the attempt that start is (`QueuedRun.notification(counted:)`).
+    var countedStart: (seq: Int64, attempt: Int)?
     let logger: Logger
     /// Notifications by outcome and refusals by reason are counted here (the agent hands over its own).
     package var metrics = AgentMetrics()
@@ -123,7 +126,9 @@ extension Store: NotificationStore {}
 
     /// Checks, records and admits a notification for `appID`. `checked`: its signature was
     /// checked when it arrived (the value says whether it was signed), for one held since.
-    func admit(_ appID: String, payload: [UInt8], attempts: Int, checked: Bool?) -> Settlement {
+    /// `fromBroker`: a PUBACK waits for the sync of its record (false: a held one released, whose
+    /// handler's start is counted on disk before it happens, as for any other waiting one).
+    func admit(_ appID: String, payload: [UInt8], attempts: Int, checked: Bool?, fromBroker: Bool = true) -> Settlement {
         guard let app = registry[appID] else {
             if mayHold(appID) { return hold(appID, payload: payload, attempts: attempts) }
             refuse("no valid app '\(LogText.escape(appID))'", app: nil, .unknownApp)
@@ -190,7 +195,7 @@ extension Store: NotificationStore {}
             // interrupts (docs/design.md), and the fsync is off the path to the handler's start.
             // A duplicate's first copy may not be on disk yet either (written, then the daemon
             // was killed before its sync): it too is acknowledged only once it is.
-            var decided: (seq: Int64, actions: [NotificationAdmission.Action])?
+            var decided: (seq: Int64, actions: [NotificationAdmission.Action], startsNow: Bool)?
             let beforeRecord = admission
             do {
                 _ = try store.recordNotification(
@@ -198,8 +203,14 @@ extension Store: NotificationStore {}
                     collapseID: note.collapseID, attempts: attempts, durable: false
                 ) { seq in
                     let actions = admission.recorded(seq: seq, now: now(), uses: budgetUses(plus: appID), nextWindow: nextFetchWindow())
-                    decided = (seq, actions)
-                    return actions.lazy.compactMap { if case .chargeBudget(seq, let at) = $0 { at } else { nil } }.first
+                    // Its handler starts in this turn (a free slot, nothing waiting before it, no
+                    // other run queued first): the start is counted in this commit, which its
+                    // PUBACK's sync makes durable.
+                    let firstRun = actions.lazy.compactMap { if case .runHandler(let s, _) = $0 { s } else { nil } }.first
+                    let startsNow = fromBroker && firstRun == seq && runs.map { !$0.stopping && $0.startsAtOnce } == true
+                    decided = (seq, actions, startsNow)
+                    return NotificationAdmitted(chargedAt: actions.lazy.compactMap { if case .chargeBudget(seq, let at) = $0 { at } else { nil } }.first,
+                                                startsNow: startsNow)
                 }
             } catch {
                 logger.error("notification not recorded, left to the broker to deliver again: \(error)", metadata: ["app.id": "\(appID)"])
@@ -210,14 +221,15 @@ extension Store: NotificationStore {}
                 return .reject
             }
             // Not admitted: a duplicate of a recorded one.
-            guard let (seq, actions) = decided else {
+            guard let (seq, actions, startsNow) = decided else {
                 carryOut(admission.recorded(seq: nil, now: now(), uses: budgetUses(plus: appID), nextWindow: nextFetchWindow()))
                 return .acknowledgeWhenSynced
             }
             metrics.notification(.accepted)
             for case .chargeBudget(seq, let at) in actions { knownUses[appID]?.append(at) }
-            arriving = seq
-            defer { arriving = nil }
+            arriving = fromBroker ? seq : nil
+            countedStart = startsNow ? (seq, attempts + 1) : nil
+            defer { arriving = nil; countedStart = nil }
             carryOut(actions.filter { !Self.charges($0, seq) }, notes: [seq: note])
             return .acknowledgeWhenSynced
         }
@@ -267,7 +279,8 @@ extension Store: NotificationStore {}
         guard let store = heldStore, let held = try? store.heldNotifications(), !held.isEmpty else { return }
         for h in held {
             if registry[h.app] != nil {
-                let settlement = admit(h.app, payload: Array(h.payload.utf8), attempts: h.attempts, checked: h.checked ? h.signed : nil)
+                let settlement = admit(h.app, payload: Array(h.payload.utf8), attempts: h.attempts, checked: h.checked ? h.signed : nil,
+                                       fromBroker: false)
                 // Recorded again (or refused for good): the held copy goes. A store failure keeps it.
                 if settlement != .reject { try? store.releaseHeld(h.seq) }
             } else if !mayHold(h.app) {
@@ -489,7 +502,7 @@ extension Store: NotificationStore {}
     func deliver(_ appID: String, seq: Int64, payload: [UInt8]) {
         // Stopping: it stays recorded as pending and runs after the restart.
         guard let runs, !runs.stopping else { return }
-        runs.enqueue(.notification(app: appID, seq: seq, payload: payload))
+        runs.enqueue(.notification(app: appID, seq: seq, payload: payload, counted: countedStart?.seq == seq ? countedStart?.attempt : nil))
     }
 
     /// Recorded but unhandled notifications from before a crash or restart.

@@ -22,6 +22,10 @@ package struct HandlerQueue<Item: Sendable>: Sendable {
 
     package var waitingCount: Int { waiting.count - head }
 
+    /// An item submitted now is the one `next()` gives at once: nothing waits before it, a slot
+    /// is free and no failed start holds the queue.
+    package var startsAtOnce: Bool { !blocked && running < limit && head >= waiting.count }
+
     /// Queues `item` behind the others.
     package mutating func submit(_ item: Item) {
         waiting.append(item)

@@ -13,6 +13,21 @@ package struct HeldNotification: Sendable, Equatable {
     package var attempts: Int
 }
 
+/// What admitting a notification decided inside its record's transaction, written in the same
+/// commit (`Store.recordNotification(admit:)`).
+package struct NotificationAdmitted: Sendable, Equatable {
+    /// When it used its app's hourly budget; nil: it did not.
+    package var chargedAt: Double?
+    /// Its handler starts in the same turn: the start is counted in this commit (`attempts`,
+    /// DROWSE_ATTEMPT), not in one of its own.
+    package var startsNow: Bool
+
+    package init(chargedAt: Double? = nil, startsNow: Bool = false) {
+        self.chargedAt = chargedAt
+        self.startsNow = startsNow
+    }
+}
+
 /// A notification as recorded before its handler runs.
 package struct NotificationRecord: Sendable, Equatable {
     package var seq: Int64
@@ -39,11 +54,12 @@ extension Store {
     /// broker marked as sent before, DUP: an earlier copy may have run before a power cut lost
     /// its record).
     /// `admit`: called with the new record's sequence number before the commit; it returns when
-    /// the notification used its app's hourly budget (nil: it did not), which the same commit
-    /// writes (`chargeBudget`): one commit, not two, for a notification admitted as it arrives.
+    /// the notification used its app's hourly budget and whether its handler starts now, which
+    /// the same commit writes (`chargeBudget`, `notificationStarting`): one commit, not three, for
+    /// a notification that runs as it arrives.
     package func recordNotification(app: String, dedupeKey: String, payload: String, at: Double, signed: Bool = false,
                                    collapseID: String? = nil, attempts: Int = 0, durable: Bool = true,
-                                   admit: (Int64) -> Double? = { _ in nil }) throws(StoreError) -> Int64? {
+                                   admit: (Int64) -> NotificationAdmitted = { _ in NotificationAdmitted() }) throws(StoreError) -> Int64? {
         func insert() throws(StoreError) -> Int64? {
             try db.transaction { () throws(StoreError) -> Int64? in
                 try db.query(
@@ -51,8 +67,11 @@ extension Store {
                     [.text(app), .text(dedupeKey), .text(payload), .double(at), .int(signed ? 1 : 0), SQLValue(collapseID), .int(Int64(attempts))])
                 guard db.changes == 1 else { return nil }
                 let seq = db.lastInsertRowID
-                if let charged = admit(seq) {
-                    try db.query("UPDATE notifications SET budget_at = ? WHERE seq = ?", [.double(charged), .int(seq)])
+                let admitted = admit(seq)
+                if admitted.chargedAt != nil || admitted.startsNow {
+                    // The row's own page, just written: no page more in the commit.
+                    try db.query("UPDATE notifications SET budget_at = ?, attempts = attempts + ? WHERE seq = ?",
+                                 [SQLValue(admitted.chargedAt), .int(admitted.startsNow ? 1 : 0), .int(seq)])
                 }
                 return seq
             }

@@ -23,7 +23,7 @@ final class MemoryNotificationStore: NotificationStore {
     var broken = false
     func holdRecorded(_ seq: Int64) throws(StoreError) {}
     func recordNotification(app: String, dedupeKey: String, payload: String, at: Double, signed: Bool, collapseID: String?, attempts: Int,
-                            durable: Bool, admit: (Int64) -> Double?) throws(StoreError) -> Int64? {
+                            durable: Bool, admit: (Int64) -> NotificationAdmitted) throws(StoreError) -> Int64? {
         if broken { throw StoreError(code: 13, message: "database or disk is full", sql: nil) }
         guard !keys.contains(dedupeKey) else { return nil }
         let seq = Int64(rows.count + 1)
@@ -34,9 +34,13 @@ final class MemoryNotificationStore: NotificationStore {
         }
         keys.insert(dedupeKey)
         rows.append(NotificationRecord(seq: seq, app: app, payload: payload, receivedAt: at, signed: signed))
-        if let charged = admit(seq) { budget[seq] = charged }
+        let admitted = admit(seq)
+        if let charged = admitted.chargedAt { budget[seq] = charged }
+        if admitted.startsNow { startsCounted.append(seq) }
         return seq
     }
+    /// Records whose handler's start was counted in their own commit.
+    var startsCounted: [Int64] = []
     /// The record's transaction fails at its COMMIT, after `admit` ran.
     var failsAtCommit = false
     /// false: the journal's sync fails (a disk error).

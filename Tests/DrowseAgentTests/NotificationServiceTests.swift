@@ -4,6 +4,7 @@ import DrowseCore
 import DrowseSystem
 import Logging
 import Synchronization
+import DrowseTestSupport
 import Testing
 
 /// The notification service over in-memory doubles: a store that can fail, a handler queue that
@@ -19,7 +20,7 @@ import Testing
         }
         let runs = RecordingRunQueue()
         var ran: [(app: String, seq: Int64)] {
-            runs.runs.compactMap { if case let .notification(app, seq, _) = $0 { (app, seq) } else { nil } }
+            runs.runs.compactMap { if case let .notification(app, seq, _, _) = $0 { (app, seq) } else { nil } }
         }
         var timer: Double? { service.wake.at }
         let store: MemoryNotificationStore
@@ -132,6 +133,54 @@ import Testing
         #expect(rig.push(Self.silent))
         #expect(rig.ran.map(\.seq) == [1])
         #expect(rig.store.budget[1] != nil, "the charge came back from the record's transaction")
+    }
+
+    @Test("a handler that starts as its notification arrives has its start counted in the record's commit; one that waits for a slot, at its start")
+    func startCountedWithRecord() throws {
+        let rig = try Rig(maxPerHour: 3)
+        func counted() -> [Int64: Int?] {
+            Dictionary(uniqueKeysWithValues: rig.runs.runs.compactMap { if case let .notification(_, seq, _, c) = $0 { (seq, c) } else { nil } })
+        }
+        rig.runs.startsAtOnce = true
+        #expect(rig.push(#"{"aps": {"content-available": 1}, "id": "a"}"#))
+        #expect(rig.store.startsCounted == [1] && counted()[1] == .some(1))
+        // A redelivery (MQTT's DUP): an earlier start may have happened, so this one is the second.
+        rig.service.settle(rig.service.receive(topic: rig.topic, payload: Array(#"{"aps": {"content-available": 1}, "id": "b"}"#.utf8),
+                                               redelivered: true)) { _ in }
+        #expect(rig.store.startsCounted == [1, 2] && counted()[2] == .some(2))
+        // No free slot: it waits in the queue, and the runner counts its start when it comes.
+        rig.runs.startsAtOnce = false
+        #expect(rig.push(#"{"aps": {"content-available": 1}, "id": "c"}"#))
+        #expect(rig.store.startsCounted == [1, 2] && counted()[3] == .some(nil))
+        // Past the budget it is deferred: nothing starts, nothing is counted.
+        rig.runs.startsAtOnce = true
+        #expect(rig.push(#"{"aps": {"content-available": 1}, "id": "d"}"#))
+        #expect(rig.store.startsCounted == [1, 2] && counted()[4] == nil && rig.store.rows[3].state == "deferred")
+    }
+
+    @Test("a held notification released after a reload has its start counted on its own, before it starts: no PUBACK's sync covers its record")
+    func releasedHeldCountedAtStart() throws {
+        try withTempDirSync { dir in
+            let store = MemoryNotificationStore()
+            let rig = try Rig(store: store)
+            let registry = AppRegistry(directory: dir, logger: Logger(label: "test"))
+            try put("id = \"news\"\n[notification\n", at: dir + "/news.toml")  // cut short: invalid
+            registry.load()
+            let service = NotificationService(admission: NotificationAdmission(budget: NotificationBudget(maxPerHour: 12), deviceID: "dev"),
+                                              store: store, clock: rig.clock, registry: registry, topicPrefix: "drowse",
+                                              deviceID: "dev", logger: Logger(label: "test"))
+            service.runs = rig.runs
+            service.heldStore = try Store(path: dir + "/state.db")
+            rig.runs.startsAtOnce = true
+            #expect(service.receive(topic: rig.topic, payload: Array(Self.silent.utf8)) == .acknowledgeWhenSynced)
+            #expect(rig.runs.runs.isEmpty, "held, not run")
+            try put("id = \"news\"\n[notification]\ncommand = [\"/bin/true\"]\n", at: dir + "/news.toml")
+            registry.load()
+            service.releaseHeld()
+            let queued = rig.runs.runs.compactMap { if case let .notification(_, seq, _, c) = $0 { (seq, c) } else { nil } }
+            #expect(queued.count == 1 && queued.first?.1 == nil, "the runner counts its start, on disk: \(queued)")
+            #expect(store.startsCounted.isEmpty)
+        }
     }
 
     @Test("past the hourly budget a notification waits, and runs when the hour has room again")

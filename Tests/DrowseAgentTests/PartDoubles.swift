@@ -5,6 +5,7 @@ import DrowseCore
 @DaemonActor final class RecordingRunQueue: RunQueue {
     var runs: [QueuedRun] = []
     var stopping = false
+    var startsAtOnce = false
     func enqueue(_ run: QueuedRun) { runs.append(run) }
 }
 

@@ -23,6 +23,27 @@ struct HandlerQueueTests {
         #expect(q.running == 3)
     }
 
+    @Test("an item submitted now starts at once only with a free slot, nothing waiting and no failed start")
+    func startsAtOnce() {
+        var q = HandlerQueue<Int>(limit: 2)
+        #expect(q.startsAtOnce)
+        q.submit(1)
+        #expect(!q.startsAtOnce, "1 waits before it")
+        #expect(startAll(&q) == [1] && q.startsAtOnce)
+        q.submit(2)
+        #expect(startAll(&q) == [2] && !q.startsAtOnce, "both slots taken")
+        q.submit(3)
+        q.ended()
+        #expect(!q.startsAtOnce, "3 waits before it")
+        let three = q.next()
+        #expect(three == 3)
+        _ = q.failedToStart(3)
+        #expect(!q.startsAtOnce, "3 waits again, and the queue is held")
+        q.ended()
+        #expect(startAll(&q) == [3])
+        #expect(q.startsAtOnce)
+    }
+
     @Test("a flood of 1000: every item starts exactly once, never more than the limit at once")
     func flood() {
         var q = HandlerQueue<Int>(limit: 8)

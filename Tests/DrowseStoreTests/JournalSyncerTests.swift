@@ -145,14 +145,41 @@ struct JournalSyncerTests {
         try withStorePath { path in
             let store = try Store(path: path)
             _ = try store.db.query("PRAGMA wal_checkpoint(TRUNCATE)")
-            let seq = try #require(try store.recordNotification(app: "a", dedupeKey: "k", payload: "{}", at: 1, durable: false) { _ in 2 })
+            let seq = try #require(try store.recordNotification(app: "a", dedupeKey: "k", payload: "{}", at: 1, durable: false) { _ in NotificationAdmitted(chargedAt: 2) })
             #expect(try Self.walCommits(path, pageSize: Int(Store.pageSize)) == 1)
             #expect(try store.budgetUses(app: "a", since: 0) == [2])
             #expect(try store.notificationState(seq) == "pending")
             // A duplicate is not admitted again.
             var asked = false
-            #expect(try store.recordNotification(app: "a", dedupeKey: "k", payload: "{}", at: 3, durable: false) { _ in asked = true; return 4 } == nil)
+            #expect(try store.recordNotification(app: "a", dedupeKey: "k", payload: "{}", at: 3, durable: false) { _ in asked = true; return NotificationAdmitted(chargedAt: 4) } == nil)
             #expect(!asked)
+        }
+    }
+
+    @Test("a notification whose handler starts as it arrives is recorded, charged and its start counted in one commit")
+    func recordedChargedAndCountedOnce() throws {
+        try withStorePath { path in
+            let store = try Store(path: path)
+            func attempts(_ seq: Int64) throws -> Int64? {
+                try store.db.query("SELECT attempts FROM notifications WHERE seq = ?", [.int(seq)]).first?[0].int64
+            }
+            _ = try store.db.query("PRAGMA wal_checkpoint(TRUNCATE)")
+            let seq = try #require(try store.recordNotification(app: "a", dedupeKey: "k", payload: "{}", at: 1, durable: false) { _ in
+                NotificationAdmitted(chargedAt: 2, startsNow: true)
+            })
+            #expect(try Self.walCommits(path, pageSize: Int(Store.pageSize)) == 1)
+            #expect(try attempts(seq) == 1 && store.budgetUses(app: "a", since: 0) == [2])
+            // A redelivery (DUP: one start may have happened) that starts now is its second.
+            let dup = try #require(try store.recordNotification(app: "a", dedupeKey: "d", payload: "{}", at: 3, attempts: 1, durable: false) { _ in
+                NotificationAdmitted(startsNow: true)
+            })
+            #expect(try attempts(dup) == 2)
+            // One that waits for a slot is counted when it starts.
+            let waits = try #require(try store.recordNotification(app: "a", dedupeKey: "w", payload: "{}", at: 4, durable: false) { _ in
+                NotificationAdmitted(chargedAt: 4)
+            })
+            #expect(try attempts(waits) == 0)
+            #expect(try store.notificationStarting(waits, durable: false) == 1)
         }
     }
 }

@@ -64,7 +64,7 @@ struct NotificationIndexTests {
             #expect(try Self.plan(store, held, []).contains("notifications_waiting"))
             let budget = "SELECT budget_at FROM notifications WHERE app = ? AND budget_at > ? ORDER BY budget_at"
             #expect(try Self.plan(store, budget, [.text("a"), .double(0)]).contains("notifications_budget"))
-            let seq = try #require(try store.recordNotification(app: "a", dedupeKey: "k", payload: "{}", at: 1) { _ in 1 })
+            let seq = try #require(try store.recordNotification(app: "a", dedupeKey: "k", payload: "{}", at: 1) { _ in NotificationAdmitted(chargedAt: 1) })
             _ = try store.recordNotification(app: "a", dedupeKey: "k2", payload: "{}", at: 1)
             try store.markNotification(seq, state: "newData", at: 2)
             // One row in the waiting index (k2), one in the budget index (k).
@@ -95,7 +95,7 @@ struct NotificationIndexTests {
                     UPDATE schema_version SET version = 13;
                     """)
                 for i in 0..<3 {
-                    kept.append(try #require(try store.recordNotification(app: "a", dedupeKey: "k\(i)", payload: "{\"n\":\(i)}", at: Double(i)) { _ in 7 }))
+                    kept.append(try #require(try store.recordNotification(app: "a", dedupeKey: "k\(i)", payload: "{\"n\":\(i)}", at: Double(i)) { _ in NotificationAdmitted(chargedAt: 7) }))
                     try store.record(RunRecord(app: "a", event: .notification, trigger: nil, result: .newData, ending: "exit status 0",
                                                startedAt: Double(i), endedAt: Double(i)))
                 }
