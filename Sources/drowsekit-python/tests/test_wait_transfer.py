@@ -109,7 +109,9 @@ def test_a_drowsed_ignoring_wait_is_asked_at_most_every_interval(server, client)
     assert t.state == "completed"
     times = [at for at, _ in drowsed.asks]
     gaps = [b - a for a, b in zip(times, times[1:])]
-    assert all(g >= 0.19 for g in gaps), gaps
+    # Seen by the server: the client's spacing plus the jitter of each request's way there (up to
+    # tens of ms on a busy machine); a client that did not wait would show gaps near 0.
+    assert all(g >= 0.15 for g in gaps), gaps
     assert 2 <= len(times) <= 7, gaps
     assert all(w is not None for w in drowsed.waits())
 
@@ -122,7 +124,8 @@ def test_early_answers_despite_wait_are_not_asked_again_sooner_than_interval(ser
     assert t.state == "completed"
     times = [at for at, _ in drowsed.asks]
     gaps = [b - a for a, b in zip(times, times[1:])]
-    assert all(g >= 0.29 for g in gaps), gaps
+    # Held 50 ms each: a client that asked again at once would show gaps near 0.05 s.
+    assert all(g >= 0.24 for g in gaps), gaps
     assert len(times) <= 6, gaps
 
 
