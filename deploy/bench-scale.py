@@ -14,7 +14,7 @@ Series (SERIES: a comma-separated subset of apps, transfers, notifications; size
 colon, e.g. apps:1/10/100):
   apps          N apps, each with a fetch (minimum_interval 12h) and a notification handler
   transfers     N downloads stored, waiting (`discretionary` on an interface [conditions]
-                metered_interfaces calls metered), one app
+                metered_interfaces calls metered), one app ([transfers] max_per_app = 100000)
   notifications N handled notifications in state.db within the 7-day dedupe window, written into
                 state.db while drowsed is stopped (as if handled over the week), one app; and
                 the same N with three quarters older than the window, which drowsed prunes at start
@@ -149,7 +149,7 @@ def write_config(dir: str, port: int, apps: int, metered: bool = False) -> None:
     conf = (f'device_id = "scale"\nstate_dir = "state"\napps_dir = "apps.d"\nsocket = "drowse.sock"\n'
             f'[mqtt]\nurl = "mqtt://127.0.0.1:{port}"\n')
     if metered:
-        conf += f'[conditions]\nmetered_interfaces = ["{default_interface()}", "lo"]\n'
+        conf += f'[conditions]\nmetered_interfaces = ["{default_interface()}", "lo"]\n[transfers]\nmax_per_app = 100000\n'
     with open(os.path.join(dir, "drowse.toml"), "w") as f:
         f.write(conf)
     for i in range(apps):

@@ -10,7 +10,7 @@
 #
 # Each point is a fresh drowsed (the release build, or DROWSE_BIN_DIR) in a temp dir, connected to
 # a private mosquitto on 127.0.0.1: started once to make its state (N apps; N stored transfers
-# waiting for an unmetered network; or, with it stopped, N handled notifications written into
+# waiting for an unmetered network, max_per_app raised; or, with it stopped, N handled notifications written into
 # state.db), then started again on that state and measured: its start-up (exec to the first API
 # answer), idle RSS and PSS after 5 s, the size of state.db, and the median of 20 GET /v1/status
 # and 20 GET /v1/transfers. The notifications series runs each size twice: all N within the 7-day
