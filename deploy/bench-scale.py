@@ -239,7 +239,7 @@ def human_bytes(b: float) -> str:
 def svg_plot(path: str, title: str, ylabel: str, lines: list[tuple[str, list[tuple[float, float]]]]) -> None:
     """A log-x line plot, one line per series (x: its size), plain SVG."""
     import math
-    w, h, left, right, top, bottom = 560, 300, 70, 150, 30, 45
+    w, h, left, right, top, bottom = 600, 300, 70, 170, 30, 45
     xs = [x for _, pts in lines for x, _ in pts]
     ys = [y for _, pts in lines for _, y in pts]
     if not xs:
@@ -264,7 +264,8 @@ def svg_plot(path: str, title: str, ylabel: str, lines: list[tuple[str, list[tup
     for k in range(5):
         y = y1 * k / 4
         out.append(f'<line x1="{left - 4}" y1="{py(y):.1f}" x2="{w - right}" y2="{py(y):.1f}" stroke="#ddd"/>')
-        out.append(f'<text x="{left - 6}" y="{py(y) + 4:.1f}" text-anchor="end">{y:.3g}</text>')
+        label = f"{y:,.0f}" if y >= 100 else f"{y:.1f}" if y >= 1 or y == 0 else f"{y:.2f}"
+        out.append(f'<text x="{left - 6}" y="{py(y) + 4:.1f}" text-anchor="end">{label}</text>')
     for i, (name, pts) in enumerate(lines):
         c = colours[i % len(colours)]
         out.append(f'<polyline fill="none" stroke="{c}" stroke-width="2" points="' + " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts) + '"/>')
