@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import subprocess
 import threading
 import time
@@ -55,13 +56,23 @@ class Publisher(threading.Thread):
         self.proc.wait(timeout=120)
 
 
-def read_notes(b) -> list[tuple[str, int, str, float]]:
+# A line as the handler writes it, at the end of a line of the file. A power cut can leave the
+# tail of a line written before it and never synced (NUL bytes, or part of the line without its
+# newline) in front of the first line appended after the reboot: that line is whole all the same.
+NOTE = re.compile(r"(c\d+-\d+) (\d+) ([0-9a-f-]{36}) ([0-9]+\.[0-9]+)$")
+
+
+def read_notes(b, torn: list[str] | None = None) -> list[tuple[str, int, str, float]]:
+    """The handler's lines; `torn` gets each line with something before its record (repr)."""
     rc, out, _ = b.run(f"cat {NOTES} 2>/dev/null")
     lines = []
     for line in out.splitlines():
-        parts = line.split()
-        if len(parts) == 4:
-            lines.append((parts[0], int(parts[1]), parts[2], float(parts[3])))
+        m = NOTE.search(line)
+        if m is None:
+            continue
+        if m.start() > 0 and torn is not None:
+            torn.append(repr(line[:m.start()])[:80])
+        lines.append((m[1], int(m[2]), m[3], float(m[4])))
     return lines
 
 
@@ -92,8 +103,10 @@ def explain_missing(b, broker, missing: list[str]) -> None:
     """What drowsed, its state.db and the broker knew of the notifications that never ran."""
     print(f"missing after the reboot: {len(missing)}: {missing[:20]}", flush=True)
     rc, out, _ = b.run(f"cat {NOTES} 2>/dev/null")
-    odd = [line for line in out.splitlines() if len(line.split()) != 4]
-    print(f"lines of {NOTES} that do not read as id, attempt, boot, time: {odd[:10]!r}", flush=True)
+    odd = [line for line in out.splitlines() if not NOTE.search(line)]
+    print(f"lines of {NOTES} that do not end as id, attempt, boot, time: {odd[:10]!r}", flush=True)
+    near = [line for line in out.splitlines() if any(nid in line for nid in missing[:50])]
+    print(f"lines of {NOTES} that hold a missing id somewhere: {near[:10]!r}", flush=True)
     # A notification with an `id` is recorded under the key "id:<id>".
     keys = ",".join(f"'id:{nid}'" for nid in missing[:50])
     for q in (f"select seq, dedupe_key, state, attempts, received_at, handled_at from notifications"
@@ -198,9 +211,11 @@ def run_streams(b, broker):
                     totals["repeated though ended before the bound"] += 1
         print(f"cut {cut + 1}/{CUTS} ({mode}): {len(ids)} published, {len(by_id)} handled, {len(rep)} repeated", flush=True)
         assert status(b)["mqtt"]["connected"] is True
-    notes = read_notes(b)
+    torn: list[str] = []
+    notes = read_notes(b, torn)
     handled = {n[0] for n in notes}
     missing = [nid for nid in published if nid not in handled]
+    figure("handler's lines after a torn tail of the cut (what came before them)", f"{len(torn)} {torn[:3]}")
     once = sum(1 for nid in published if sum(1 for n in notes if n[0] == nid) == 1)
     figure("stream power cuts", CUTS)
     figure("notifications published / handled once / missing", f"{len(published)} / {once} / {len(missing)}")
