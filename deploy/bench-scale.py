@@ -6,7 +6,7 @@ For each point of each series a fresh drowsed (BIN/drowsed) on WORKDIR/<point>/,
 broker on 127.0.0.1:BROKER_PORT, is started twice: once to make its state (apps, transfers,
 notifications), and again to be measured on that state, as after a reboot:
   start-up      from the exec to its first answer on the API socket (GET /v1/status)
-  RSS, PSS      /proc/PID/smaps_rollup, 5 s after it answered (idle: nothing due, MQTT connected)
+  RSS, PSS      /proc/PID/smaps_rollup, 5 s after it answered (idle: nothing due; MQTT configured)
   state.db      state.db and its WAL, once checkpointed at the stop
   status, transfers  the median time of 20 GET /v1/status and 20 GET /v1/transfers (one page,
                 the API's default of 100) over the socket, from the connect to the last byte
