@@ -32,7 +32,7 @@ extension QueuedRun {
     func enqueue(_ run: QueuedRun)
     /// Shutdown has begun: nothing new is launched.
     var stopping: Bool { get }
-    /// A run queued now starts in this turn (a slot is free and nothing waits before it).
+    /// A run queued now starts in this turn (not stopping, a slot is free, nothing waits before it).
     var startsAtOnce: Bool { get }
 }
 

@@ -207,7 +207,7 @@ extension Store: NotificationStore {}
                     // other run queued first): the start is counted in this commit, which its
                     // PUBACK's sync makes durable.
                     let firstRun = actions.lazy.compactMap { if case .runHandler(let s, _) = $0 { s } else { nil } }.first
-                    let startsNow = fromBroker && firstRun == seq && runs.map { !$0.stopping && $0.startsAtOnce } == true
+                    let startsNow = fromBroker && firstRun == seq && runs?.startsAtOnce == true
                     decided = (seq, actions, startsNow)
                     return NotificationAdmitted(chargedAt: actions.lazy.compactMap { if case .chargeBudget(seq, let at) = $0 { at } else { nil } }.first,
                                                 startsNow: startsNow)
