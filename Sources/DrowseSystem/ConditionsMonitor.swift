@@ -19,8 +19,8 @@ import Synchronization
 /// The same thread waits on a `ClockStepWatch`: a step of the wall clock is reported at once
 /// (`.clock`), with no settle delay, so that drowsed converts times with the new skew.
 ///
-/// Once its sockets listen, the monitor reports every kind once: what changed between the
-/// daemon's first reading and the start of the watch is read then, not lost.
+/// Once its sockets listen, the monitor reports network and power once: what changed between
+/// the daemon's first reading and the start of the watch is read then, not lost.
 package final class ConditionsMonitor: Sendable {
     package enum Change: Sendable { case network, power, clock }
 
@@ -76,11 +76,10 @@ package final class ConditionsMonitor: Sendable {
         }
         var buf = [UInt8](repeating: 0, count: 65536)
         // The daemon's first reading was taken before this watch began: a change in between (a
-        // DHCP lease arriving while drowsed starts at boot, a time sync's first step) would
-        // otherwise wait for the next event, which may never come. So the watch reports each
-        // kind once as it begins: the clock at once, network and power after the settle delay
-        // (the address dump's answers are not changes).
-        if clock != nil { onChange(.clock) }
+        // DHCP lease arriving while drowsed starts at boot) would otherwise wait for the next
+        // event, which may never come. So the watch reports network and power once as it
+        // begins, after the settle delay (the address dump's answers are not changes). Not the
+        // clock: a resync moves the skew by its read jitter, and times shown would move by it.
         var pending: Set<Int> = [0, 1]  // 0 network, 1 power
         while !stopping.load(ordering: .relaxed) {
             var fds = [pollfd(fd: wake.fd, events: Int16(POLLIN), revents: 0)]
