@@ -24,8 +24,8 @@ package struct AgentParts {
     package let metrics: AgentMetrics
 }
 
-/// The daemon put together: it builds the parts over one store and one clock, wires them (typed
-/// calls for requests, `DaemonEvents` for the fan-out), starts them in dependency order, and
+/// The daemon put together: it builds the parts over one store and one clock as a tree (typed
+/// calls down it for requests, `DaemonEvents` for the fan-out), starts them in dependency order, and
 /// answers the local API from them. It decides nothing itself: every decision is one of the
 /// state machines' in DrowseCore, carried out by the part that owns it.
 @DaemonActor package final class Agent {
@@ -78,8 +78,11 @@ package struct AgentParts {
         return FetchScheduler(policy: fetchPolicy, utcOffset: Double(localUTCOffset()))
     }
 
-    /// Builds the parts and wires them. Requests are typed calls on the part that answers
-    /// (`RunQueue`, `DownloadPusher`, ...); what several parts care about is a `DaemonEvent`.
+    /// Builds the parts as a tree, each over the parts it asks (docs/architecture.md, "Services"):
+    /// registry and conditions; the apps' processes over them; the handler runner over those;
+    /// fetch and transfers over the runner; notifications over fetch and transfers; MQTT over
+    /// notifications. Requests are typed calls down the tree; what goes up or across is a
+    /// `DaemonEvent`, to which each part subscribes in its own init. Nothing is wired afterwards.
     static func assemble(config: MainConfig, logger: Logger, launcher: HandlerLaunching, store: Store, clock: AgentClock,
                          trace: SchedulerTrace?) -> AgentParts {
         let timeline = clock.timeline
@@ -89,63 +92,28 @@ package struct AgentParts {
         let conditions = ConditionsService(
             reader: ConditionsProbe(sysfsRoot: config.conditions.sysfsRoot, meteredInterfaces: config.conditions.meteredInterfaces),
             policy: ConditionsPolicy(batteryLowPercent: config.conditions.batteryLowPercent), radioModel: config.radioModel,
-            radioTail: config.radioTail?.seconds, now: timeline.now(), logger: logger, events: events)
-        conditions.timeline = timeline
-        let fetch = FetchService(scheduler: scheduler(config), store: store, clock: clock, events: events, conditions: conditions,
-                                 trace: trace, logger: logger)
-        fetch.metrics = metrics
+            radioTail: config.radioTail?.seconds, now: timeline.now(), timeline: timeline, logger: logger, events: events)
         let processes = AppProcesses(config: config, logger: logger, launcher: launcher, clock: clock, registry: registry,
-                                     suspension: makeSuspension(config.lifecycle.cgroup, logger: logger))
+                                     suspension: makeSuspension(config.lifecycle.cgroup, logger: logger), events: events)
         let handlers = HandlerRunner(config: config, logger: logger, launcher: launcher, store: store, clock: clock, registry: registry,
-                                     processes: processes, fetch: fetch, events: events, metrics: metrics)
-        processes.runner = handlers
-        fetch.runs = handlers
+                                     processes: processes, events: events, metrics: metrics)
+        let fetch = FetchService(scheduler: scheduler(config), store: store, clock: clock, events: events, conditions: conditions,
+                                 runs: handlers, trace: trace, metrics: metrics, logger: logger)
         let lifecycle = TransferLifecycle(
             policy: conditions.policy, conditions: conditions.current, maxPerApp: config.transfers.maxPerApp,
             seed: UInt64.random(in: 0...UInt64.max))
         let transfers = TransferService(lifecycle: lifecycle, store: store, files: SystemTransferFiles(), clock: clock, conditions: conditions,
-                                        registry: registry, events: events, stateDir: config.stateDir, logger: logger)
-        transfers.metrics = metrics
-        transfers.runs = handlers
-        handlers.transfers = transfers
+                                        registry: registry, events: events, runs: handlers, stateDir: config.stateDir, metrics: metrics,
+                                        logger: logger)
         let notifications = NotificationService(
             admission: NotificationAdmission(budget: NotificationBudget(maxPerHour: config.notifications.maxPerHour), deviceID: config.deviceID,
                                              maxDeferred: config.notifications.maxDeferred),
-            store: store, clock: clock, registry: registry, topicPrefix: config.mqtt?.topicPrefix ?? "drowse", deviceID: config.deviceID,
-            logger: logger)
-        notifications.metrics = metrics
-        notifications.groups = config.mqtt?.groups ?? []
-        notifications.maxPayload = config.notifications.maxPayload
-        notifications.heldStore = store
-        notifications.runs = handlers
-        notifications.downloads = transfers
-        notifications.windows = fetch
-        handlers.notifications = notifications
+            store: store, clock: clock, registry: registry, runs: handlers, downloads: transfers, windows: fetch, events: events,
+            topicPrefix: config.mqtt?.topicPrefix ?? "drowse", deviceID: config.deviceID, groups: config.mqtt?.groups ?? [],
+            maxPayload: config.notifications.maxPayload, heldStore: store, metrics: metrics, logger: logger)
         let mqtt = MQTTLink(config: config, logger: logger, store: store, timeline: timeline, registry: registry,
                             notifications: notifications, metrics: metrics, events: events)
         let metricsFile = MetricsTextfile(path: config.metrics.textfile, metrics: metrics, logger: logger)
-
-        events.listen { event in
-            switch event {
-            case .windowOpened:
-                // Notifications held back by their rate budget or waiting for their rollout delay ride this window.
-                notifications.flushDeferred()
-            case .radioUsed:
-                fetch.radioUsed()
-            case .conditionsChanged:
-                // Waiting transfers start, those that may not go on pause; the scheduler hears it.
-                transfers.conditionsChanged()
-                fetch.conditionsChanged(conditions.forScheduler)
-            case .clockStepped(let step):
-                fetch.timeOfDayChanged(utcOffset: Double(localUTCOffset()) + timeline.skew)
-                notifications.wallClockStepped(by: step)
-            case .appsReloaded:
-                // Notifications held for an app whose file could not be used run once it can.
-                notifications.releaseHeld()
-            case .runEnded, .conditionsRead:
-                break
-            }
-        }
         return AgentParts(events: events, registry: registry, conditions: conditions, fetch: fetch, processes: processes,
                           handlers: handlers, notifications: notifications, transfers: transfers, mqtt: mqtt, metricsFile: metricsFile, metrics: metrics)
     }
@@ -160,7 +128,7 @@ package struct AgentParts {
 
     /// Loads apps, resumes unfinished work and connects, in dependency order. Returns once running.
     package func start() {
-        parts.conditions.start(store: store, timeline: clock.timeline)
+        parts.conditions.start(store: store)
         loadApps()
         parts.transfers.startEngine(options: transferOptions())
         parts.mqtt.start(online: parts.conditions.current.network != .none, path: parts.conditions.current.interface)
@@ -252,48 +220,49 @@ package struct AgentParts {
     /// The apps' lifecycles as the registry has them, without the rest of `AppProcesses.start`
     /// (adopting cgroups, watching memory): for tests.
     func configureLifecycles() {
-        lifecycle.configure(parts.registry.apps.values.sorted { $0.id < $1.id }, adopted: [])
+        lifecycle { $0.configure(parts.registry.apps.values.sorted { $0.id < $1.id }, adopted: []) }
     }
 
-    var lifecycle: LifecycleService { parts.processes.lifecycle }
+    /// Asks the app lifecycles (their process orders carried out by `AppProcesses`).
+    func lifecycle<T, E: Error>(_ body: (LifecycleService) throws(E) -> T) throws(E) -> T { try parts.processes.lifecycle(body) }
 
     package func openEventStream(_ id: String, caller: Caller, sink: EventSink) throws(APIError) {
         _ = try app(id, for: caller)
-        lifecycle.openStream(id, sink: sink)
+        lifecycle { $0.openStream(id, sink: sink) }
     }
 
     package func eventStreamClosed(_ id: String, sink: EventSink) {
-        lifecycle.streamClosed(id, sink: sink)
+        lifecycle { $0.streamClosed(id, sink: sink) }
     }
 
     package func completeEvent(_ id: String, event: String, result: FetchResult, caller: Caller) throws(APIError) {
         _ = try app(id, for: caller)
-        try lifecycle.complete(id, event: event, result: result)
+        try lifecycle { l throws(APIError) in try l.complete(id, event: event, result: result) }
     }
 
     package func beginTask(_ id: String, name: String?, caller: Caller) throws(APIError) -> JSON {
         _ = try app(id, for: caller)
-        return try lifecycle.beginTask(id, name: name).json(now: now(), wall: clock.timeline.skew)
+        return try lifecycle { l throws(APIError) in try l.beginTask(id, name: name) }.json(now: now(), wall: clock.timeline.skew)
     }
 
     package func endTask(_ id: String, task: String, caller: Caller) throws(APIError) -> JSON {
         _ = try app(id, for: caller)
-        return try lifecycle.endTask(id, id: task).json(now: now(), wall: clock.timeline.skew)
+        return try lifecycle { l throws(APIError) in try l.endTask(id, id: task) }.json(now: now(), wall: clock.timeline.skew)
     }
 
     package func task(_ id: String, task: String, caller: Caller) throws(APIError) -> JSON {
         _ = try app(id, for: caller)
-        return try lifecycle.task(id, id: task).json(now: now(), wall: clock.timeline.skew)
+        return try lifecycle { l throws(APIError) in try l.task(id, id: task) }.json(now: now(), wall: clock.timeline.skew)
     }
 
     package func activate(_ id: String, _ on: Bool, caller: Caller) throws(APIError) -> JSON {
         _ = try app(id, for: caller)
-        _ = lifecycle.activate(id, on)
+        _ = lifecycle { $0.activate(id, on) }
         return .object([("id", .string(id))] + stateMembers(id))
     }
 
     func stateMembers(_ id: String) -> [(String, JSON)] {
-        let s = lifecycle.state(of: id)
+        let s = lifecycle { $0.state(of: id) }
         return [("state", JSON(s?.state.rawValue)), ("state_reason", JSON(s?.reason)), ("state_since", JSON(wall(s?.since)))]
     }
 

@@ -16,10 +16,14 @@ import Logging
     let registry: AppRegistry
     /// How apps are frozen and killed: their cgroups, or signals where there are none.
     package let suspension: AppSuspension
-    /// App lifecycles: states, suspension, resident processes' events, background tasks.
-    package let lifecycle: LifecycleService
-    /// The handler runner: whether launching has stopped, and where an overrun task is recorded.
-    weak var runner: HandlerRunner?
+    /// App lifecycles: states, suspension, resident processes' events, background tasks. Reached
+    /// through `lifecycle(_:)`, which carries out the orders it gives.
+    private let lifecycles: LifecycleService
+    /// The lifecycles' wake (`LifecycleService.Order.wake`).
+    private let lifecycleWake: ServiceWake
+    let events: DaemonEvents
+    /// Shutdown has begun (`stopLaunching`): no resident process starts any more.
+    private(set) var stopping = false
 
     /// Resident processes drowsed started, by app, with their cgroup leaves.
     var residents: [String: (run: HandlerRun, leaf: String?)] = [:]
@@ -43,8 +47,9 @@ import Logging
     package nonisolated var partName: String { "app processes" }
 
     init(config: MainConfig, logger: Logger, launcher: HandlerLaunching, clock: AgentClock, registry: AppRegistry,
-         suspension: AppSuspension) {
+         suspension: AppSuspension, events: DaemonEvents) {
         self.config = config
+        self.events = events
         self.logger = logger
         self.launcher = launcher
         self.registry = registry
@@ -54,11 +59,32 @@ import Logging
         settings.taskAllowance = config.lifecycle.backgroundTaskTime.seconds
         settings.taskExpiryWarning = config.lifecycle.taskExpiryWarning.seconds
         settings.eventDeadline = config.scheduler.handlerDeadline.seconds
-        lifecycle = LifecycleService(settings: settings, clock: clock, logger: logger)
-        lifecycle.processes = self
+        lifecycles = LifecycleService(settings: settings, clock: clock, logger: logger)
+        lifecycleWake = ServiceWake(clock: clock)
     }
 
-    var stopping: Bool { runner?.stopping ?? false }
+    /// Asks the app lifecycles, then carries out the orders they gave (in their order).
+    package func lifecycle<T, E: Error>(_ body: (LifecycleService) throws(E) -> T) throws(E) -> T {
+        defer { carryOut(lifecycles.takeOrders()) }
+        return try body(lifecycles)
+    }
+
+    private func carryOut(_ orders: [LifecycleService.Order]) {
+        for order in orders {
+            switch order {
+            case .freeze(let app): freeze(app)
+            case .thaw(let app): thaw(app)
+            case .startProcess(let app): startResident(app)
+            case .killProcess(let app): killResident(app)
+            case .killApp(let app): killApp(app)
+            case .overran(let app): events.post(.taskOverran(app: app))
+            case .wake(let at): lifecycleWake.set(at) { [weak self] in self?.lifecycle { $0.timerFired() } }
+            }
+        }
+    }
+
+    /// Shutdown begins: no resident process is started any more.
+    func stopLaunching() { stopping = true }
 
     /// Start-up: adopt what a killed drowsed left, start the resident apps that are not running,
     /// and watch memory pressure.
@@ -69,7 +95,7 @@ import Logging
             logger.info("adopted the resident process a previous drowsed left running", metadata: ["app.id": "\(id)"])
             suspension.watchAdopted(app: id) { Task { @DaemonActor in self.adoptedResidentExited(id) } }
         }
-        lifecycle.configure(apps.values.sorted { $0.id < $1.id }, adopted: adopted.filter { apps[$0]?.isResident == true })
+        lifecycle { $0.configure(apps.values.sorted { $0.id < $1.id }, adopted: adopted.filter { apps[$0]?.isResident == true }) }
         startMemoryPressureMonitor()
         // Handlers start into their cgroups from the small spawn helper (no copy of drowsed's page
         // tables at each start); without cgroups drowsed's own start shares its memory anyway.
@@ -93,7 +119,7 @@ import Logging
             suspension.thaw(app: id, processGroups: processGroups(of: id))
             residents[id]?.run.terminate()
         }
-        lifecycle.configure(registry.apps.values.sorted { $0.id < $1.id }, adopted: [])
+        lifecycle { $0.configure(registry.apps.values.sorted { $0.id < $1.id }, adopted: []) }
     }
 
     /// Shutdown: the lifecycle stops deciding; resident processes are thawed and asked to stop
@@ -101,7 +127,8 @@ import Logging
     package func stop() async {
         pressureMonitor?.stop()
         pressureMonitor = nil
-        lifecycle.stop()
+        lifecycleWake.close()
+        lifecycle { $0.stop() }
         removeSpareLeaves()
         guard !residents.isEmpty else { return }
         for (id, r) in residents {
@@ -130,7 +157,7 @@ import Logging
         if run.pid != nil {
             residents[id] = (run, leaf)
             logger.info("started the resident process", metadata: ["app.id": "\(id)"])
-            lifecycle.processStarted(id)
+            lifecycle { $0.processStarted(id) }
         } else if let leaf {
             // It could not start: the outcome is already there.
             suspension.leafEnded(leaf)
@@ -152,13 +179,13 @@ import Logging
             }
             return
         }
-        lifecycle.processExited(id, description: outcome.summary)
+        lifecycle { $0.processExited(id, description: outcome.summary) }
     }
 
     func adoptedResidentExited(_ app: String) {
         suspension.adoptedEnded(app: app)
         guard residents[app] == nil else { return }
-        lifecycle.processExited(app, description: "exited (adopted from a previous drowsed: status unknown)")
+        lifecycle { $0.processExited(app, description: "exited (adopted from a previous drowsed: status unknown)") }
     }
 
     func killResident(_ app: String) {
@@ -173,9 +200,6 @@ import Logging
     }
     func freeze(_ app: String) { suspension.freeze(app: app, processGroups: processGroups(of: app)) }
     func thaw(_ app: String) { suspension.thaw(app: app, processGroups: processGroups(of: app)) }
-
-    /// An app overran its background-task allowance: it counts like a fetch killed at its deadline.
-    func taskOverran(_ app: String) { runner?.recordOverrun(app) }
 
     /// Process groups drowsed started for the app and that still run (for signal suspension).
     func processGroups(of app: String) -> [pid_t] {
@@ -220,7 +244,12 @@ import Logging
 
     /// A handler process started: thawed first (should a task have left the app frozen), and
     /// known for suspension while it runs.
-    func handlerStarting(_ app: String) { lifecycle.handlerStarting(app) }
+    func handlerStarting(_ app: String) { lifecycle { $0.handlerStarting(app) } }
+
+    /// A resident app's event: on its stream; `run` ends with the app's completion.
+    func deliver(_ app: String, kind: AppLifecycle.EventKind, members: [(String, JSON)], run: HandlerRun) {
+        lifecycle { $0.deliver(app, kind: kind, members: members, run: run) }
+    }
 
     func handlerStarted(_ app: String, _ run: HandlerRun, leaf: String?) {
         handlerRuns[app, default: [:]][ObjectIdentifier(run)] = run
@@ -249,7 +278,7 @@ import Logging
         handlerRuns[app]?[ObjectIdentifier(run)] = nil
         if handlerRuns[app]?.isEmpty == true { handlerRuns[app] = nil }
         if let leaf { suspension.leafEnded(leaf) }
-        lifecycle.handlerEnded(app)
+        lifecycle { $0.handlerEnded(app) }
     }
 
     // MARK: limits
@@ -293,7 +322,7 @@ import Logging
 
     func memoryPressure() {
         logger.warning("memory pressure (PSI \(config.lifecycle.memoryPressure))")
-        lifecycle.memoryPressure()
+        lifecycle { $0.memoryPressure() }
     }
 
     /// Logs what the spawn helper did since the last start: a restart refused (its path no

@@ -28,14 +28,15 @@ extension ConditionsProbe: ConditionsReader {}
     /// Where a step of the wall clock is noted (for the next start's `alignTimeline`) and each
     /// change of the conditions is kept (`drowse timeline`); nil in a test without a store.
     var store: Store?
-    var timeline: Timeline?
+    let timeline: Timeline?
     var monitor: ConditionsMonitor?
 
     package nonisolated var partName: String { "conditions" }
 
     package init(reader: ConditionsReader, policy: ConditionsPolicy, radioModel: String, radioTail: Double? = nil, now: Double,
-                 logger: Logger, events: DaemonEvents = DaemonEvents()) {
+                 timeline: Timeline? = nil, logger: Logger, events: DaemonEvents = DaemonEvents()) {
         self.reader = reader
+        self.timeline = timeline
         self.policy = policy
         self.radioModel = radioModel
         self.radioTail = radioTail
@@ -45,10 +46,9 @@ extension ConditionsProbe: ConditionsReader {}
     }
 
     /// Starts the kernel watch.
-    func start(store: Store, timeline: Timeline) {
+    func start(store: Store) {
         self.store = store
-        self.timeline = timeline
-        keep(current, at: timeline.now())
+        keep(current, at: timeline?.now() ?? current.readAt)
         let monitor = ConditionsMonitor(logger: logger) { change in
             Task { @DaemonActor in self.kernelReported(change) }
         }

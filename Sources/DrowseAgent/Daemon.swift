@@ -20,8 +20,13 @@ package enum DaemonEvent: Sendable {
     case windowOpened
     /// Something uses the network now (a handler or a transfer started): due fetches may ride along.
     case radioUsed
-    /// An app's run ended (a handler, a resident app's event, a task that overran).
-    case runEnded(app: String, failed: Bool)
+    /// An app's run ended and is recorded (a handler, a resident app's event, a task that
+    /// overran): the fetch scheduler counts its time and the radio's tail (a fetch's own end it
+    /// hears from the fetch part, in the run's transaction), the fleet status its failure.
+    case runEnded(app: String, event: HandlerEvent, failed: Bool, startedAt: Double, endedAt: Double)
+    /// An app overran its background-task allowance (`AppProcesses`): it counts like a fetch
+    /// killed at its deadline.
+    case taskOverran(app: String)
     /// Power or network were read afresh (the MQTT session's network flag follows every reading).
     case conditionsRead(Conditions)
     /// The kernel reported a change, or a client asked for a fresh reading: waiting work may start,

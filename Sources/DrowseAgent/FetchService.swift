@@ -10,6 +10,8 @@ import Logging
 package protocol FetchStore: AnyObject {
     func schedulerApp(_ id: String, interval: Double?, now: Double) throws(StoreError) -> FetchScheduler.App
     func recordUse(app: String, at: Double) throws(StoreError)
+    /// A run with the scheduler's bookkeeping after it, in one transaction.
+    func record(_ run: RunRecord, fetch: FetchScheduler.Record?, handlingNotification: Int64?, durable: Bool) throws(StoreError)
 }
 
 extension Store: FetchStore {}
@@ -17,40 +19,61 @@ extension Store: FetchStore {}
 /// Where the fetch service reads the board's conditions afresh, at a window boundary (no
 /// polling in between): the conditions part, or a test's double.
 @DaemonActor package protocol SchedulerConditionsSource: AnyObject {
+    /// The conditions as last read.
+    var forScheduler: FetchScheduler.Conditions { get }
     func readForScheduler() -> FetchScheduler.Conditions
 }
 
 /// Fetch scheduling as a service: it owns the `FetchScheduler` (every decision about fetch
 /// windows), the trace, and nothing else; it feeds the scheduler what happens and carries out
-/// its actions: fetches go to the handler queue (`RunQueue`), an opened window is posted as a
-/// `DaemonEvent`, and the next window is its own wake on the clock. On the daemon's executor, so
-/// a notification or a handler's end reaches it without a hop.
-@DaemonActor package final class FetchService: DaemonPart, NextWindowSource {
+/// its actions: fetches go to the handler queue (`RunQueue`), whose owner of their start and
+/// end it is (`RunOwner`); an opened window is posted as a `DaemonEvent`, and the next window is
+/// its own wake on the clock. It hears other runs' ends, the radio's use, the conditions and the
+/// clock as events. On the daemon's executor, so a notification or a handler's end reaches it
+/// without a hop.
+@DaemonActor package final class FetchService: DaemonPart, NextWindowSource, RunOwner {
     package private(set) var scheduler: FetchScheduler
     let store: FetchStore
     let clock: AgentClock
     let events: DaemonEvents
     let conditions: SchedulerConditionsSource
-    /// Where fetches are queued (the handler runner, built after this service).
-    package weak var runs: RunQueue?
+    /// Where fetches are queued (the handler runner).
+    let runs: RunQueue
     let wake: ServiceWake
     let trace: SchedulerTrace?
     let logger: Logger
-    /// Wake windows planned and opened are counted here (the agent hands over its own).
-    package var metrics = AgentMetrics()
+    /// Wake windows planned and opened are counted here.
+    let metrics: AgentMetrics
+    /// What each fetch's end leaves for the scheduler to carry out once the run is recorded.
+    private var afterRecord: [String: [FetchScheduler.Action]] = [:]
 
     package nonisolated var partName: String { "fetch" }
 
     package init(scheduler: FetchScheduler, store: FetchStore, clock: AgentClock, events: DaemonEvents,
-                 conditions: SchedulerConditionsSource, trace: SchedulerTrace?, logger: Logger) {
+                 conditions: SchedulerConditionsSource, runs: RunQueue, trace: SchedulerTrace?, metrics: AgentMetrics = AgentMetrics(),
+                 logger: Logger) {
         self.scheduler = scheduler
         self.store = store
         self.clock = clock
         self.events = events
         self.conditions = conditions
+        self.runs = runs
         wake = ServiceWake(clock: clock)
         self.trace = trace
+        self.metrics = metrics
         self.logger = logger
+        events.listen { [unowned self] event in
+            switch event {
+            case .radioUsed: radioUsed()
+            case .conditionsChanged: conditionsChanged(conditions.forScheduler)
+            case .clockStepped: timeOfDayChanged(utcOffset: Double(localUTCOffset()) + clock.timeline.skew)
+            case let .runEnded(app, event, _, startedAt, endedAt) where event != .fetch:
+                // Another run's time counts against the app's daily budget and keeps the radio awake.
+                finish(handlerEnded(app: app, fetch: nil, startedAt: startedAt, endedAt: endedAt).finish)
+            case .taskOverran(let app): recordOverrun(app)
+            case .windowOpened, .runEnded, .conditionsRead, .appsReloaded: break
+            }
+        }
     }
 
     func now() -> Double { clock.timeline.now() }
@@ -104,7 +127,7 @@ extension Store: FetchStore {}
                 for id in ids {
                     let done = HandlerRun()
                     if trigger == .manual { manual = done }
-                    runs?.enqueue(.fetch(app: id, trigger: trigger.rawValue, done: done))
+                    runs.enqueue(.fetch(app: id, trigger: trigger.rawValue, done: done), owner: self)
                 }
             case let .refuseFetch(_, reason):
                 refused = reason
@@ -166,6 +189,47 @@ extension Store: FetchStore {}
     /// A fetch the scheduler started never ran (its app went away, or drowsed is stopping).
     package func abandoned(_ app: String) {
         schedule(.fetchAbandoned(app: app, now: now()))
+    }
+
+    // MARK: a fetch's run (`RunOwner`)
+
+    package func starting(_ run: QueuedRun, app: AppDefinition?) -> Int? {
+        guard app == nil else { return 1 }
+        notRun(run, why: "app '\(run.app)' is gone")
+        return nil
+    }
+
+    package func notStarted(_ run: QueuedRun) {}
+
+    package func ending(_ run: QueuedRun, _ outcome: HandlerOutcome, cutShort: Bool) -> RunEffects {
+        let (record, next) = handlerEnded(
+            app: run.app, fetch: FetchScheduler.FetchEnding(result: outcome.result, timedOut: outcome.ending == .timedOut),
+            startedAt: outcome.startedAt, endedAt: outcome.endedAt)
+        afterRecord[run.app] = next
+        return RunEffects(fetch: record)
+    }
+
+    package func ended(_ run: QueuedRun, _ outcome: HandlerOutcome) {
+        finish(afterRecord.removeValue(forKey: run.app) ?? [])
+        if case .fetch(_, _, let done) = run { done.finish(outcome) }
+    }
+
+    package func notRun(_ run: QueuedRun) { notRun(run, why: "drowsed is stopping") }
+
+    private func notRun(_ run: QueuedRun, why: String) {
+        abandoned(run.app)
+        if case .fetch(_, _, let done) = run { done.finish(HandlerOutcome(ending: .launchFailed(why), startedAt: now(), endedAt: now())) }
+    }
+
+    /// An app overran its background-task allowance: it counts like a fetch killed at its deadline.
+    func recordOverrun(_ app: String) {
+        let t = now()
+        let (record, next) = handlerEnded(app: app, fetch: FetchScheduler.FetchEnding(result: .failed, timedOut: true), startedAt: t, endedAt: t)
+        let run = RunRecord(app: app, event: .fetch, trigger: "task-overrun", result: .failed,
+                            ending: "background task time ran out", startedAt: t, endedAt: t, timedOut: true)
+        do { try store.record(run, fetch: record, handlingNotification: nil, durable: true) } catch { logger.error("store: \(error)") }
+        finish(next)
+        events.post(.runEnded(app: app, event: .fetch, failed: true, startedAt: t, endedAt: t))
     }
 
     /// `drowse fetch ID`: starts it now, or says why not; the run gives the outcome.

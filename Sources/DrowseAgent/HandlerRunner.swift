@@ -6,19 +6,45 @@ import DrowseStore
 import DrowseSystem
 import Logging
 
-/// A notification or fetch run waiting for a handler slot.
+/// What a queued run is, as its owner queued it: the runner starts it, and its owner says what
+/// its start and end mean (`RunOwner`).
 package enum QueuedRun: Sendable {
     /// Recorded, and `pending` in the store until its handler ends: a crash while it waits
     /// loses nothing (it is queued again on start). `counted`: its start was already counted
-    /// (in the commit that recorded it), as this attempt; nil: the runner counts it.
+    /// (in the commit that recorded it), as this attempt; nil: its owner counts it at the start.
     case notification(app: String, seq: Int64, payload: [UInt8], counted: Int? = nil)
     /// `done` gets the outcome (for `drowse fetch`, which waits).
     case fetch(app: String, trigger: String, done: HandlerRun)
     /// A finished session for the app's events handler; undelivered in the store until it ends.
     case transfers(app: String, key: String, stdin: [UInt8], batch: [Transfer])
-}
 
-extension QueuedRun {
+    package var app: String {
+        switch self {
+        case .notification(let app, _, _, _), .fetch(let app, _, _), .transfers(let app, _, _, _): app
+        }
+    }
+
+    var event: HandlerEvent {
+        switch self {
+        case .notification: .notification
+        case .fetch: .fetch
+        case .transfers: .transfers
+        }
+    }
+
+    var trigger: String {
+        switch self {
+        case .notification: "notification"
+        case .fetch(_, let trigger, _): trigger
+        case .transfers: "transfers"
+        }
+    }
+
+    /// Its handler uses the network (due fetches may ride along once it starts).
+    var usesRadio: Bool {
+        if case .transfers = self { false } else { true }
+    }
+
     /// The same run with its start not counted yet.
     var uncounted: QueuedRun {
         guard case .notification(let app, let seq, let payload, .some) = self else { return self }
@@ -26,10 +52,48 @@ extension QueuedRun {
     }
 }
 
+/// What the end of a run writes in the run's own transaction, as its owner says.
+package struct RunEffects: Sendable {
+    /// The fetch scheduler's bookkeeping for a fetch's end.
+    package var fetch: FetchScheduler.Record?
+    /// The notification this run handled.
+    package var handled: Int64?
+
+    package init(fetch: FetchScheduler.Record? = nil, handled: Int64? = nil) {
+        self.fetch = fetch
+        self.handled = handled
+    }
+}
+
+/// The part that queued a run and gives its start and end their meaning: the runner starts the
+/// handler, records the run with what `ending` returns in one transaction, and tells `ended`.
+@DaemonActor package protocol RunOwner: AnyObject, Sendable {
+    /// A slot is free for `run`: the attempt to start it as (DROWSE_ATTEMPT), or nil when there
+    /// is nothing to run (its app is gone, it was collapsed, ...), which the owner has settled.
+    /// `app`: the app as loaded now, nil when it is gone.
+    func starting(_ run: QueuedRun, app: AppDefinition?) -> Int?
+    /// No process could be made for it (no descriptors, no memory): nothing ran, and the run
+    /// waits in the queue, its start uncounted, to be tried again.
+    func notStarted(_ run: QueuedRun)
+    /// The run ended: what its record carries. `cutShort`: a resident app's event ended by
+    /// drowsed's stop, not by the app.
+    func ending(_ run: QueuedRun, _ outcome: HandlerOutcome, cutShort: Bool) -> RunEffects
+    /// The run and its effects are recorded.
+    func ended(_ run: QueuedRun, _ outcome: HandlerOutcome)
+    /// Shutdown began before it started: it will not run (what is recorded runs after the restart).
+    func notRun(_ run: QueuedRun)
+}
+
+/// A queued run with the part it belongs to.
+struct RunJob: Sendable {
+    var run: QueuedRun
+    let owner: any RunOwner
+}
+
 /// Where a part of the daemon queues a handler run.
 @DaemonActor package protocol RunQueue: AnyObject {
     /// Queues a run; it starts now if one of the `max_concurrent_handlers` slots is free.
-    func enqueue(_ run: QueuedRun)
+    func enqueue(_ run: QueuedRun, owner: any RunOwner)
     /// Shutdown has begun: nothing new is launched.
     var stopping: Bool { get }
     /// A run queued now starts in this turn (not stopping, a slot is free, nothing waits before it).
@@ -38,8 +102,10 @@ extension QueuedRun {
 
 /// Handlers as a part of the daemon: the queue of runs waiting for one of the
 /// `max_concurrent_handlers` slots, the handlers running now, and the record of each run's end.
-/// At shutdown it stops launching first, and drains last of the parts that run processes: the
-/// API (listed before it in the ServiceGroup) still answers the handlers that are finishing.
+/// A leaf: it knows the part a run belongs to only through the run (`RunOwner`), and tells the
+/// others that a run ended as a `DaemonEvent`. At shutdown it stops launching first, and drains
+/// last of the parts that run processes: the API (listed before it in the ServiceGroup) still
+/// answers the handlers that are finishing.
 @DaemonActor package final class HandlerRunner: RunQueue, DaemonPart {
     let config: MainConfig
     let logger: Logger
@@ -48,16 +114,12 @@ extension QueuedRun {
     let clock: AgentClock
     let registry: AppRegistry
     let processes: AppProcesses
-    let fetch: FetchService
     let events: DaemonEvents
     let metrics: AgentMetrics
-    /// Told when a notification's run ended (or was not started), and when a transfers session's did.
-    weak var notifications: NotificationService?
-    weak var transfers: TransferService?
 
     /// Runs waiting for a slot. Why a cap: every running handler costs a process, pipes, a pidfd
     /// and a supervising thread; a flood of notifications once ran out of descriptors and dropped runs.
-    var queue: HandlerQueue<QueuedRun>
+    var queue: HandlerQueue<RunJob>
     let retryWake: ServiceWake
     package private(set) var stopping = false
     /// Every handler running now (resident apps' events included), as drowse_running_handlers.
@@ -67,7 +129,7 @@ extension QueuedRun {
     package nonisolated var partName: String { "handlers" }
 
     init(config: MainConfig, logger: Logger, launcher: HandlerLaunching, store: Store, clock: AgentClock, registry: AppRegistry,
-         processes: AppProcesses, fetch: FetchService, events: DaemonEvents, metrics: AgentMetrics) {
+         processes: AppProcesses, events: DaemonEvents, metrics: AgentMetrics) {
         self.config = config
         self.logger = logger
         self.launcher = launcher
@@ -75,7 +137,6 @@ extension QueuedRun {
         self.clock = clock
         self.registry = registry
         self.processes = processes
-        self.fetch = fetch
         self.events = events
         self.metrics = metrics
         queue = HandlerQueue(limit: config.scheduler.maxConcurrentHandlers)
@@ -90,23 +151,23 @@ extension QueuedRun {
 
     // MARK: the queue
 
-    package func enqueue(_ run: QueuedRun) {
-        queue.submit(run)
+    package func enqueue(_ run: QueuedRun, owner: any RunOwner) {
+        queue.submit(RunJob(run: run, owner: owner))
         pump()
     }
 
     /// Starts what the queue allows.
     func pump() {
         guard !stopping else { return }
-        while let item = queue.next() {
-            switch startQueued(item) {
+        while let job = queue.next() {
+            switch startQueued(job) {
             case .started:
                 queue.didStart()
             case .nothingToRun:
                 queue.ended()
             case .shortage(let err):
-                // Its counted start was taken back (`notificationNotStarted`): the retry counts anew.
-                let delay = queue.failedToStart(item.uncounted)
+                // Its counted start was taken back (`RunOwner.notStarted`): the retry counts anew.
+                let delay = queue.failedToStart(RunJob(run: job.run.uncounted, owner: job.owner))
                 logger.warning("""
                     a handler could not start (\(String(cString: strerror(err)))); \(queue.waitingCount) run(s) wait \
                     for \(delay.map { "a retry in \($0) s" } ?? "a running handler to end")
@@ -130,89 +191,31 @@ extension QueuedRun {
 
     enum QueuedStart { case started, nothingToRun, shortage(Int32) }
 
-    private func startQueued(_ item: QueuedRun) -> QueuedStart {
-        switch item {
-        case .notification(let appID, let seq, let payload, let counted):
-            // Its app may have been removed while it waited (a collapse is found below).
-            guard let app = registry[appID] else {
-                notifications?.notificationRunEnded(seq)
-                return .nothingToRun
-            }
-            // The start is counted before it happens (DROWSE_ATTEMPT), unless the commit that
-            // recorded it in this turn counted it already; nil: no longer pending (a newer one
-            // collapsed it while it waited).
-            guard let attempt = counted ?? countStart(seq, app: appID) else {
-                notifications?.notificationRunEnded(seq)
-                return .nothingToRun
-            }
-            guard app.command(for: .notification) != nil || app.isResident else {
-                logger.warning("notification dropped: the app has no notification or fetch command", metadata: ["app.id": "\(appID)"])
-                try? store.markNotification(seq, state: "dropped", at: now())
-                notifications?.notificationRunEnded(seq)
-                return .nothingToRun
-            }
-            let started = start(app, event: .notification, stdin: payload, trigger: "notification", notification: seq, attempt: attempt)
-            if let err = started.run.resourceShortage {
-                // Nothing started: the start is not counted (it is tried again).
-                try? store.notificationNotStarted(seq)
-                unstarted(started)
-                return .shortage(err)
-            }
-            // The handler started first; then the bookkeeping: a notification woke the radio, so
-            // due fetches may ride along.
-            events.post(.radioUsed)
-            Task {
-                // Its end counts against the app's daily budget and keeps the radio awake (the scheduler hears it).
-                _ = await self.finish(started)
-                self.notifications?.notificationRunEnded(seq)
-                self.slotFreed()
-            }
-            return .started
-        case .fetch(let appID, let trigger, let done):
-            guard let app = registry[appID] else {
-                fetch.abandoned(appID)
-                done.finish(HandlerOutcome(ending: .launchFailed("app '\(appID)' is gone"), startedAt: now(), endedAt: now()))
-                return .nothingToRun
-            }
-            let stdin = Array(JSON.object([("event", "fetch"), ("app", .string(app.id)), ("reason", .string(trigger))]).serialized.utf8)
-            let started = start(app, event: .fetch, stdin: stdin, trigger: trigger)
-            if let err = started.run.resourceShortage { unstarted(started); return .shortage(err) }
-            events.post(.radioUsed)
-            Task {
-                let outcome = await self.finish(started)
-                done.finish(outcome)
-                self.slotFreed()
-            }
-            return .started
-        case .transfers(let appID, let key, let stdin, let batch):
-            guard let app = registry[appID] else {
-                transfers?.sessionNotDelivered(key: key)
-                return .nothingToRun
-            }
-            let started = start(app, event: .transfers, stdin: stdin, trigger: "transfers")
-            if let err = started.run.resourceShortage { unstarted(started); return .shortage(err) }
-            Task {
-                _ = await self.finish(started)
-                self.transfers?.sessionDelivered(batch: batch)
-                self.slotFreed()
-            }
-            return .started
+    private func startQueued(_ job: RunJob) -> QueuedStart {
+        let app = registry[job.run.app]
+        guard let attempt = job.owner.starting(job.run, app: app), let app else { return .nothingToRun }
+        let stdin: [UInt8]
+        switch job.run {
+        case .notification(_, _, let payload, _): stdin = payload
+        case .fetch(_, let trigger, _):
+            stdin = Array(JSON.object([("event", "fetch"), ("app", .string(app.id)), ("reason", .string(trigger))]).serialized.utf8)
+        case .transfers(_, _, let body, _): stdin = body
         }
-    }
-
-    /// Counts a notification's start in the store and returns the attempt it is; nil when the
-    /// notification is no longer pending. On disk before the start, unless this is the
-    /// notification being received now: the sync its PUBACK waits for covers the mark, and a
-    /// message whose PUBACK never left comes back marked DUP.
-    private func countStart(_ seq: Int64, app: String) -> Int? {
-        do {
-            return try store.notificationStarting(seq, durable: notifications?.arriving != seq)
-        } catch {
-            // Not counted: the handler may run again after a restart without knowing. Start it
-            // anyway (the notification is recorded); the log says why.
-            logger.error("store: the start of a notification's handler not recorded: \(error)", metadata: ["app.id": "\(app)"])
-            return 1
+        let started = start(app, event: job.run.event, stdin: stdin, trigger: job.run.trigger, attempt: attempt)
+        if let err = started.run.resourceShortage {
+            // Nothing started: the start is not counted (it is tried again).
+            job.owner.notStarted(job.run)
+            unstarted(started)
+            return .shortage(err)
         }
+        // The handler started first; then the bookkeeping: a run that uses the radio woke it,
+        // so due fetches may ride along.
+        if job.run.usesRadio { events.post(.radioUsed) }
+        Task {
+            _ = await self.finish(started, job: job)
+            self.slotFreed()
+        }
+        return .started
     }
 
     // MARK: one handler
@@ -222,7 +225,6 @@ extension QueuedRun {
         var app: AppDefinition
         var event: HandlerEvent
         var trigger: String
-        var notification: Int64?
         var run: HandlerRun
         /// Counted in `running` (a handler process was started).
         var counted = false
@@ -234,22 +236,21 @@ extension QueuedRun {
 
     /// Starts a handler now (the process exists when this returns); `finish` waits for its end
     /// and records it. Synchronous, so a notification's handler starts without a hop.
-    func start(_ app: AppDefinition, event: HandlerEvent, stdin: [UInt8], trigger: String, notification: Int64? = nil,
-               attempt: Int = 1) -> Started {
+    func start(_ app: AppDefinition, event: HandlerEvent, stdin: [UInt8], trigger: String, attempt: Int = 1) -> Started {
         let start = now()
         if app.isResident {
             // A resident app gets its events on its stream; `run` ends with its completion.
             let run = HandlerRun()
             let kind: AppLifecycle.EventKind = event == .fetch ? .fetch : event == .notification ? .notification : .transfers
             running += 1
-            processes.lifecycle.deliver(app.id, kind: kind, members: Self.eventMembers(event, stdin: stdin) + [("attempt", JSON(attempt))], run: run)
+            processes.deliver(app.id, kind: kind, members: Self.eventMembers(event, stdin: stdin) + [("attempt", JSON(attempt))], run: run)
             logger.info("delivered \(event.rawValue) event to the resident app", metadata: ["app.id": "\(app.id)", "trigger": "\(trigger)"])
-            return Started(app: app, event: event, trigger: trigger, notification: notification, run: run, counted: true, delivered: true)
+            return Started(app: app, event: event, trigger: trigger, run: run, counted: true, delivered: true)
         }
         guard let argv = app.command(for: event) else {
             let run = HandlerRun()
             run.finish(HandlerOutcome(ending: .launchFailed("no \(event.rawValue) command"), startedAt: start, endedAt: start))
-            return Started(app: app, event: event, trigger: trigger, notification: notification, run: run)
+            return Started(app: app, event: event, trigger: trigger, run: run)
         }
         let deadline = start + config.scheduler.handlerDeadline.seconds
         var env = processes.environment(app, event: event)
@@ -272,12 +273,12 @@ extension QueuedRun {
         }
         processes.handlerStarted(app.id, run, leaf: leaf)
         logger.info("launched \(event.rawValue) handler", metadata: ["app.id": "\(app.id)", "trigger": "\(trigger)"])
-        return Started(app: app, event: event, trigger: trigger, notification: notification, run: run, counted: true, leaf: leaf)
+        return Started(app: app, event: event, trigger: trigger, run: run, counted: true, leaf: leaf)
     }
 
-    /// Waits for a started handler's end and records the run (and, for a notification, that it
-    /// was handled: one transaction).
-    func finish(_ started: Started) async -> HandlerOutcome {
+    /// Waits for a started handler's end and records the run with what its owner says it
+    /// effected (one transaction), then tells the owner and the other parts.
+    func finish(_ started: Started, job: RunJob) async -> HandlerOutcome {
         let outcome = await started.run.outcome()
         let app = started.app, event = started.event
         if !started.delivered, started.counted { processes.handlerEnded(app.id, started.run, leaf: started.leaf) }
@@ -285,24 +286,20 @@ extension QueuedRun {
         let run = RunRecord(
             app: app.id, event: event, trigger: started.trigger, result: outcome.result, ending: outcome.summary,
             startedAt: outcome.startedAt, endedAt: outcome.endedAt, timedOut: outcome.ending == .timedOut)
-        // A fetch's end moves the scheduler's bookkeeping, which is written with the run.
-        let (record, next) = fetch.handlerEnded(
-            app: app.id, fetch: event == .fetch ? FetchScheduler.FetchEnding(result: outcome.result, timedOut: outcome.ending == .timedOut) : nil,
-            startedAt: outcome.startedAt, endedAt: outcome.endedAt)
-        // A resident app's notification cut short by drowsed's stop stays pending: it is
-        // delivered again after the restart, as a handler's interrupted run is.
-        var handled = started.notification
-        if started.delivered, stopping, case .launchFailed = outcome.ending { handled = nil }
+        // A resident app's event cut short by drowsed's stop: the app did not end it.
+        var cutShort = false
+        if started.delivered, stopping, case .launchFailed = outcome.ending { cutShort = true }
+        let effects = job.owner.ending(job.run, outcome, cutShort: cutShort)
         // Written at once, on disk at the journal's next sync: it runs now on its own thread and
         // takes every end written meanwhile along (docs/design.md, "A finished run stays finished").
         do {
-            try store.record(run, fetch: record, handlingNotification: handled, durable: false)
+            try store.record(run, fetch: effects.fetch, handlingNotification: effects.handled, durable: false)
             let log = logger
             store.afterJournalSync { ok in if !ok { log.error("store: a run's end not synced; it may run again after a power cut") } }
         } catch { logger.error("store: \(error)") }
-        fetch.finish(next)
+        job.owner.ended(job.run, outcome)
         metrics.handlerEnded(app: app.id, event: event, result: outcome.result, seconds: outcome.endedAt - outcome.startedAt)
-        events.post(.runEnded(app: app.id, failed: outcome.result == .failed))
+        events.post(.runEnded(app: app.id, event: event, failed: outcome.result == .failed, startedAt: outcome.startedAt, endedAt: outcome.endedAt))
         let level: Logger.Level = outcome.result == .failed ? .warning : .info
         logger.log(level: level, "\(event.rawValue) handler finished: \(outcome.result.rawValue) (\(outcome.summary))",
                    metadata: ["app.id": "\(app.id)"])
@@ -327,17 +324,6 @@ extension QueuedRun {
         }
     }
 
-    /// An app overran its background-task allowance: it counts like a fetch killed at its deadline.
-    func recordOverrun(_ app: String) {
-        let t = now()
-        let (record, next) = fetch.handlerEnded(app: app, fetch: FetchScheduler.FetchEnding(result: .failed, timedOut: true), startedAt: t, endedAt: t)
-        let run = RunRecord(app: app, event: .fetch, trigger: "task-overrun", result: .failed,
-                            ending: "background task time ran out", startedAt: t, endedAt: t, timedOut: true)
-        do { try store.record(run, fetch: record, handlingNotification: nil) } catch { logger.error("store: \(error)") }
-        fetch.finish(next)
-        events.post(.runEnded(app: app, failed: true))
-    }
-
     /// A resident app's event, as its stream line's members (besides event, id and deadline).
     static func eventMembers(_ event: HandlerEvent, stdin: [UInt8]) -> [(String, JSON)] {
         let parsed = try? JSON.parse(bytes: stdin)
@@ -352,16 +338,13 @@ extension QueuedRun {
 
     // MARK: shutdown
 
-    /// Shutdown begins: queued runs do not start. Notifications stay `pending` in the store and
-    /// run after the restart; a waiting `drowse fetch` is told.
+    /// Shutdown begins: queued runs do not start, and their owners are told (notifications stay
+    /// `pending` in the store and run after the restart; a waiting `drowse fetch` is told).
     func stopLaunching() {
         stopping = true
+        processes.stopLaunching()
         retryWake.close()
-        for item in queue.removeAllWaiting() {
-            guard case .fetch(let appID, _, let done) = item else { continue }
-            fetch.abandoned(appID)
-            done.finish(HandlerOutcome(ending: .launchFailed("drowsed is stopping"), startedAt: now(), endedAt: now()))
-        }
+        for job in queue.removeAllWaiting() { job.owner.notRun(job.run) }
     }
 
     /// Handlers that are running finish (each within its deadline), so their events count as

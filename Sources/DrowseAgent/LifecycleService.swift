@@ -12,14 +12,21 @@ package protocol EventSink: AnyObject, Sendable {
 
 /// App lifecycles as a service: it owns `AppLifecycle` (every decision about states, freezing,
 /// restarts, event deadlines, tasks and memory pressure), the apps' event streams and the runs
-/// waiting for a resident app's completion, and carries the machine's actions out on the apps'
-/// processes (`AppProcesses`, which owns it) and its own wake on the clock.
+/// waiting for a resident app's completion. What the machine asks of the apps' processes, and
+/// when it wants to be woken, it answers as orders (`takeOrders`) for its owner, `AppProcesses`,
+/// to carry out: it holds no reference back (docs/architecture.md, "Services").
 @DaemonActor package final class LifecycleService {
+    /// What the lifecycle asks of the apps' processes and of its owner's clock.
+    package enum Order: Equatable, Sendable {
+        case freeze(String), thaw(String), startProcess(String), killProcess(String), killApp(String)
+        /// The app overran its background-task allowance (recorded like a fetch killed at its deadline).
+        case overran(String)
+        /// Call `timerFired` at this time (on the timeline), replacing the earlier wake; nil: no wake.
+        case wake(at: Double?)
+    }
+
     package private(set) var machine: AppLifecycle
     let clock: AgentClock
-    let wake: ServiceWake
-    /// Where the machine's process actions are carried out; nil in a test without processes.
-    weak var processes: AppProcesses?
     let logger: Logger
     var sinks: [String: EventSink] = [:]
     /// Delivered or waiting events of resident apps: what to send, and the run it finishes.
@@ -29,12 +36,19 @@ package protocol EventSink: AnyObject, Sendable {
         var sentAt: Double?
     }
     var events: [String: Pending] = [:]
+    /// Orders not yet taken by the owner, in the order the machine gave them.
+    private var orders: [Order] = []
 
     package init(settings: AppLifecycle.Settings, clock: AgentClock, logger: Logger) {
         machine = AppLifecycle(settings: settings)
         self.clock = clock
-        wake = ServiceWake(clock: clock)
         self.logger = logger
+    }
+
+    /// The orders given since the last call, oldest first.
+    package func takeOrders() -> [Order] {
+        defer { orders = [] }
+        return orders
     }
 
     func now() -> Double { clock.timeline.now() }
@@ -139,7 +153,6 @@ package protocol EventSink: AnyObject, Sendable {
 
     /// Shutdown: streams end; runs still waiting for a completion end as failed.
     package func stop() {
-        wake.close()
         for sink in sinks.values { sink.close() }
         sinks = [:]
         let now = self.now()
@@ -154,13 +167,13 @@ package protocol EventSink: AnyObject, Sendable {
     private func carryOut(_ actions: [AppLifecycle.Action]) {
         for action in actions {
             switch action {
-            case .freeze(let app): processes?.freeze(app)
-            case .thaw(let app): processes?.thaw(app)
-            case .startProcess(let app): processes?.startResident(app)
-            case .killProcess(let app): processes?.killResident(app)
-            case .killApp(let app): processes?.killApp(app)
-            case .overran(let app): processes?.taskOverran(app)
-            case .setTimer(let at): wake.set(at) { [weak self] in self?.timerFired() }
+            case .freeze(let app): orders.append(.freeze(app))
+            case .thaw(let app): orders.append(.thaw(app))
+            case .startProcess(let app): orders.append(.startProcess(app))
+            case .killProcess(let app): orders.append(.killProcess(app))
+            case .killApp(let app): orders.append(.killApp(app))
+            case .overran(let app): orders.append(.overran(app))
+            case .setTimer(let at): orders.append(.wake(at: at))
             case .log(let app, let message):
                 if app.isEmpty { logger.warning("\(message)") } else { logger.warning("\(message)", metadata: ["app.id": "\(app)"]) }
             case .send(let app, let event): send(app, event)

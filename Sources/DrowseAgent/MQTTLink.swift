@@ -55,7 +55,7 @@ struct FleetStatusState {
                 republishStatusIfChanged()
                 // The keepalive rides the window.
                 session?.rideWindow()
-            case .runEnded(let app, let failed):
+            case .runEnded(let app, _, let failed, _, _):
                 fleet.lastRunFailed[app] = failed
                 republishStatusIfChanged()
             case .conditionsRead(let c):
@@ -65,7 +65,7 @@ struct FleetStatusState {
                 republishStatusIfChanged()
             case .appsReloaded:
                 appsReloaded()
-            case .radioUsed, .conditionsChanged:
+            case .radioUsed, .conditionsChanged, .taskOverran:
                 break
             }
         }

@@ -18,6 +18,11 @@ package protocol NotificationStore: AnyObject {
     func notificationPayload(_ seq: Int64) throws(StoreError) -> String?
     func pruneNotifications(before: Double) throws(StoreError) -> Double?
     func holdRecorded(_ seq: Int64) throws(StoreError)
+    /// Counts a start of a pending notification's handler: the attempt it is, nil when it is no
+    /// longer pending.
+    func notificationStarting(_ seq: Int64, durable: Bool) throws(StoreError) -> Int?
+    /// A counted start that never happened is taken back.
+    func notificationNotStarted(_ seq: Int64) throws(StoreError)
 }
 
 extension Store: NotificationStore {}
@@ -38,7 +43,7 @@ extension Store: NotificationStore {}
 /// admission's actions: the store, the handler queue (`RunQueue`), the transfers
 /// (`DownloadPusher`) and its own wake on the clock. On the daemon's executor, so a
 /// notification's handler starts in the turn it is recorded, without a hop.
-@DaemonActor package final class NotificationService: DaemonPart {
+@DaemonActor package final class NotificationService: DaemonPart, RunOwner {
     package private(set) var admission: NotificationAdmission
     /// Budget uses in the last hour by app, as written to the store (`uses(of:since:)`), in the
     /// order they were charged (oldest first).
@@ -54,17 +59,17 @@ extension Store: NotificationStore {}
     let registry: AppRegistry
     let wake: ServiceWake
     /// Where admitted notifications' handlers are queued, and whether shutdown has begun.
-    package weak var runs: RunQueue?
-    package weak var downloads: DownloadPusher?
-    package weak var windows: NextWindowSource?
+    let runs: RunQueue
+    let downloads: DownloadPusher
+    let windows: NextWindowSource
     let topicPrefix: String
     let deviceID: String
     /// `[mqtt] groups`: notifications on these groups' topics are the device's too.
-    package var groups: [String] = []
+    let groups: [String]
     /// Where notifications of apps whose file cannot be used are held (`hold`); nil: refused.
-    package var heldStore: Store?
+    let heldStore: Store?
     /// `[notifications] max_payload`.
-    package var maxPayload = Notification.maxBytes
+    let maxPayload: Int
     /// The notification being received now, while its handler may start: its start mark needs
     /// no sync of its own (the PUBACK's sync covers it; without it the broker sends it again,
     /// marked as a redelivery).
@@ -73,21 +78,40 @@ extension Store: NotificationStore {}
     /// the attempt that start is (`QueuedRun.notification(counted:)`).
     var countedStart: (seq: Int64, attempt: Int)?
     let logger: Logger
-    /// Notifications by outcome and refusals by reason are counted here (the agent hands over its own).
-    package var metrics = AgentMetrics()
+    /// Notifications by outcome and refusals by reason are counted here.
+    let metrics: AgentMetrics
 
     package nonisolated var partName: String { "notifications" }
 
     package init(admission: NotificationAdmission, store: NotificationStore, clock: AgentClock, registry: AppRegistry,
-                 topicPrefix: String, deviceID: String, logger: Logger) {
+                 runs: RunQueue, downloads: DownloadPusher, windows: NextWindowSource, events: DaemonEvents,
+                 topicPrefix: String, deviceID: String, groups: [String] = [], maxPayload: Int = Notification.maxBytes,
+                 heldStore: Store? = nil, metrics: AgentMetrics = AgentMetrics(), logger: Logger) {
         self.admission = admission
         self.store = store
         self.clock = clock
         self.registry = registry
+        self.runs = runs
+        self.downloads = downloads
+        self.windows = windows
         wake = ServiceWake(clock: clock)
         self.topicPrefix = topicPrefix
         self.deviceID = deviceID
+        self.groups = groups
+        self.maxPayload = maxPayload
+        self.heldStore = heldStore
+        self.metrics = metrics
         self.logger = logger
+        events.listen { [unowned self] event in
+            switch event {
+            // Notifications held back by their rate budget or waiting for their rollout delay ride this window.
+            case .windowOpened: flushDeferred()
+            case .clockStepped(let step): wallClockStepped(by: step)
+            // Notifications held for an app whose file could not be used run once it can.
+            case .appsReloaded: releaseHeld()
+            case .radioUsed, .runEnded, .taskOverran, .conditionsRead, .conditionsChanged: break
+            }
+        }
     }
 
     func now() -> Double { clock.timeline.now() }
@@ -207,7 +231,7 @@ extension Store: NotificationStore {}
                     // other run queued first): the start is counted in this commit, which its
                     // PUBACK's sync makes durable.
                     let firstRun = actions.lazy.compactMap { if case .runHandler(let s, _) = $0 { s } else { nil } }.first
-                    let startsNow = fromBroker && firstRun == seq && runs?.startsAtOnce == true
+                    let startsNow = fromBroker && firstRun == seq && runs.startsAtOnce
                     decided = (seq, actions, startsNow)
                     return NotificationAdmitted(chargedAt: actions.lazy.compactMap { if case .chargeBudget(seq, let at) = $0 { at } else { nil } }.first,
                                                 startsNow: startsNow)
@@ -347,7 +371,7 @@ extension Store: NotificationStore {}
     }
 
     /// The next fetch window's time, as far as the fetch planner knows it now (the one read of it).
-    func nextFetchWindow() -> Double? { windows?.nextWindowAt }
+    func nextFetchWindow() -> Double? { windows.nextWindowAt }
 
     /// Each app's budget uses in the last hour, for the apps an admission event needs.
     func budgetUses(plus app: String? = nil) -> [String: [Double]] {
@@ -487,7 +511,6 @@ extension Store: NotificationStore {}
             kind: .download, url: d.url, app: app.id, session: d.session ?? "push", destination: nil, sha256: d.sha256, source: nil)
         req.expectedSize = d.size
         do throws(APIError) {
-            guard let downloads else { throw APIError.internal("transfers are not running") }
             let t = try downloads.pushDownload(req)
             logger.info("notification enqueued a download; the app runs when the file is ready",
                         metadata: ["app.id": "\(app.id)", "transfer.id": "\(t.id)"])
@@ -501,9 +524,70 @@ extension Store: NotificationStore {}
     /// Queues an admitted notification's handler (it starts at once when a slot is free).
     func deliver(_ appID: String, seq: Int64, payload: [UInt8]) {
         // Stopping: it stays recorded as pending and runs after the restart.
-        guard let runs, !runs.stopping else { return }
-        runs.enqueue(.notification(app: appID, seq: seq, payload: payload, counted: countedStart?.seq == seq ? countedStart?.attempt : nil))
+        guard !runs.stopping else { return }
+        runs.enqueue(.notification(app: appID, seq: seq, payload: payload, counted: countedStart?.seq == seq ? countedStart?.attempt : nil),
+                     owner: self)
     }
+
+    // MARK: a notification's run (`RunOwner`)
+
+    package func starting(_ run: QueuedRun, app: AppDefinition?) -> Int? {
+        guard case .notification(let appID, let seq, _, let counted) = run else { return nil }
+        // Its app may have been removed while it waited (a collapse is found below).
+        guard let app else {
+            notificationRunEnded(seq)
+            return nil
+        }
+        // The start is counted before it happens (DROWSE_ATTEMPT), unless the commit that
+        // recorded it in this turn counted it already; nil: no longer pending (a newer one
+        // collapsed it while it waited).
+        guard let attempt = counted ?? countStart(seq, app: appID) else {
+            notificationRunEnded(seq)
+            return nil
+        }
+        guard app.command(for: .notification) != nil || app.isResident else {
+            logger.warning("notification dropped: the app has no notification or fetch command", metadata: ["app.id": "\(appID)"])
+            try? store.markNotification(seq, state: "dropped", at: now())
+            notificationRunEnded(seq)
+            return nil
+        }
+        return attempt
+    }
+
+    /// Counts a notification's start in the store and returns the attempt it is; nil when the
+    /// notification is no longer pending. On disk before the start, unless this is the
+    /// notification being received now: the sync its PUBACK waits for covers the mark, and a
+    /// message whose PUBACK never left comes back marked DUP.
+    private func countStart(_ seq: Int64, app: String) -> Int? {
+        do {
+            return try store.notificationStarting(seq, durable: arriving != seq)
+        } catch {
+            // Not counted: the handler may run again after a restart without knowing. Start it
+            // anyway (the notification is recorded); the log says why.
+            logger.error("store: the start of a notification's handler not recorded: \(error)", metadata: ["app.id": "\(app)"])
+            return 1
+        }
+    }
+
+    package func notStarted(_ run: QueuedRun) {
+        guard case .notification(_, let seq, _, _) = run else { return }
+        try? store.notificationNotStarted(seq)
+    }
+
+    /// A resident app's notification cut short by drowsed's stop stays pending: it is delivered
+    /// again after the restart, as a handler's interrupted run is.
+    package func ending(_ run: QueuedRun, _ outcome: HandlerOutcome, cutShort: Bool) -> RunEffects {
+        guard case .notification(_, let seq, _, _) = run, !cutShort else { return RunEffects() }
+        return RunEffects(handled: seq)
+    }
+
+    package func ended(_ run: QueuedRun, _ outcome: HandlerOutcome) {
+        guard case .notification(_, let seq, _, _) = run else { return }
+        notificationRunEnded(seq)
+    }
+
+    /// Stopping: it stays recorded as pending and runs after the restart.
+    package func notRun(_ run: QueuedRun) {}
 
     /// Recorded but unhandled notifications from before a crash or restart.
     package func handlePendingNotifications() {

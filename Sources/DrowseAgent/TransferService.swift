@@ -70,7 +70,7 @@ package final class SystemTransferFiles: TransferFiles {
 /// `TransferEngineControl`, `TransferFiles`, the handler queue (`RunQueue`) and its own wakes on
 /// the clock. It starts the engine's event stream and, at shutdown, commits what the engine
 /// moved before the store closes.
-@DaemonActor package final class TransferService: DaemonPart, DownloadPusher {
+@DaemonActor package final class TransferService: DaemonPart, DownloadPusher, RunOwner {
     package private(set) var lifecycle: TransferLifecycle
     /// Transfer states the store could not write yet (disk full); shown and retried.
     package private(set) var unsaved: [String: Transfer] = [:]
@@ -81,7 +81,7 @@ package final class SystemTransferFiles: TransferFiles {
     let registry: AppRegistry
     let events: DaemonEvents
     /// Where finished sessions' events handlers are queued.
-    package weak var runs: RunQueue?
+    let runs: RunQueue
     /// One wake per transfer waiting for its retry, and one for the nearest resource timeout.
     var retryWakes: [String: ServiceWake] = [:]
     let timeoutWake: ServiceWake
@@ -95,8 +95,8 @@ package final class SystemTransferFiles: TransferFiles {
     let logger: Logger
     /// Set once the engine runs (its thread starts after the service exists).
     package var engine: TransferEngineControl?
-    /// Bytes, resumes, retries and failures are counted here (the agent hands over its own).
-    package var metrics = AgentMetrics()
+    /// Bytes, resumes, retries and failures are counted here.
+    let metrics: AgentMetrics
     /// Per running attempt: the byte offset up to which its bytes are counted.
     var countedUpTo: [String: Int64] = [:]
     /// Per transfer: the state and retries last saved, so a failure or retry is counted once.
@@ -118,8 +118,11 @@ package final class SystemTransferFiles: TransferFiles {
     package nonisolated var partName: String { "transfers" }
 
     package init(lifecycle: TransferLifecycle, store: TransferStore, files: TransferFiles, clock: AgentClock, conditions: ConditionsReading,
-                 registry: AppRegistry, events: DaemonEvents, stateDir: String, logger: Logger) {
+                 registry: AppRegistry, events: DaemonEvents, runs: RunQueue, stateDir: String, metrics: AgentMetrics = AgentMetrics(),
+                 logger: Logger) {
         self.lifecycle = lifecycle
+        self.runs = runs
+        self.metrics = metrics
         self.store = store
         self.files = files
         self.clock = clock
@@ -130,6 +133,10 @@ package final class SystemTransferFiles: TransferFiles {
         timeoutWake = ServiceWake(clock: clock, slack: 0.01)
         self.stateDir = stateDir
         self.logger = logger
+        events.listen { [unowned self] event in
+            // Waiting transfers start, those that may not go on pause.
+            if case .conditionsChanged = event { conditionsChanged() }
+        }
     }
 
     func now() -> Double { clock.timeline.now() }
@@ -321,6 +328,28 @@ package final class SystemTransferFiles: TransferFiles {
         return n
     }
 
+    // MARK: a session's run (`RunOwner`)
+
+    package func starting(_ run: QueuedRun, app: AppDefinition?) -> Int? {
+        guard case .transfers(_, let key, _, _) = run else { return nil }
+        guard app != nil else {
+            sessionNotDelivered(key: key)
+            return nil
+        }
+        return 1
+    }
+
+    package func notStarted(_ run: QueuedRun) {}
+    package func ending(_ run: QueuedRun, _ outcome: HandlerOutcome, cutShort: Bool) -> RunEffects { RunEffects() }
+
+    package func ended(_ run: QueuedRun, _ outcome: HandlerOutcome) {
+        guard case .transfers(_, _, _, let batch) = run else { return }
+        sessionDelivered(batch: batch)
+    }
+
+    /// Stopping: the session stays undelivered in the store and is handed over after the restart.
+    package func notRun(_ run: QueuedRun) {}
+
     /// The app's events handler ran for a session.
     package func sessionDelivered(batch: [Transfer]) {
         guard let first = batch.first else { return }
@@ -400,7 +429,7 @@ package final class SystemTransferFiles: TransferFiles {
                 ("event", "transfers"), ("app", .string(appID)), ("session", .string(session)),
                 ("transfers", .array(batch.map { [skew = clock.timeline.skew] in $0.json(wall: skew) })),
             ])
-            runs?.enqueue(.transfers(app: appID, key: appID + "\u{0}" + session, stdin: Array(doc.serialized.utf8), batch: batch))
+            runs.enqueue(.transfers(app: appID, key: appID + "\u{0}" + session, stdin: Array(doc.serialized.utf8), batch: batch), owner: self)
         case .radioBusy:
             events.post(.radioUsed)
         case let .log(level, message, metadata):

@@ -24,6 +24,8 @@ struct AgentFetchTests {
         let starts = Mutex<[(app: String, at: Double)]>([])
         /// The apps started, in order.
         var started: [String] { starts.withLock { $0.map(\.app) } }
+        /// Each start's DROWSE_ATTEMPT.
+        let attempts = Mutex<[String?]>([])
         /// The time runs start and end at (the agent's timeline on a manual clock).
         let now: @Sendable () -> Double
 
@@ -36,6 +38,7 @@ struct AgentFetchTests {
         func start(_ request: LaunchRequest, output: @escaping @Sendable (String, Bool) -> Void) -> HandlerRun {
             let t0 = now()
             starts.withLock { $0.append((request.app, t0)) }
+            attempts.withLock { $0.append(request.environment["DROWSE_ATTEMPT"]) }
             let run = HandlerRun()
             if hold {
                 held.withLock { $0.append(run) }
@@ -60,7 +63,8 @@ struct AgentFetchTests {
         let store: Store
         var trace: String { dir + "/scheduler.trace" }
 
-        init(apps: [String: String], launcher: FakeLauncher, clock: AgentClock = SystemClock()) async throws {
+        /// `more`: lines added to drowse.toml.
+        init(apps: [String: String], launcher: FakeLauncher, clock: AgentClock = SystemClock(), more: String = "") async throws {
             var template = Array("/tmp/drowse-agent-test-XXXXXX".utf8CString)
             guard let made = mkdtemp(&template) else { throw SystemError("mkdtemp", errno: errno) }
             dir = String(cString: made)
@@ -78,6 +82,7 @@ struct AgentFetchTests {
                 state_dir = "\(dir)/state"
                 apps_dir = "\(dir)/apps.d"
                 socket = "\(dir)/drowse.sock"
+                \(more)
                 """, file: dir + "/drowse.toml", machineID: nil)
             agent = try await Agent(config: config, logger: Logger(label: "test"), launcher: launcher, schedulerTrace: dir + "/scheduler.trace",
                               clock: clock)

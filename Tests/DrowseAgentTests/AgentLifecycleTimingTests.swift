@@ -22,14 +22,14 @@ import Testing
     func activatedIsNeverSuspended() async throws {
         let rig = try Rig(suspendAfter: 1)
         let sink = Sink()
-        rig.service.openStream("res", sink: sink)
+        rig.drive { $0.openStream("res", sink: sink) }
         await rig.advance(by: 1.5)
         #expect(state(rig) == "suspended (idle)")
-        #expect(rig.service.activate("res", true))
+        #expect(rig.drive { $0.activate("res", true) })
         #expect(state(rig) == "active (activated)")
         for _ in 0..<20 { await rig.advance(by: 30) }  // ten minutes, 600 graces
         #expect(state(rig) == "active (activated)")
-        _ = rig.service.activate("res", false)
+        _ = rig.drive { $0.activate("res", false) }
         await rig.advance(by: 0.5)
         #expect(state(rig) != "suspended (idle)", "suspended before the grace")
         await rig.advance(by: 0.6)
@@ -41,7 +41,7 @@ import Testing
         let rig = try Rig(suspendAfter: 1, alwaysActive: true)
         #expect(state(rig) == "active (always active)")
         await rig.advance(by: 5)
-        rig.service.openStream("res", sink: Sink())
+        rig.drive { $0.openStream("res", sink: Sink()) }
         for _ in 0..<20 { await rig.advance(by: 30) }
         #expect(state(rig) == "active (always active)")
     }
@@ -50,13 +50,13 @@ import Testing
     func aTaskEndedInTimeIsNotAnOverrun() async throws {
         let rig = try Rig(allowance: 4, suspendAfter: 1, warning: 2)
         let sink = Sink()
-        rig.service.openStream("res", sink: sink)
-        let task = try rig.service.beginTask("res", name: "work")
+        rig.drive { $0.openStream("res", sink: sink) }
+        let task = try rig.drive { try $0.beginTask("res", name: "work") }
         #expect(state(rig) == "background (task)")
         await rig.advance(by: 2.1)
         let warned = sink.events.filter { $0["event"]?.stringValue == "task-expiring" }
         #expect(warned.count == 1 && warned.first?["task"]?.stringValue == task.id, "warned at 4 - 2 s")
-        #expect(try rig.service.endTask("res", id: task.id).status == .ended)
+        #expect(try rig.drive { try $0.endTask("res", id: task.id) }.status == .ended)
         await rig.advance(by: 1.1)
         #expect(state(rig) == "suspended (idle)", "rests after the grace")
         // Far past the allowance's end (4 s after it began): nothing more happens.
@@ -65,7 +65,7 @@ import Testing
         #expect(state(rig) == "suspended (idle)")
         #expect(sink.events.filter { $0["event"]?.stringValue == "task-expiring" }.count == 1, "warned again")
         // It rested: a fresh allowance.
-        #expect(try rig.service.beginTask("res", name: nil).status == .open)
+        #expect(try rig.drive { try $0.beginTask("res", name: nil) }.status == .open)
     }
 
     @Test("the machine under the service: a task ended in time gives no overrun action, however late its timer fires")

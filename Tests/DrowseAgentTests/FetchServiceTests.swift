@@ -39,9 +39,8 @@ import Glibc
 
         init(apps: [(String, Double?)], trace: SchedulerTrace? = nil) {
             events.listen { [unowned self] e in if case .windowOpened = e { self.windows += 1 } }
-            service = FetchService(scheduler: FetchScheduler(), store: store, clock: clock, events: events, conditions: source, trace: trace,
-                                   logger: Logger(label: "test"))
-            service.runs = runs
+            service = FetchService(scheduler: FetchScheduler(), store: store, clock: clock, events: events, conditions: source, runs: runs,
+                                   trace: trace, logger: Logger(label: "test"))
             service.start(apps: apps.map { (id: $0.0, interval: $0.1) }, conditions: conditions)
         }
 
@@ -89,6 +88,39 @@ import Glibc
         #expect(rig.wakeAt == failed.lastFetch! + 1200 + 300)
     }
 
+    @Test("as a run's owner: the end's record goes with the run, the fetch's waiter hears the outcome after it, and a gone app's fetch is abandoned")
+    func ownerOfTheRun() throws {
+        let rig = Rig(apps: [("a", 600)])
+        let run = try rig.service.fetchNow("a")
+        let queued = try #require(rig.runs.runs.last)
+        #expect(rig.service.starting(queued, app: nil) == nil, "its app is gone: nothing to run")
+        #expect(!rig.service.running.contains("a"), "abandoned")
+        #expect(run.peek?.result == .failed)
+        let second = try rig.service.fetchNow("a")
+        let job = try #require(rig.runs.runs.last)
+        let outcome = HandlerOutcome(ending: .exited(0), startedAt: rig.now, endedAt: rig.now + 2)
+        let effects = rig.service.ending(job, outcome, cutShort: false)
+        #expect(effects.fetch?.lastResult == .newData && effects.handled == nil)
+        #expect(second.peek == nil, "told only once the run is recorded")
+        rig.service.ended(job, outcome)
+        #expect(second.peek?.result == .newData)
+    }
+
+    @Test("another run's end and a task's overrun reach the scheduler as events: the first counts as the app's run, the second as a failed fetch, recorded")
+    func runEndedAndOverrunEvents() throws {
+        let rig = Rig(apps: [("a", 600)])
+        let t = rig.now
+        rig.events.post(.runEnded(app: "a", event: .notification, failed: false, startedAt: t, endedAt: t + 5))
+        #expect(rig.service.scheduler.apps["a"]?.recentRuns.map(\.seconds) == [5])
+        #expect(rig.store.recorded.isEmpty, "a notification's run is recorded by the runner, not here")
+        rig.events.post(.runEnded(app: "a", event: .fetch, failed: false, startedAt: t, endedAt: t + 7))
+        #expect(rig.service.scheduler.apps["a"]?.recentRuns.count == 1, "a fetch's end the service heard as its owner")
+        rig.events.post(.taskOverran(app: "a"))
+        let (run, record) = try #require(rig.store.recorded.first)
+        #expect(run.trigger == "task-overrun" && run.result == .failed && run.timedOut)
+        #expect(record?.consecutiveFailures == 1)
+    }
+
     @Test("drowse fetch: a running app is refused; an abandoned fetch frees it")
     func manual() throws {
         let rig = Rig(apps: [("a", 3600)])
@@ -121,7 +153,7 @@ import Glibc
         let broken = MemoryFetchStore()
         broken.failing = true
         let s = FetchService(scheduler: FetchScheduler(), store: broken, clock: ManualClock(), events: DaemonEvents(), conditions: FixedConditions(),
-                             trace: nil, logger: Logger(label: "test"))
+                             runs: RecordingRunQueue(), trace: nil, logger: Logger(label: "test"))
         s.start(apps: [("a", 60)], conditions: .init(online: true, radioTail: 0))
         #expect(s.scheduler.apps.isEmpty)
     }

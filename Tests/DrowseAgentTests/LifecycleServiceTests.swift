@@ -22,6 +22,9 @@ import Testing
     @DaemonActor final class Rig {
         let clock = ManualClock(wall: 1_800_000_000, boot: 5000)
         let service: LifecycleService
+        /// The service's wake, as `AppProcesses` keeps it; the process orders it gave, in order.
+        let wake: ServiceWake
+        var orders: [LifecycleService.Order] = []
 
         init(deadline: Double = 30, allowance: Double = 30, suspendAfter: Double = 10, warning: Double = 5,
              alwaysActive: Bool = false) throws {
@@ -31,14 +34,36 @@ import Testing
             settings.suspendAfter = suspendAfter
             settings.taskExpiryWarning = warning
             service = LifecycleService(settings: settings, clock: clock, logger: Logger(label: "test"))
+            wake = ServiceWake(clock: clock)
             let app = try AppDefinition.parse("""
                 id = "res"
                 [process]
                 command = ["/bin/true"]
                 \(alwaysActive ? "always_active = true" : "")
                 """, file: "/etc/drowse/apps.d/res.toml")
-            service.configure([app], adopted: [])
-            service.processStarted("res")
+            drive { $0.configure([app], adopted: []) }
+            drive { $0.processStarted("res") }
+        }
+
+        /// Asks the service, then carries out its orders as `AppProcesses.lifecycle` does: the
+        /// wake is set, the process orders are kept.
+        func drive<T, E: Error>(_ body: (LifecycleService) throws(E) -> T) throws(E) -> T {
+            defer {
+                for order in service.takeOrders() {
+                    if case .wake(let at) = order {
+                        wake.set(at) { [weak self] in self?.drive { $0.timerFired() } }
+                    } else {
+                        orders.append(order)
+                    }
+                }
+            }
+            return try body(service)
+        }
+
+        /// Shutdown, as `AppProcesses.stop` does it: the wake closes, then the service stops.
+        func stop() {
+            wake.close()
+            drive { $0.stop() }
         }
 
         /// Advances the clock and lets the wakes that fired run.
@@ -55,9 +80,9 @@ import Testing
         rig.clock.step(by: 3600)
         _ = rig.clock.timeline.resync()
         let run = HandlerRun()
-        rig.service.deliver("res", kind: .fetch, members: [("reason", "scheduled")], run: run)
+        rig.drive { $0.deliver("res", kind: .fetch, members: [("reason", "scheduled")], run: run) }
         let sink = Sink()
-        rig.service.openStream("res", sink: sink)
+        rig.drive { $0.openStream("res", sink: sink) }
         let events = sink.events
         #expect(events.first?["event"]?.stringValue == "hello")
         let fetch = try #require(events.last)
@@ -66,19 +91,19 @@ import Testing
         #expect(abs(deadline - (rig.clock.now + 3600 + 30)) < 0.01, "the deadline as the wall clock names it")
         let id = try #require(fetch["id"]?.stringValue)
         rig.clock.now += 2
-        try rig.service.complete("res", event: id, result: .newData)
+        try rig.drive { try $0.complete("res", event: id, result: .newData) }
         let outcome = await run.outcome()
         #expect(outcome.result == .newData && abs(outcome.endedAt - outcome.startedAt - 2) < 0.001)
-        #expect(throws: APIError.self) { try rig.service.complete("res", event: id, result: .newData) }
+        #expect(throws: APIError.self) { try rig.drive { try $0.complete("res", event: id, result: .newData) } }
     }
 
     @Test("an event the app does not complete fails at its deadline, on the clock's wake")
     func deadline() async throws {
         let rig = try Rig(deadline: 10)
         let sink = Sink()
-        rig.service.openStream("res", sink: sink)
+        rig.drive { $0.openStream("res", sink: sink) }
         let run = HandlerRun()
-        rig.service.deliver("res", kind: .notification, members: [("payload", .object([]))], run: run)
+        rig.drive { $0.deliver("res", kind: .notification, members: [("payload", .object([]))], run: run) }
         await rig.advance(by: 9)
         #expect(run.peek == nil, "not before its deadline")
         await rig.advance(by: 2)
@@ -91,25 +116,25 @@ import Testing
         let rig = try Rig(allowance: 60)
         rig.clock.step(by: -600)
         _ = rig.clock.timeline.resync()
-        let task = try rig.service.beginTask("res", name: "upload")
+        let task = try rig.drive { try $0.beginTask("res", name: "upload") }
         #expect(task.status == .open && task.expiresAt == rig.clock.now + 60)
         let json = task.json(now: rig.clock.now, wall: rig.clock.timeline.skew)
         #expect(json["expires_at"]?.doubleValue == task.expiresAt - 600 && json["time_remaining"]?.doubleValue == 60)
         rig.clock.now += 15
         #expect(try rig.service.task("res", id: task.id).timeRemaining(now: rig.clock.now) == 45)
-        #expect(try rig.service.endTask("res", id: task.id).status == .ended)
+        #expect(try rig.drive { try $0.endTask("res", id: task.id) }.status == .ended)
         #expect(throws: APIError.self) { try rig.service.task("res", id: "nosuch") }
-        #expect(throws: APIError.self) { try rig.service.beginTask("ghost", name: nil) }
+        #expect(throws: APIError.self) { try rig.drive { try $0.beginTask("ghost", name: nil) } }
     }
 
     @Test("at stop the streams close and runs still waiting for a completion end as failed")
     func stop() async throws {
         let rig = try Rig()
         let sink = Sink()
-        rig.service.openStream("res", sink: sink)
+        rig.drive { $0.openStream("res", sink: sink) }
         let run = HandlerRun()
-        rig.service.deliver("res", kind: .fetch, members: [], run: run)
-        rig.service.stop()
+        rig.drive { $0.deliver("res", kind: .fetch, members: [], run: run) }
+        rig.stop()
         #expect(sink.closed)
         let outcome = await run.outcome()
         #expect(outcome.result == .failed)

@@ -14,6 +14,11 @@ final class MemoryFetchStore: FetchStore {
         return apps[id] ?? FetchScheduler.App(id: id, interval: interval, registeredAt: now)
     }
     func recordUse(app: String, at: Double) throws(StoreError) { uses.append((app, at)) }
+    var recorded: [(RunRecord, FetchScheduler.Record?)] = []
+    func record(_ run: RunRecord, fetch: FetchScheduler.Record?, handlingNotification: Int64?, durable: Bool) throws(StoreError) {
+        if failing { throw StoreError(code: 13, message: "disk full", sql: "") }
+        recorded.append((run, fetch))
+    }
 }
 
 final class MemoryNotificationStore: NotificationStore {
@@ -62,6 +67,14 @@ final class MemoryNotificationStore: NotificationStore {
     }
     func notificationPayload(_ seq: Int64) throws(StoreError) -> String? { rows.first { $0.seq == seq }?.payload }
     func pruneNotifications(before: Double) throws(StoreError) -> Double? { nil }
+    /// Starts counted at the start, by notification.
+    var attempts: [Int64: Int] = [:]
+    func notificationStarting(_ seq: Int64, durable: Bool) throws(StoreError) -> Int? {
+        guard rows.contains(where: { $0.seq == seq && $0.state == "pending" }) else { return nil }
+        attempts[seq, default: 0] += 1
+        return attempts[seq]
+    }
+    func notificationNotStarted(_ seq: Int64) throws(StoreError) { attempts[seq] = max((attempts[seq] ?? 0) - 1, 0) }
 }
 
 final class MemoryTransferStore: TransferStore {

@@ -27,7 +27,7 @@ import Testing
         var service: NotificationService!
         let topic = Topics.notify(prefix: "drowse", device: "dev", app: "news")
 
-        init(maxPerHour: Int = 12, store: MemoryNotificationStore = MemoryNotificationStore()) throws {
+        init(maxPerHour: Int = 12, groups: [String] = [], store: MemoryNotificationStore = MemoryNotificationStore()) throws {
             self.store = store
             let news = try AppDefinition.parse("""
                 id = "news"
@@ -35,9 +35,9 @@ import Testing
                 command = ["/bin/true"]
                 """, file: "/etc/drowse/apps.d/news.toml")
             service = NotificationService(admission: NotificationAdmission(budget: NotificationBudget(maxPerHour: maxPerHour), deviceID: "dev"),
-                                          store: store, clock: clock, registry: AppRegistry(apps: [news]), topicPrefix: "drowse",
-                                          deviceID: "dev", logger: Logger(label: "test"))
-            service.runs = runs
+                                          store: store, clock: clock, registry: AppRegistry(apps: [news]), runs: runs, downloads: NoDownloads(),
+                                          windows: NoWindows(), events: DaemonEvents(), topicPrefix: "drowse", deviceID: "dev", groups: groups,
+                                          logger: Logger(label: "test"))
         }
 
         /// Whether the message is acknowledged (now, or once its record is synced).
@@ -167,10 +167,9 @@ import Testing
             try put("id = \"news\"\n[notification\n", at: dir + "/news.toml")  // cut short: invalid
             registry.load()
             let service = NotificationService(admission: NotificationAdmission(budget: NotificationBudget(maxPerHour: 12), deviceID: "dev"),
-                                              store: store, clock: rig.clock, registry: registry, topicPrefix: "drowse",
-                                              deviceID: "dev", logger: Logger(label: "test"))
-            service.runs = rig.runs
-            service.heldStore = try Store(path: dir + "/state.db")
+                                              store: store, clock: rig.clock, registry: registry, runs: rig.runs, downloads: NoDownloads(),
+                                              windows: NoWindows(), events: DaemonEvents(), topicPrefix: "drowse", deviceID: "dev",
+                                              heldStore: try Store(path: dir + "/state.db"), logger: Logger(label: "test"))
             rig.runs.startsAtOnce = true
             #expect(service.receive(topic: rig.topic, payload: Array(Self.silent.utf8)) == .acknowledgeWhenSynced)
             #expect(rig.runs.runs.isEmpty, "held, not run")
@@ -241,8 +240,7 @@ import Testing
         #"{"aps": {"content-available": 1}, "content-id": 7}"#,
     ])
     func crossRouteDedupe(payload: String) throws {
-        let rig = try Rig()
-        rig.service.groups = ["eu", "beta"]
+        let rig = try Rig(groups: ["eu", "beta"])
         #expect(rig.push(payload))
         #expect(rig.push(payload, topic: Topics.groupNotify(prefix: "drowse", group: "eu", app: "news")))
         #expect(rig.push(payload, topic: Topics.groupNotify(prefix: "drowse", group: "beta", app: "news")))
@@ -252,8 +250,7 @@ import Testing
 
     @Test("a group notification runs the app's handler; a group the device is not in is not its")
     func groupRoute() throws {
-        let rig = try Rig()
-        rig.service.groups = ["eu"]
+        let rig = try Rig(groups: ["eu"])
         #expect(rig.push(Self.silent, topic: "drowse/groups/us/apps/news/notify"))
         #expect(rig.ran.isEmpty && rig.service.unexpectedMessages == 1)
         #expect(rig.push(Self.silent, topic: "drowse/groups/eu/apps/news/notify"))
@@ -262,8 +259,7 @@ import Testing
 
     @Test("different payloads without an id by two routes are two notifications")
     func differentPayloads() throws {
-        let rig = try Rig()
-        rig.service.groups = ["eu"]
+        let rig = try Rig(groups: ["eu"])
         #expect(rig.push(#"{"aps": {"content-available": 1}, "n": 1}"#))
         #expect(rig.push(#"{"aps": {"content-available": 1}, "n": 2}"#, topic: "drowse/groups/eu/apps/news/notify"))
         #expect(rig.ran.count == 2)

@@ -6,13 +6,24 @@ import DrowseCore
     var runs: [QueuedRun] = []
     var stopping = false
     var startsAtOnce = false
-    func enqueue(_ run: QueuedRun) { runs.append(run) }
+    func enqueue(_ run: QueuedRun, owner: any RunOwner) { runs.append(run) }
+}
+
+/// Downloads a notification pushes, refused (no transfers part in the test).
+@DaemonActor final class NoDownloads: DownloadPusher {
+    func pushDownload(_ request: TransferRequest) throws(APIError) -> Transfer { throw APIError.internal("transfers are not running") }
+}
+
+/// No fetch window planned.
+@DaemonActor final class NoWindows: NextWindowSource {
+    var nextWindowAt: Double? { nil }
 }
 
 /// Conditions a test sets.
 @DaemonActor final class FixedConditions: ConditionsReading, SchedulerConditionsSource {
     var current = Conditions()
     var scheduler = FetchScheduler.Conditions(online: true, radioTail: 10)
+    var forScheduler: FetchScheduler.Conditions { scheduler }
     func readForScheduler() -> FetchScheduler.Conditions { scheduler }
 }
 

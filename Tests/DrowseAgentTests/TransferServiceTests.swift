@@ -79,9 +79,8 @@ import Testing
             events.listen { [unowned self] e in if case .radioUsed = e { self.radio += 1 } }
             let lifecycle = TransferLifecycle(policy: ConditionsPolicy(batteryLowPercent: 20), conditions: conditions, maxPerApp: 4, seed: 7)
             service = TransferService(lifecycle: lifecycle, store: store, files: files, clock: clock, conditions: source, registry: registry,
-                                      events: events, stateDir: "/state", logger: Logger(label: "test"))
+                                      events: events, runs: runs, stateDir: "/state", logger: Logger(label: "test"))
             service.engine = engine
-            service.runs = runs
             service.restore(apps: registry.apps)
         }
 
