@@ -70,16 +70,18 @@ import Logging
     }
 
     private func carryOut(_ orders: [LifecycleService.Order]) {
-        for order in orders {
-            switch order {
-            case .freeze(let app): freeze(app)
-            case .thaw(let app): thaw(app)
-            case .startProcess(let app): startResident(app)
-            case .killProcess(let app): killResident(app)
-            case .killApp(let app): killApp(app)
-            case .overran(let app): events.post(.taskOverran(app: app))
-            case .wake(let at): lifecycleWake.set(at) { [weak self] in self?.lifecycle { $0.timerFired() } }
-            }
+        events.turn { for order in orders { carryOut(order) } }
+    }
+
+    private func carryOut(_ order: LifecycleService.Order) {
+        switch order {
+        case .freeze(let app): freeze(app)
+        case .thaw(let app): thaw(app)
+        case .startProcess(let app): startResident(app)
+        case .killProcess(let app): killResident(app)
+        case .killApp(let app): killApp(app)
+        case .overran(let app): events.post(.taskOverran(app: app))
+        case .wake(let at): lifecycleWake.set(at) { [weak self] in self?.lifecycle { $0.timerFired() } }
         }
     }
 

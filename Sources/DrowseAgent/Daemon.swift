@@ -39,16 +39,45 @@ package enum DaemonEvent: Sendable {
     case appsReloaded
 }
 
-/// The daemon's event fan-out. Listeners run in order, synchronously, on the daemon's executor.
+/// The daemon's event fan-out, delivered at the end of a turn: listeners run in order, on the
+/// daemon's executor, but never inside another delivery and never inside a turn (`turn`) of the
+/// part that posted. A part carries out its actions in full before anyone hears what it posted;
+/// an event posted while another is delivered waits until every listener of that one has run
+/// (docs/architecture.md, "Services").
 @DaemonActor package final class DaemonEvents {
     private var listeners: [(DaemonEvent) -> Void] = []
+    private var queued: [DaemonEvent] = []
+    /// Turns and deliveries in progress: while above 0, a post waits.
+    private var depth = 0
 
     package init() {}
 
     package func listen(_ body: @escaping (DaemonEvent) -> Void) { listeners.append(body) }
 
+    /// Delivered now when nothing is in progress, else once the outermost turn or delivery ends.
     package func post(_ event: DaemonEvent) {
-        for listener in listeners { listener(event) }
+        queued.append(event)
+        if depth == 0 { deliver() }
+    }
+
+    /// Runs a part's step (a machine's actions carried out) as one turn: what it posts is
+    /// delivered after it.
+    package func turn<T, E: Error>(_ body: () throws(E) -> T) throws(E) -> T {
+        depth += 1
+        defer {
+            depth -= 1
+            if depth == 0 { deliver() }
+        }
+        return try body()
+    }
+
+    private func deliver() {
+        depth += 1
+        defer { depth -= 1 }
+        while !queued.isEmpty {
+            let event = queued.removeFirst()
+            for listener in listeners { listener(event) }
+        }
     }
 }
 

@@ -112,8 +112,14 @@ extension Store: FetchStore {}
         return perform(actions)
     }
 
+    /// Carries out the scheduler's actions in their order, as one turn: the window's fetches are
+    /// queued before anyone hears that it opened.
     @discardableResult
     func perform(_ actions: [FetchScheduler.Action]) -> (run: HandlerRun?, refused: String?) {
+        events.turn { performNow(actions) }
+    }
+
+    private func performNow(_ actions: [FetchScheduler.Action]) -> (run: HandlerRun?, refused: String?) {
         var manual: HandlerRun?
         var refused: String?
         for action in actions {

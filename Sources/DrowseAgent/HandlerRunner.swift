@@ -156,9 +156,14 @@ struct RunJob: Sendable {
         pump()
     }
 
-    /// Starts what the queue allows.
+    /// Starts what the queue allows, as one turn: every run that may start has started before
+    /// anyone hears that the radio is in use.
     func pump() {
         guard !stopping else { return }
+        events.turn { pumpNow() }
+    }
+
+    private func pumpNow() {
         while let job = queue.next() {
             switch startQueued(job) {
             case .started:

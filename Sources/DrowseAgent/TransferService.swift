@@ -376,10 +376,11 @@ package final class SystemTransferFiles: TransferFiles {
     // MARK: actions out
 
     /// Feeds one event to the lifecycle (with the conditions as last read) and carries out what
-    /// it decides, in order.
+    /// it decides, in order, as one turn (what it posts is heard after).
     func drive(_ event: (inout TransferLifecycle) -> [TransferLifecycle.Action]) {
         lifecycle.conditions = conditions.current
-        for action in event(&lifecycle) { perform(action) }
+        let actions = event(&lifecycle)
+        events.turn { for action in actions { perform(action) } }
     }
 
     func perform(_ action: TransferLifecycle.Action) {

@@ -73,6 +73,15 @@ import Glibc
         #expect(rig.service.running == ["a", "b"])
     }
 
+    @Test("a window's fetches are all queued before anyone hears that it opened")
+    func windowHeardAfterItsFetches() throws {
+        let rig = Rig(apps: [("a", 600), ("b", 900)])
+        var queuedWhenHeard: [String]?
+        rig.events.listen { e in if case .windowOpened = e { queuedWhenHeard = rig.queued.map(\.app) } }
+        try rig.fire()
+        #expect(queuedWhenHeard == ["a", "b"])
+    }
+
     @Test("a run's end gives back the record to write with it, and plans the next window from its start")
     func runEnds() throws {
         let rig = Rig(apps: [("a", 600)])
