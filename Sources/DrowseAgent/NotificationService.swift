@@ -9,7 +9,7 @@ package protocol NotificationStore: AnyObject {
                             collapseID: String?, attempts: Int, durable: Bool, admit: (Int64) -> NotificationAdmitted) throws(StoreError) -> Int64?
     /// Calls `done` once every record written so far is durable (false: the sync failed).
     func afterJournalSync(_ done: @escaping @Sendable (Bool) -> Void)
-    func markNotification(_ seq: Int64, state: String, at: Double) throws(StoreError)
+    func markNotification(_ seq: Int64, state: NotificationState, at: Double) throws(StoreError)
     func pendingNotifications() throws(StoreError) -> [NotificationRecord]
     func chargeBudget(_ seq: Int64, at: Double) throws(StoreError)
     func budgetUses(app: String, since: Double) throws(StoreError) -> [Double]
@@ -292,7 +292,7 @@ extension Store: NotificationStore {}
         for h in held.prefix(held.count - admission.maxDeferred) {
             metrics.notification(.evicted)
             logger.info("held notification dropped: \(admission.maxDeferred) already held (max_deferred)", metadata: ["app.id": "\(appID)"])
-            try? store.markNotification(h.seq, state: "evicted", at: now())
+            try? store.markNotification(h.seq, state: .evicted, at: now())
         }
     }
 
@@ -309,7 +309,7 @@ extension Store: NotificationStore {}
                 if settlement != .reject { try? store.releaseHeld(h.seq) }
             } else if !mayHold(h.app) {
                 logger.info("held notification dropped: the app is gone", metadata: ["app.id": "\(h.app)"])
-                try? store.markNotification(h.seq, state: "dropped", at: now())
+                try? store.markNotification(h.seq, state: .dropped, at: now())
             }
         }
     }
@@ -421,24 +421,24 @@ extension Store: NotificationStore {}
             case .expire(let seq, let app):
                 logger.info("notification dropped: expired", metadata: ["app.id": "\(app)"])
                 metrics.notification(.expired)
-                try? store.markNotification(seq, state: "expired", at: now())
+                try? store.markNotification(seq, state: .expired, at: now())
             case .dropCollapsed(let seq, let app, let collapseID):
                 logger.info("collapsed an older notification with collapse-id \(LogText.escape(collapseID))", metadata: ["app.id": "\(app)"])
                 metrics.notification(.collapsed)
-                try? store.markNotification(seq, state: "collapsed", at: now())
+                try? store.markNotification(seq, state: .collapsed, at: now())
             case .evict(let seq, let app, let maxDeferred):
                 // Counted and logged, never silent: the provider sent more than the app may keep waiting.
                 logger.info("notification dropped: \(maxDeferred) already waiting (max_deferred); the oldest lowest-priority one goes",
                             metadata: ["app.id": "\(app)"])
                 metrics.notification(.evicted)
-                try? store.markNotification(seq, state: "evicted", at: now())
+                try? store.markNotification(seq, state: .evicted, at: now())
             case .drop(let seq):
-                try? store.markNotification(seq, state: "dropped", at: now())
+                try? store.markNotification(seq, state: .dropped, at: now())
             case .startDownload(let seq, let appID):
                 // At hand when it arrived now; read back when it waited (a rollout delay).
                 let note = notes[seq] ?? (try? store.notificationPayload(seq)).flatMap { try? Notification.parse(Array($0.utf8)) }
                 guard let app = registry[appID], let note, let d = note.download else {
-                    try? store.markNotification(seq, state: "failed", at: now())
+                    try? store.markNotification(seq, state: .handled(.failed), at: now())
                     continue
                 }
                 startPushDownload(app, seq: seq, note: note, download: d)
@@ -463,7 +463,7 @@ extension Store: NotificationStore {}
                 }
                 deliver(app, seq: seq, payload: payload)
             case .defer(let seq, let app, let until, let inLastHour):
-                try? store.markNotification(seq, state: "deferred", at: now())
+                try? store.markNotification(seq, state: .deferred, at: now())
                 metrics.notification(.deferred)
                 logger.info("notification deferred: \(inLastHour) in the last hour (max_per_hour \(admission.budget.maxPerHour)); runs in \(DurationText.format(.milliseconds(Int64(max(0, until - now()) * 1000)))) at the latest",
                             metadata: ["app.id": "\(app)"])
@@ -514,10 +514,10 @@ extension Store: NotificationStore {}
             let t = try downloads.pushDownload(req)
             logger.info("notification enqueued a download; the app runs when the file is ready",
                         metadata: ["app.id": "\(app.id)", "transfer.id": "\(t.id)"])
-            try? store.markNotification(seq, state: "download:" + t.id, at: now())
+            try? store.markNotification(seq, state: .downloading(transfer: t.id), at: now())
         } catch {
             logger.warning("notification's download refused: \(error.message)", metadata: ["app.id": "\(app.id)"])
-            try? store.markNotification(seq, state: "failed", at: now())
+            try? store.markNotification(seq, state: .handled(.failed), at: now())
         }
     }
 
@@ -547,7 +547,7 @@ extension Store: NotificationStore {}
         }
         guard app.command(for: .notification) != nil || app.isResident else {
             logger.warning("notification dropped: the app has no notification or fetch command", metadata: ["app.id": "\(appID)"])
-            try? store.markNotification(seq, state: "dropped", at: now())
+            try? store.markNotification(seq, state: .dropped, at: now())
             notificationRunEnded(seq)
             return nil
         }
@@ -604,11 +604,11 @@ extension Store: NotificationStore {}
                 var a = NotificationAdmission.Arrival(app: rec.app, note: note, signed: rec.signed, allowDownload: app.allowDownload)
                 a.expiration = a.expiration.map(clock.timeline.fromWall)
                 arrival = a
-                if rec.state == "pending" {
+                if rec.state == .pending {
                     logger.info("handling a notification received before a restart", metadata: ["app.id": "\(rec.app)"])
                 }
             }
-            return .init(seq: rec.seq, receivedAt: rec.receivedAt, state: rec.state == "deferred" ? .deferred : .pending(budgetAt: rec.budgetAt),
+            return .init(seq: rec.seq, receivedAt: rec.receivedAt, state: rec.state == .deferred ? .deferred : .pending(budgetAt: rec.budgetAt),
                          arrival: arrival, dedupeKey: rec.dedupeKey)
         }
         let t = now()

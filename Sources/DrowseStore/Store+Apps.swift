@@ -94,7 +94,7 @@ extension Store {
         }
         try db.transaction { () throws(StoreError) in
             if let seq {
-                try handled(seq, state: run.result.rawValue, at: run.endedAt)
+                try handled(seq, state: .handled(run.result), at: run.endedAt)
             }
             try db.query(
                 "INSERT INTO runs(app, event, trigger, result, ending, started_at, ended_at) VALUES (?,?,?,?,?,?,?)",

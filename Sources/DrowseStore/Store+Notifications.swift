@@ -35,7 +35,7 @@ package struct NotificationRecord: Sendable, Equatable {
     package var payload: String
     package var receivedAt: Double
     /// `pending` (recorded, not yet run) or `deferred` (waiting for a window or the rate budget).
-    package var state: String = "pending"
+    package var state: NotificationState = .pending
     package var signed: Bool = false
     /// When it used its app's hourly budget: it was admitted to run (and may still wait for a
     /// handler slot). nil while it has not.
@@ -63,8 +63,9 @@ extension Store {
         func insert() throws(StoreError) -> Int64? {
             try db.transaction { () throws(StoreError) -> Int64? in
                 try db.query(
-                    "INSERT OR IGNORE INTO notifications(app, dedupe_key, payload, received_at, state, signed, collapse_id, attempts) VALUES (?,?,?,?, 'pending', ?, ?, ?)",
-                    [.text(app), .text(dedupeKey), .text(payload), .double(at), .int(signed ? 1 : 0), SQLValue(collapseID), .int(Int64(attempts))])
+                    "INSERT OR IGNORE INTO notifications(app, dedupe_key, payload, received_at, state, signed, collapse_id, attempts) VALUES (?,?,?,?,?,?,?,?)",
+                    [.text(app), .text(dedupeKey), .text(payload), .double(at), .text(NotificationState.pending.stored), .int(signed ? 1 : 0),
+                     SQLValue(collapseID), .int(Int64(attempts))])
                 guard db.changes == 1 else { return nil }
                 let seq = db.lastInsertRowID
                 let admitted = admit(seq)
@@ -88,7 +89,7 @@ extension Store {
         try db.withoutSync { () throws(StoreError) -> Int64? in
             try db.query(
                 "INSERT OR IGNORE INTO notifications(app, dedupe_key, payload, received_at, state, signed, attempts) VALUES (?,?,?,?,?,?,?)",
-                [.text(app), .text(dedupeKey), .text(payload), .double(at), .text(checked ? "held-checked" : "held"),
+                [.text(app), .text(dedupeKey), .text(payload), .double(at), .text(NotificationState.held(checked: checked).stored),
                  .int(signed ? 1 : 0), .int(Int64(attempts))])
             return db.changes == 1 ? db.lastInsertRowID : nil
         }
@@ -96,22 +97,23 @@ extension Store {
 
     /// A recorded notification whose app cannot be used now is held (see `holdNotification`).
     package func holdRecorded(_ seq: Int64) throws(StoreError) {
-        try db.query("UPDATE notifications SET state = 'held-checked' WHERE seq = ? AND state IN ('pending', 'deferred')", [.int(seq)])
+        try db.query("UPDATE notifications SET state = ? WHERE seq = ? AND \(Self.waiting)",
+                     [.text(NotificationState.held(checked: true).stored), .int(seq)])
     }
 
     /// The held notifications, oldest first.
     package func heldNotifications() throws(StoreError) -> [HeldNotification] {
-        try db.query("SELECT seq, app, payload, received_at, state, signed, attempts FROM notifications WHERE \(Self.waitingOrHeld) AND state IN ('held', 'held-checked') ORDER BY seq")
+        try db.query("SELECT seq, app, payload, received_at, state, signed, attempts FROM notifications WHERE \(Self.waitingOrHeld) AND \(Self.held) ORDER BY seq")
             .compactMap { r in
                 guard let seq = r[0].int64, let app = r[1].string, let payload = r[2].string else { return nil }
-                return HeldNotification(seq: seq, app: app, payload: payload, receivedAt: r[3].double ?? 0, checked: r[4].string == "held-checked",
+                return HeldNotification(seq: seq, app: app, payload: payload, receivedAt: r[3].double ?? 0, checked: r[4].string == NotificationState.held(checked: true).stored,
                                         signed: r[5].int64 == 1, attempts: Int(min(max(r[6].int64 ?? 0, 0), 1_000_000)))
             }
     }
 
     /// Removes a held notification once it was admitted again under its own key.
     package func releaseHeld(_ seq: Int64) throws(StoreError) {
-        try db.query("DELETE FROM notifications WHERE seq = ? AND state IN ('held', 'held-checked')", [.int(seq)])
+        try db.query("DELETE FROM notifications WHERE seq = ? AND \(Self.held)", [.int(seq)])
     }
 
     /// Makes every record written so far durable (see `recordNotification(durable:)`).
@@ -121,20 +123,25 @@ extension Store {
     /// with false when the sync failed. The caller's thread does not wait (see `JournalSyncer`).
     package func afterJournalSync(_ done: @escaping @Sendable (Bool) -> Void) { journal.afterSync(done) }
 
-    package func markNotification(_ seq: Int64, state: String, at: Double) throws(StoreError) {
-        guard !Self.waitingStates.contains(state) else {
-            try db.query("UPDATE notifications SET state = ?, handled_at = ? WHERE seq = ?", [.text(state), .double(at), .int(seq)])
+    package func markNotification(_ seq: Int64, state: NotificationState, at: Double) throws(StoreError) {
+        guard !state.waits else {
+            try db.query("UPDATE notifications SET state = ?, handled_at = ? WHERE seq = ?", [.text(state.stored), .double(at), .int(seq)])
             return
         }
         try db.transaction { () throws(StoreError) in try handled(seq, state: state, at: at) }
     }
 
+    /// `state IN (…)` of these states, as SQL.
+    static func stateIn(_ states: [NotificationState]) -> String {
+        "state IN (" + states.map { "'\($0.stored)'" }.joined(separator: ", ") + ")"
+    }
+
     /// The partial index `notifications_waiting`'s condition: the notifications that wait to
     /// run or are held. A query uses that index only when its WHERE has this very term.
-    static let waitingOrHeld = "state IN ('pending', 'deferred', 'held', 'held-checked')"
-
-    /// States in which a notification still waits to run, and so needs its payload.
-    static let waitingStates: Set<String> = ["pending", "deferred"]
+    static let waitingOrHeld = stateIn(NotificationState.waitingOrHeld)
+    /// Waiting to run (and so needing the payload).
+    static let waiting = stateIn([.pending, .deferred])
+    static let held = stateIn([.held(checked: false), .held(checked: true)])
 
     /// Marks a notification handled, keeping only what dedupes a redelivery for
     /// `NotificationAdmission.dedupeWindow`: its payload is never read again. A large one's row
@@ -144,16 +151,16 @@ extension Store {
     /// it by 80 MB for a week). A small one's is updated in place: the rewrite would also
     /// rewrite a page of each index whose entry it moves, a few KiB on an SD card for every
     /// notification, to save less than `rewrittenPayload` bytes. Call inside a transaction.
-    func handled(_ seq: Int64, state: String, at: Double) throws(StoreError) {
+    func handled(_ seq: Int64, state: NotificationState, at: Double) throws(StoreError) {
         try db.query(
-            "UPDATE notifications SET payload = '', state = ?, handled_at = ? WHERE seq = ? AND length(CAST(payload AS BLOB)) <= ?",
-            [.text(state), .double(at), .int(seq), .int(Int64(Self.rewrittenPayload))])
+            "UPDATE notifications SET payload = '', state = ?, download_id = ?, handled_at = ? WHERE seq = ? AND length(CAST(payload AS BLOB)) <= ?",
+            [.text(state.stored), SQLValue(state.downloadID), .double(at), .int(seq), .int(Int64(Self.rewrittenPayload))])
         guard db.changes == 0 else { return }
         let kept = "seq, app, dedupe_key, received_at, signed, collapse_id, budget_at"
         guard let row = try db.query("SELECT \(kept) FROM notifications WHERE seq = ?", [.int(seq)]).first else { return }
         try db.query("DELETE FROM notifications WHERE seq = ?", [.int(seq)])
-        try db.query("INSERT INTO notifications(\(kept), payload, state, handled_at) VALUES (?,?,?,?,?,?,?, '', ?, ?)",
-                     row + [.text(state), .double(at)])
+        try db.query("INSERT INTO notifications(\(kept), payload, state, download_id, handled_at) VALUES (?,?,?,?,?,?,?, '', ?, ?, ?)",
+                     row + [.text(state.stored), SQLValue(state.downloadID), .double(at)])
     }
 
     /// Payloads up to this many bytes are dropped in place when handled (see `handled`).
@@ -162,17 +169,19 @@ extension Store {
     /// Notifications recorded but not yet handled (after a crash, they are handled on start).
     package func pendingNotifications() throws(StoreError) -> [NotificationRecord] {
         try db.query(
-            "SELECT seq, app, payload, received_at, state, signed, budget_at, dedupe_key FROM notifications WHERE \(Self.waitingOrHeld) AND state IN ('pending', 'deferred') ORDER BY seq"
+            "SELECT seq, app, payload, received_at, state, signed, budget_at, dedupe_key FROM notifications WHERE \(Self.waitingOrHeld) AND \(Self.waiting) ORDER BY seq"
         ).map {
             NotificationRecord(
                 seq: $0[0].int64 ?? 0, app: $0[1].string ?? "", payload: $0[2].string ?? "", receivedAt: Self.unixTime($0[3]) ?? 0,
-                state: $0[4].string ?? "pending", signed: ($0[5].int64 ?? 0) != 0, budgetAt: Self.unixTime($0[6]), dedupeKey: $0[7].string)
+                state: $0[4].string.flatMap { NotificationState(stored: $0) } ?? .pending, signed: ($0[5].int64 ?? 0) != 0, budgetAt: Self.unixTime($0[6]), dedupeKey: $0[7].string)
         }
     }
 
     /// The notification's state now (nil when it is not recorded, e.g. pruned).
-    package func notificationState(_ seq: Int64) throws(StoreError) -> String? {
-        try db.query("SELECT state FROM notifications WHERE seq = ?", [.int(seq)]).first?.first?.string
+    package func notificationState(_ seq: Int64) throws(StoreError) -> NotificationState? {
+        guard let row = try db.query("SELECT state, download_id FROM notifications WHERE seq = ?", [.int(seq)]).first,
+              let text = row[0].string else { return nil }
+        return NotificationState(stored: text, downloadID: row[1].string)
     }
 
     /// Records that the notification used its app's hourly budget at `at`, and is `pending` (to
@@ -183,7 +192,7 @@ extension Store {
     /// collapsed, dropped). `durable: false` as for `recordNotification`.
     package func notificationStarting(_ seq: Int64, durable: Bool) throws(StoreError) -> Int? {
         guard let row = try db.query("SELECT state, attempts FROM notifications WHERE seq = ?", [.int(seq)]).first,
-              row[0].string == "pending" else { return nil }
+              row[0].string == NotificationState.pending.stored else { return nil }
         let attempts = Int(min(max(row[1].int64 ?? 0, 0), 1_000_000))
         func mark() throws(StoreError) {
             try db.query("UPDATE notifications SET attempts = ? WHERE seq = ?", [.int(Int64(attempts + 1)), .int(seq)])
@@ -203,8 +212,8 @@ extension Store {
         try db.withoutSync { () throws(StoreError) in
             // A deferred one is released to run; any other state stays (a fresh record's handler may
             // already have started, and even ended, before its charge is written).
-            _ = try db.query("UPDATE notifications SET budget_at = ?, state = CASE state WHEN 'deferred' THEN 'pending' ELSE state END WHERE seq = ?",
-                             [.double(at), .int(seq)])
+            _ = try db.query("UPDATE notifications SET budget_at = ?, state = CASE state WHEN ? THEN ? ELSE state END WHERE seq = ?",
+                             [.double(at), .text(NotificationState.deferred.stored), .text(NotificationState.pending.stored), .int(seq)])
         }
     }
 
@@ -231,7 +240,7 @@ extension Store {
     /// one has aged).
     @discardableResult
     package func pruneNotifications(before: Double) throws(StoreError) -> Double? {
-        let handled = "state NOT IN ('pending', 'deferred')"
+        let handled = "NOT \(Self.waiting)"
         try db.query("DELETE FROM notifications WHERE \(handled) AND received_at < ?", [.double(before)])
         return try db.query("SELECT MIN(received_at) FROM notifications WHERE \(handled)").first?.first?.double
     }

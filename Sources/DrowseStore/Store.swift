@@ -7,7 +7,7 @@ package final class Store {
     package let db: SQLiteDatabase
     /// Syncs the WAL off the caller's thread (`afterJournalSync`).
     package let journal: JournalSyncer
-    package static let schemaVersion: Int64 = 14
+    package static let schemaVersion: Int64 = 15
 
     package init(path: String) throws(StoreError) {
         db = try SQLiteDatabase(path: path)
@@ -276,6 +276,17 @@ package final class Store {
                     DROP INDEX notifications_budget;
                     CREATE INDEX notifications_budget ON notifications(app, budget_at) WHERE budget_at IS NOT NULL;
                     UPDATE schema_version SET version = 14;
+                    """)
+            }
+            if current < 15 {
+                // A notification that became a download names its transfer in a column of its
+                // own (it was `download:<id>` in `state`); every row is kept.
+                let columns = try db.query("PRAGMA table_info(notifications)").compactMap { $0[1].string }
+                if !columns.contains("download_id") { try db.exec("ALTER TABLE notifications ADD COLUMN download_id TEXT") }
+                try db.exec(
+                    """
+                    UPDATE notifications SET download_id = substr(state, 10), state = 'downloading' WHERE state LIKE 'download:%';
+                    UPDATE schema_version SET version = 15;
                     """)
             }
         }

@@ -51,10 +51,10 @@ final class MemoryNotificationStore: NotificationStore {
     /// false: the journal's sync fails (a disk error).
     var syncFails = false
     func afterJournalSync(_ done: @escaping @Sendable (Bool) -> Void) { done(!syncFails) }
-    func markNotification(_ seq: Int64, state: String, at: Double) throws(StoreError) {
+    func markNotification(_ seq: Int64, state: NotificationState, at: Double) throws(StoreError) {
         if let i = rows.firstIndex(where: { $0.seq == seq }) { rows[i].state = state }
     }
-    func pendingNotifications() throws(StoreError) -> [NotificationRecord] { rows.filter { ["pending", "deferred"].contains($0.state) } }
+    func pendingNotifications() throws(StoreError) -> [NotificationRecord] { rows.filter { $0.state.waits } }
     func chargeBudget(_ seq: Int64, at: Double) throws(StoreError) { budget[seq] = at }
     /// `dataVersion()`: a test moves it as another connection's commit would.
     var version: Int64 = 1
@@ -70,7 +70,7 @@ final class MemoryNotificationStore: NotificationStore {
     /// Starts counted at the start, by notification.
     var attempts: [Int64: Int] = [:]
     func notificationStarting(_ seq: Int64, durable: Bool) throws(StoreError) -> Int? {
-        guard rows.contains(where: { $0.seq == seq && $0.state == "pending" }) else { return nil }
+        guard rows.contains(where: { $0.seq == seq && $0.state == .pending }) else { return nil }
         attempts[seq, default: 0] += 1
         return attempts[seq]
     }

@@ -155,7 +155,7 @@ import Testing
         // Past the budget it is deferred: nothing starts, nothing is counted.
         rig.runs.startsAtOnce = true
         #expect(rig.push(#"{"aps": {"content-available": 1}, "id": "d"}"#))
-        #expect(rig.store.startsCounted == [1, 2] && counted()[4] == nil && rig.store.rows[3].state == "deferred")
+        #expect(rig.store.startsCounted == [1, 2] && counted()[4] == nil && rig.store.rows[3].state == .deferred)
     }
 
     @Test("a held notification released after a reload has its start counted on its own, before it starts: no PUBACK's sync covers its record")
@@ -188,7 +188,7 @@ import Testing
         #expect(rig.push(#"{"aps": {"content-available": 1}, "id": "a"}"#))
         #expect(rig.push(#"{"aps": {"content-available": 1}, "id": "b"}"#))
         #expect(rig.ran.count == 1)
-        #expect(rig.store.rows[1].state == "deferred")
+        #expect(rig.store.rows[1].state == .deferred)
         let at = try #require(rig.timer)
         #expect(at > rig.now && at <= rig.now + 3600 + 1)
         rig.now = at
@@ -272,7 +272,7 @@ import Testing
         let delay = RolloutDelay.delay(deviceID: "dev", notificationID: "r1", spread: 600)
         #expect(rig.push(#"{"aps": {"content-available": 1}, "id": "r1", "spread": 600}"#))
         #expect(rig.service.metrics.registry.value("drowse_notifications_total", [("outcome", "spread")]) == 1)
-        #expect(rig.ran.isEmpty && rig.store.rows[0].state == "pending")
+        #expect(rig.ran.isEmpty && rig.store.rows[0].state == .pending)
         let at = try #require(rig.timer)
         #expect(abs(at - (t0 + delay)) < 0.1)
         // A restart before it is due: a new service over the same store sets the same timer.

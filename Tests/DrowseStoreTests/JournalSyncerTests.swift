@@ -148,7 +148,7 @@ struct JournalSyncerTests {
             let seq = try #require(try store.recordNotification(app: "a", dedupeKey: "k", payload: "{}", at: 1, durable: false) { _ in NotificationAdmitted(chargedAt: 2) })
             #expect(try Self.walCommits(path, pageSize: Int(Store.pageSize)) == 1)
             #expect(try store.budgetUses(app: "a", since: 0) == [2])
-            #expect(try store.notificationState(seq) == "pending")
+            #expect(try store.notificationState(seq) == .pending)
             // A duplicate is not admitted again.
             var asked = false
             #expect(try store.recordNotification(app: "a", dedupeKey: "k", payload: "{}", at: 3, durable: false) { _ in asked = true; return NotificationAdmitted(chargedAt: 4) } == nil)

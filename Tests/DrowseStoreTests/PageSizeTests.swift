@@ -66,7 +66,7 @@ struct NotificationIndexTests {
             #expect(try Self.plan(store, budget, [.text("a"), .double(0)]).contains("notifications_budget"))
             let seq = try #require(try store.recordNotification(app: "a", dedupeKey: "k", payload: "{}", at: 1) { _ in NotificationAdmitted(chargedAt: 1) })
             _ = try store.recordNotification(app: "a", dedupeKey: "k2", payload: "{}", at: 1)
-            try store.markNotification(seq, state: "newData", at: 2)
+            try store.markNotification(seq, state: .handled(.newData), at: 2)
             // One row in the waiting index (k2), one in the budget index (k).
             #expect(try store.db.query("SELECT count(*) FROM notifications INDEXED BY notifications_waiting WHERE \(Store.waitingOrHeld)").first?.first?.int64 == 1)
             #expect(try store.pendingNotifications().map(\.dedupeKey) == ["k2"])
@@ -134,6 +134,25 @@ struct NotificationIndexTests {
             #expect(try Self.indexSQL(store, "notifications_state") == nil)
             #expect(try Self.indexSQL(store, "notifications_waiting")?.contains("WHERE") == true)
             #expect(try Self.indexSQL(store, "notifications_budget")?.contains("WHERE budget_at IS NOT NULL") == true)
+        }
+    }
+
+    @Test("a state.db of schema 14 gets download_id: a notification that became a download names its transfer there, every row kept")
+    func downloadColumn() throws {
+        try withStorePath { path in
+            do {
+                let store = try Store(path: path)
+                for (key, state) in [("a", "new-data"), ("b", "download:t-9"), ("c", "pending")] {
+                    try store.db.query("INSERT INTO notifications(app, dedupe_key, payload, received_at, state) VALUES ('x', ?, '', 1, ?)",
+                                       [.text(key), .text(state)])
+                }
+                try store.db.exec("ALTER TABLE notifications DROP COLUMN download_id; UPDATE schema_version SET version = 14;")
+            }
+            let store = try Store(path: path)
+            let states = try store.db.query("SELECT seq FROM notifications ORDER BY seq").compactMap { $0[0].int64 }
+                .map { try store.notificationState($0) }
+            #expect(states == [.handled(.newData), .downloading(transfer: "t-9"), .pending])
+            #expect(try store.db.query("SELECT state FROM notifications WHERE download_id = 't-9'").first?.first?.string == "downloading")
         }
     }
 }

@@ -355,7 +355,7 @@ struct StoreTests {
                 NotificationRecord(seq: b, app: "news", payload: "B", receivedAt: 2, dedupeKey: "b"),
                 NotificationRecord(seq: c, app: "weather", payload: "C", receivedAt: 3, dedupeKey: "c"),
             ])
-            try store.markNotification(b, state: "handled", at: 5)
+            try store.markNotification(b, state: .handled(.newData), at: 5)
             #expect(try store.pendingNotifications().map(\.seq) == [a, c])
             // A handled notification still dedupes a redelivery.
             #expect(try store.recordNotification(app: "news", dedupeKey: "b", payload: "B", at: 6) == nil)
@@ -371,12 +371,12 @@ struct StoreTests {
             var seqs: [Int64] = []
             for i in 0..<3000 {
                 let seq = try #require(try store.recordNotification(app: "flood", dedupeKey: "id:n\(i)", payload: "{\"id\":\"n\(i)\",\"pad\":\"\(pad)\"}", at: Double(i)))
-                try store.markNotification(seq, state: "deferred", at: Double(i))
+                try store.markNotification(seq, state: .deferred, at: Double(i))
                 seqs.append(seq)
                 guard i >= 64 else { continue }
                 let old = seqs[i - 64]
                 if i % 2 == 0 {
-                    try store.markNotification(old, state: "evicted", at: Double(i))
+                    try store.markNotification(old, state: .evicted, at: Double(i))
                 } else {
                     try store.record(RunRecord(app: "flood", event: .notification, trigger: nil, result: .newData, ending: "exit status 0",
                                                startedAt: Double(i), endedAt: Double(i)), handlingNotification: old)
@@ -389,7 +389,7 @@ struct StoreTests {
             #expect(size < 2 << 20, "state.db is \(size) bytes after 3000 handled 4 KB notifications")
             #expect(try store.notificationPayload(deferred)?.hasPrefix("{\"id\":\"n2999\"") == true)
             #expect(try store.pendingNotifications().count == 64)
-            #expect(try store.notificationState(seqs[100]) == "evicted" && store.notificationState(seqs[101]) == FetchResult.newData.rawValue)
+            #expect(try store.notificationState(seqs[100]) == .evicted && store.notificationState(seqs[101]) == .handled(.newData))
             // Handled ones still dedupe a redelivery.
             #expect(try store.recordNotification(app: "flood", dedupeKey: "id:n2", payload: "{}", at: 5000) == nil)
             #expect(try store.recordNotification(app: "flood", dedupeKey: "id:n3", payload: "{}", at: 5000) == nil)
@@ -403,8 +403,8 @@ struct StoreTests {
             let old = try #require(try store.recordNotification(app: "w", dedupeKey: "old", payload: "", at: 10))
             _ = try #require(try store.recordNotification(app: "w", dedupeKey: "pending", payload: "", at: 10))
             let recent = try #require(try store.recordNotification(app: "w", dedupeKey: "recent", payload: "", at: 100))
-            try store.markNotification(old, state: "handled", at: 11)
-            try store.markNotification(recent, state: "handled", at: 101)
+            try store.markNotification(old, state: .handled(.newData), at: 11)
+            try store.markNotification(recent, state: .handled(.newData), at: 101)
             try store.pruneNotifications(before: 50)
             #expect(try store.db.query("SELECT dedupe_key FROM notifications ORDER BY seq").map { $0[0].string } == ["pending", "recent"])
             // The pruned key may be used again.
