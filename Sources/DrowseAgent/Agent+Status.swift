@@ -70,7 +70,7 @@ extension Agent {
             let runs = (try? store.runs(app: app.id)) ?? []
             members.append(("history", .array(runs.map { r in
                 .object([
-                    ("event", .string(r.event.rawValue)), ("trigger", JSON(r.trigger)), ("result", .string(r.result.rawValue)),
+                    ("event", .string(r.event.rawValue)), ("trigger", JSON(r.trigger?.rawValue)), ("result", .string(r.result.rawValue)),
                     ("ending", .string(r.ending)), ("started_at", .number(wall(r.startedAt))), ("ended_at", .number(wall(r.endedAt))),
                 ])
             })))

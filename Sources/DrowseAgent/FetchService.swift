@@ -133,7 +133,7 @@ extension Store: FetchStore {}
                 for id in ids {
                     let done = HandlerRun()
                     if trigger == .manual { manual = done }
-                    runs.enqueue(.fetch(app: id, trigger: trigger.rawValue, done: done), owner: self)
+                    runs.enqueue(.fetch(app: id, trigger: trigger, done: done), owner: self)
                 }
             case let .refuseFetch(_, reason):
                 refused = reason
@@ -231,7 +231,7 @@ extension Store: FetchStore {}
     func recordOverrun(_ app: String) {
         let t = now()
         let (record, next) = handlerEnded(app: app, fetch: FetchScheduler.FetchEnding(result: .failed, timedOut: true), startedAt: t, endedAt: t)
-        let run = RunRecord(app: app, event: .fetch, trigger: "task-overrun", result: .failed,
+        let run = RunRecord(app: app, event: .fetch, trigger: .taskOverrun, result: .failed,
                             ending: "background task time ran out", startedAt: t, endedAt: t, timedOut: true)
         do { try store.record(run, fetch: record, handlingNotification: nil, durable: true) } catch { logger.error("store: \(error)") }
         finish(next)

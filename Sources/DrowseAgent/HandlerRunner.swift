@@ -14,13 +14,14 @@ package enum QueuedRun: Sendable {
     /// (in the commit that recorded it), as this attempt; nil: its owner counts it at the start.
     case notification(app: String, seq: Int64, payload: [UInt8], counted: Int? = nil)
     /// `done` gets the outcome (for `drowse fetch`, which waits).
-    case fetch(app: String, trigger: String, done: HandlerRun)
+    case fetch(app: String, trigger: FetchScheduler.Trigger, done: HandlerRun)
     /// A finished session for the app's events handler; undelivered in the store until it ends.
-    case transfers(app: String, key: String, stdin: [UInt8], batch: [Transfer])
+    case transfers(session: SessionKey, stdin: [UInt8], batch: [Transfer])
 
     package var app: String {
         switch self {
-        case .notification(let app, _, _, _), .fetch(let app, _, _), .transfers(let app, _, _, _): app
+        case .notification(let app, _, _, _), .fetch(let app, _, _): app
+        case .transfers(let session, _, _): session.app
         }
     }
 
@@ -32,11 +33,12 @@ package enum QueuedRun: Sendable {
         }
     }
 
-    var trigger: String {
+    var trigger: RunTrigger {
         switch self {
-        case .notification: "notification"
-        case .fetch(_, let trigger, _): trigger
-        case .transfers: "transfers"
+        case .notification: .notification
+        case .fetch(_, .scheduled, _): .scheduled
+        case .fetch(_, .manual, _): .manual
+        case .transfers: .transfers
         }
     }
 
@@ -203,8 +205,8 @@ struct RunJob: Sendable {
         switch job.run {
         case .notification(_, _, let payload, _): stdin = payload
         case .fetch(_, let trigger, _):
-            stdin = Array(JSON.object([("event", "fetch"), ("app", .string(app.id)), ("reason", .string(trigger))]).serialized.utf8)
-        case .transfers(_, _, let body, _): stdin = body
+            stdin = Array(JSON.object([("event", "fetch"), ("app", .string(app.id)), ("reason", .string(trigger.rawValue))]).serialized.utf8)
+        case .transfers(_, let body, _): stdin = body
         }
         let started = start(app, event: job.run.event, stdin: stdin, trigger: job.run.trigger, attempt: attempt)
         if let err = started.run.resourceShortage {
@@ -229,7 +231,7 @@ struct RunJob: Sendable {
     struct Started {
         var app: AppDefinition
         var event: HandlerEvent
-        var trigger: String
+        var trigger: RunTrigger
         var run: HandlerRun
         /// Counted in `running` (a handler process was started).
         var counted = false
@@ -241,7 +243,7 @@ struct RunJob: Sendable {
 
     /// Starts a handler now (the process exists when this returns); `finish` waits for its end
     /// and records it. Synchronous, so a notification's handler starts without a hop.
-    func start(_ app: AppDefinition, event: HandlerEvent, stdin: [UInt8], trigger: String, attempt: Int = 1) -> Started {
+    func start(_ app: AppDefinition, event: HandlerEvent, stdin: [UInt8], trigger: RunTrigger, attempt: Int = 1) -> Started {
         let start = now()
         if app.isResident {
             // A resident app gets its events on its stream; `run` ends with its completion.
@@ -249,7 +251,7 @@ struct RunJob: Sendable {
             let kind: AppLifecycle.EventKind = event == .fetch ? .fetch : event == .notification ? .notification : .transfers
             running += 1
             processes.deliver(app.id, kind: kind, members: Self.eventMembers(event, stdin: stdin) + [("attempt", JSON(attempt))], run: run)
-            logger.info("delivered \(event.rawValue) event to the resident app", metadata: ["app.id": "\(app.id)", "trigger": "\(trigger)"])
+            logger.info("delivered \(event.rawValue) event to the resident app", metadata: ["app.id": "\(app.id)", "trigger": "\(trigger.rawValue)"])
             return Started(app: app, event: event, trigger: trigger, run: run, counted: true, delivered: true)
         }
         guard let argv = app.command(for: event) else {
@@ -277,7 +279,7 @@ struct RunJob: Sendable {
             log.info("\(line)", metadata: ["app.id": "\(appID)", "handler.stream": isErr ? "stderr" : "stdout"])
         }
         processes.handlerStarted(app.id, run, leaf: leaf)
-        logger.info("launched \(event.rawValue) handler", metadata: ["app.id": "\(app.id)", "trigger": "\(trigger)"])
+        logger.info("launched \(event.rawValue) handler", metadata: ["app.id": "\(app.id)", "trigger": "\(trigger.rawValue)"])
         return Started(app: app, event: event, trigger: trigger, run: run, counted: true, leaf: leaf)
     }
 

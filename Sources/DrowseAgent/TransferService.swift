@@ -331,9 +331,9 @@ package final class SystemTransferFiles: TransferFiles {
     // MARK: a session's run (`RunOwner`)
 
     package func starting(_ run: QueuedRun, app: AppDefinition?) -> Int? {
-        guard case .transfers(_, let key, _, _) = run else { return nil }
+        guard case .transfers(let session, _, _) = run else { return nil }
         guard app != nil else {
-            sessionNotDelivered(key: key)
+            sessionNotDelivered(session)
             return nil
         }
         return 1
@@ -343,7 +343,7 @@ package final class SystemTransferFiles: TransferFiles {
     package func ending(_ run: QueuedRun, _ outcome: HandlerOutcome, cutShort: Bool) -> RunEffects { RunEffects() }
 
     package func ended(_ run: QueuedRun, _ outcome: HandlerOutcome) {
-        guard case .transfers(_, _, _, let batch) = run else { return }
+        guard case .transfers(_, _, let batch) = run else { return }
         sessionDelivered(batch: batch)
     }
 
@@ -357,10 +357,8 @@ package final class SystemTransferFiles: TransferFiles {
     }
 
     /// A session queued for the events handler could not be handed over (its app is gone).
-    package func sessionNotDelivered(key: String) {
-        let parts = key.split(separator: "\u{0}", maxSplits: 1, omittingEmptySubsequences: false)
-        guard parts.count == 2 else { return }
-        lifecycle.sessionNotDelivered(app: String(parts[0]), session: String(parts[1]))
+    package func sessionNotDelivered(_ key: SessionKey) {
+        lifecycle.sessionNotDelivered(app: key.app, session: key.session)
     }
 
     // MARK: what the API shows
@@ -430,7 +428,7 @@ package final class SystemTransferFiles: TransferFiles {
                 ("event", "transfers"), ("app", .string(appID)), ("session", .string(session)),
                 ("transfers", .array(batch.map { [skew = clock.timeline.skew] in $0.json(wall: skew) })),
             ])
-            runs.enqueue(.transfers(app: appID, key: appID + "\u{0}" + session, stdin: Array(doc.serialized.utf8), batch: batch), owner: self)
+            runs.enqueue(.transfers(session: SessionKey(app: appID, session: session), stdin: Array(doc.serialized.utf8), batch: batch), owner: self)
         case .radioBusy:
             events.post(.radioUsed)
         case let .log(level, message, metadata):

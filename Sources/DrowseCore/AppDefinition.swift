@@ -147,6 +147,19 @@ extension AppDefinition {
     }
 }
 
+/// What started a handler run (`trigger` in `drowse apps show` and the run history).
+package enum RunTrigger: String, Sendable, CaseIterable {
+    /// A fetch window the scheduler opened.
+    case scheduled
+    /// `drowse fetch`.
+    case manual
+    case notification
+    /// A transfer session's end, for the app's events handler.
+    case transfers
+    /// A background task that overran its allowance (recorded as a failed fetch).
+    case taskOverrun = "task-overrun"
+}
+
 /// The events a handler is launched for (`DROWSE_EVENT`).
 package enum HandlerEvent: String, Sendable, CaseIterable {
     case fetch, notification, transfers

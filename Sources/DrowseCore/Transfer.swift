@@ -122,3 +122,14 @@ package struct Transfer: Sendable, Equatable {
         ]
     }
 }
+
+/// A transfer session of an app: what its events handler is told about together.
+package struct SessionKey: Hashable, Sendable {
+    package var app: String
+    package var session: String
+
+    package init(app: String, session: String) {
+        self.app = app
+        self.session = session
+    }
+}

@@ -80,11 +80,6 @@ package struct TransferLifecycle: Sendable {
         }
     }
 
-    struct SessionKey: Hashable, Sendable {
-        var app: String
-        var session: String
-    }
-
     struct Entry: Sendable {
         var transfer: Transfer
         /// Arrival order: decisions over many transfers go oldest first, as the store lists them.

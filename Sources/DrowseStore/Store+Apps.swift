@@ -16,7 +16,7 @@ package struct AppRecord: Sendable, Equatable {
 package struct RunRecord: Sendable, Equatable {
     package var app: String
     package var event: HandlerEvent
-    package var trigger: String?
+    package var trigger: RunTrigger?
     package var result: FetchResult
     package var ending: String
     package var startedAt: Double
@@ -24,7 +24,7 @@ package struct RunRecord: Sendable, Equatable {
     /// Killed at its deadline (penalised by the planner).
     package var timedOut = false
 
-    package init(app: String, event: HandlerEvent, trigger: String?, result: FetchResult, ending: String, startedAt: Double, endedAt: Double,
+    package init(app: String, event: HandlerEvent, trigger: RunTrigger?, result: FetchResult, ending: String, startedAt: Double, endedAt: Double,
                 timedOut: Bool = false) {
         self.timedOut = timedOut
         self.app = app
@@ -98,7 +98,7 @@ extension Store {
             }
             try db.query(
                 "INSERT INTO runs(app, event, trigger, result, ending, started_at, ended_at) VALUES (?,?,?,?,?,?,?)",
-                [.text(run.app), .text(run.event.rawValue), SQLValue(run.trigger), .text(run.result.rawValue),
+                [.text(run.app), .text(run.event.rawValue), SQLValue(run.trigger?.rawValue), .text(run.result.rawValue),
                  .text(run.ending), .double(run.startedAt), .double(run.endedAt)])
             if let fetch {
                 // The scheduler keeps the streaks; the store only remembers them across restarts.
@@ -151,7 +151,7 @@ extension Store {
             [.text(app), .int(Int64(limit))]
         ).map { r in
             RunRecord(
-                app: app, event: HandlerEvent(rawValue: r[0].string ?? "") ?? .fetch, trigger: r[1].string,
+                app: app, event: HandlerEvent(rawValue: r[0].string ?? "") ?? .fetch, trigger: r[1].string.flatMap(RunTrigger.init(rawValue:)),
                 result: FetchResult(rawValue: r[2].string ?? "") ?? .failed, ending: r[3].string ?? "",
                 startedAt: Self.unixTime(r[4]) ?? 0, endedAt: Self.unixTime(r[5]) ?? 0)
         }

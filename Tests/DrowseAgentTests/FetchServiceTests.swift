@@ -22,7 +22,7 @@ import Glibc
             set { clock.now = newValue }
         }
         let runs = RecordingRunQueue()
-        var queued: [(app: String, trigger: String, done: HandlerRun)] {
+        var queued: [(app: String, trigger: FetchScheduler.Trigger, done: HandlerRun)] {
             get { runs.runs.compactMap { if case let .fetch(app, trigger, done) = $0 { (app, trigger, done) } else { nil } } }
             set { runs.runs = newValue.map { .fetch(app: $0.app, trigger: $0.trigger, done: $0.done) } }
         }
@@ -68,7 +68,7 @@ import Glibc
         // Both are eligible at start; a's tolerance (300 s) is the shorter, so the window opens then.
         #expect(rig.wakeAt == rig.now + 300)
         try rig.fire()
-        #expect(rig.queued.map(\.app) == ["a", "b"] && rig.queued.allSatisfy { $0.trigger == "scheduled" })
+        #expect(rig.queued.map(\.app) == ["a", "b"] && rig.queued.allSatisfy { $0.trigger == .scheduled })
         #expect(rig.windows == 1)
         #expect(rig.service.running == ["a", "b"])
     }
@@ -126,7 +126,7 @@ import Glibc
         #expect(rig.service.scheduler.apps["a"]?.recentRuns.count == 1, "a fetch's end the service heard as its owner")
         rig.events.post(.taskOverran(app: "a"))
         let (run, record) = try #require(rig.store.recorded.first)
-        #expect(run.trigger == "task-overrun" && run.result == .failed && run.timedOut)
+        #expect(run.trigger == .taskOverrun && run.result == .failed && run.timedOut)
         #expect(record?.consecutiveFailures == 1)
     }
 
@@ -134,7 +134,7 @@ import Glibc
     func manual() throws {
         let rig = Rig(apps: [("a", 3600)])
         let run = try rig.service.fetchNow("a")
-        #expect(rig.queued.last?.trigger == "manual")
+        #expect(rig.queued.last?.trigger == .manual)
         #expect(throws: APIError.self) { try rig.service.fetchNow("a") }
         rig.service.abandoned("a")
         #expect(!rig.service.running.contains("a"))

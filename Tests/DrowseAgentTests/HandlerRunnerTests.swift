@@ -62,10 +62,10 @@ import Testing
                 heard.withLock { $0.append("\(app) \(event.rawValue) failed=\(failed)") }
             }
         }
-        f.agent.parts.handlers.enqueue(.fetch(app: "a", trigger: "test", done: HandlerRun()), owner: owner)
+        f.agent.parts.handlers.enqueue(.fetch(app: "a", trigger: .manual, done: HandlerRun()), owner: owner)
         #expect(await ended(owner))
         #expect(owner.calls == ["starting(a)", "ending(failed)", "ended"])
-        #expect(owner.recordedAtEnd.map(\.trigger) == ["test"], "the run was on record before its owner was told")
+        #expect(owner.recordedAtEnd.map(\.trigger) == [.manual], "the run was on record before its owner was told")
         #expect(launcher.started == ["a"])
         #expect(heard.withLock { $0 } == ["a fetch failed=true"])
     }
@@ -76,7 +76,7 @@ import Testing
         let f = try await Fixture(apps: ["a": "1h"], launcher: launcher)
         f.agent.loadApps()
         let owner = Owner(attempt: 1, store: f.store)
-        f.agent.parts.handlers.enqueue(.fetch(app: "ghost", trigger: "test", done: HandlerRun()), owner: owner)
+        f.agent.parts.handlers.enqueue(.fetch(app: "ghost", trigger: .manual, done: HandlerRun()), owner: owner)
         #expect(owner.calls == ["starting(gone)"])
         #expect(launcher.started.isEmpty)
         #expect(try f.store.runs(app: "ghost").isEmpty)
@@ -91,8 +91,8 @@ import Testing
         f.agent.loadApps()
         let first = Owner(attempt: 2, store: f.store), second = Owner(attempt: 1, store: f.store)
         let runner = f.agent.parts.handlers
-        runner.enqueue(.fetch(app: "a", trigger: "test", done: HandlerRun()), owner: first)
-        runner.enqueue(.fetch(app: "b", trigger: "test", done: HandlerRun()), owner: second)
+        runner.enqueue(.fetch(app: "a", trigger: .manual, done: HandlerRun()), owner: first)
+        runner.enqueue(.fetch(app: "b", trigger: .manual, done: HandlerRun()), owner: second)
         #expect(launcher.attempts.withLock { $0 } == ["2"])
         runner.stopLaunching()
         #expect(second.calls == ["notRun"], "the waiting run was not started, and its owner was told")

@@ -52,8 +52,8 @@ import Testing
         var retryAt: [String: Double] { service.retryWakes.compactMapValues(\.at) }
         var timeoutAt: Double? { service.timeoutWake.at }
         let runs = RecordingRunQueue()
-        var delivered: [(app: String, key: String, stdin: [UInt8])] {
-            runs.runs.compactMap { if case let .transfers(app, key, stdin, _) = $0 { (app, key, stdin) } else { nil } }
+        var delivered: [(app: String, key: SessionKey, stdin: [UInt8])] {
+            runs.runs.compactMap { if case let .transfers(key, stdin, _) = $0 { (key.app, key, stdin) } else { nil } }
         }
         var radio = 0
         var registry: AppRegistry!
@@ -107,7 +107,7 @@ import Testing
         #expect(rig.store.rows["t1"]?.state == .completed && rig.store.rows["t1"]?.bytesTotal == 42)
         #expect(rig.radio == 1)
         let session = try #require(rig.delivered.first)
-        #expect(session.app == "dl" && session.key == "dl\u{0}s")
+        #expect(session.app == "dl" && session.key == SessionKey(app: "dl", session: "s"))
         let doc = try JSON.parse(bytes: session.stdin)
         #expect(doc["transfers"]?.arrayValue?.first?["id"]?.stringValue == "t1")
     }

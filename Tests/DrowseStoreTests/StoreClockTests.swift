@@ -16,7 +16,7 @@ struct StoreClockTests {
     /// One row of each kind of time, recorded at `t` (a transfer due to retry at t + 600).
     private func fill(_ store: Store, at t: Double) throws {
         _ = try store.app("weather", now: t - 86400)
-        try store.record(RunRecord(app: "weather", event: .fetch, trigger: "window", result: .newData, ending: "exit status 0",
+        try store.record(RunRecord(app: "weather", event: .fetch, trigger: .scheduled, result: .newData, ending: "exit status 0",
                                    startedAt: t - 10, endedAt: t),
                          fetch: FetchScheduler.Record().after(.newData, timedOut: false, start: t - 10))
         try store.recordUse(app: "weather", at: t - 5)

@@ -12,7 +12,7 @@ struct StoreHistoryTests {
         try withStorePath { path in
             let writer = try Store(path: path)
             for (app, start) in [("a", 50.0), ("a", 100.0), ("b", 195.0), ("b", 400.0)] {
-                try writer.record(RunRecord(app: app, event: .fetch, trigger: "scheduled", result: .newData, ending: "exit status 0", startedAt: start, endedAt: start + 10))
+                try writer.record(RunRecord(app: app, event: .fetch, trigger: .scheduled, result: .newData, ending: "exit status 0", startedAt: start, endedAt: start + 10))
             }
             _ = try writer.recordNotification(app: "a", dedupeKey: "k1", payload: "{}", at: 150)
             _ = try writer.recordNotification(app: "a", dedupeKey: "k0", payload: "{}", at: 10)

@@ -57,7 +57,7 @@ struct StoreNotificationsTests {
                     case .runHandler(let seq, _):
                         ran.append(seq)
                         // The handler ends at once: the run's record marks the notification handled.
-                        try store.record(RunRecord(app: "w", event: .notification, trigger: "notification", result: .newData,
+                        try store.record(RunRecord(app: "w", event: .notification, trigger: .notification, result: .newData,
                                                    ending: "exit status 0", startedAt: t, endedAt: t), handlingNotification: seq)
                         _ = try carryOut(m.handlerFinished(seq: seq, now: t), payload: payload, at: t)
                     default: Issue.record("unexpected action \(a)")

@@ -11,7 +11,7 @@ func withStorePath<T>(_ body: (String) throws -> T) throws -> T {
     return try body(dir.appendingPathComponent("state.db").path)
 }
 
-private func fetchRun(_ app: String, _ result: FetchResult, at t: Double, trigger: String? = "window") -> RunRecord {
+private func fetchRun(_ app: String, _ result: FetchResult, at t: Double, trigger: RunTrigger? = .scheduled) -> RunRecord {
     RunRecord(app: app, event: .fetch, trigger: trigger, result: result, ending: "exit status 0", startedAt: t, endedAt: t + 1)
 }
 
@@ -174,7 +174,7 @@ struct StoreTests {
             let record = fetchRecord(FetchScheduler.Record(), .failed, at: 100)
             try store.record(fetchRun("weather", .failed, at: 100), fetch: record)
             try store.record(RunRecord(
-                app: "weather", event: .notification, trigger: "mqtt", result: .failed, ending: "killed at its deadline",
+                app: "weather", event: .notification, trigger: .notification, result: .failed, ending: "killed at its deadline",
                 startedAt: 200, endedAt: 230, timedOut: true))
             let app = try store.app("weather", now: 0)
             #expect(app.lastFetch == 100)
@@ -214,13 +214,13 @@ struct StoreTests {
             try store.record(fetchRun("weather", .noData, at: t0 + 100), fetch: record)   // more than a day before `now`
             record = fetchRecord(record, .failed, at: t0 + day + 200, timedOut: true)
             try store.record(
-                RunRecord(app: "weather", event: .fetch, trigger: "window", result: .failed, ending: "killed at its deadline",
+                RunRecord(app: "weather", event: .fetch, trigger: .scheduled, result: .failed, ending: "killed at its deadline",
                           startedAt: t0 + day + 200, endedAt: t0 + day + 230, timedOut: true),
                 fetch: record)
-            try store.record(RunRecord(app: "weather", event: .notification, trigger: "mqtt", result: .newData, ending: "exit status 0",
+            try store.record(RunRecord(app: "weather", event: .notification, trigger: .notification, result: .newData, ending: "exit status 0",
                                        startedAt: t0 + day + 300, endedAt: t0 + day + 302.5))
             // Runs that end before they start count nothing; no run counts more than a day.
-            try store.record(RunRecord(app: "weather", event: .transfers, trigger: "session s", result: .newData, ending: "exit status 0",
+            try store.record(RunRecord(app: "weather", event: .transfers, trigger: .transfers, result: .newData, ending: "exit status 0",
                                        startedAt: t0 + day + 400, endedAt: t0 + day + 390))
             try store.record(fetchRun("other", .newData, at: t0 + day + 250), fetch: fetchRecord(FetchScheduler.Record(), .newData, at: t0 + day + 250))
             try store.recordUse(app: "weather", at: t0 + 13 * 3600)
@@ -258,9 +258,9 @@ struct StoreTests {
             _ = try store.app("weather", now: 0)
             let runs = [
                 fetchRun("weather", .newData, at: 10, trigger: nil),
-                RunRecord(app: "weather", event: .transfers, trigger: "session s1", result: .noData, ending: "exit status 100",
+                RunRecord(app: "weather", event: .transfers, trigger: .transfers, result: .noData, ending: "exit status 100",
                           startedAt: 20.5, endedAt: 21.25),
-                fetchRun("weather", .failed, at: 30, trigger: "manual"),
+                fetchRun("weather", .failed, at: 30, trigger: .manual),
             ]
             for r in runs { try store.record(r) }
             #expect(try store.runs(app: "weather") == runs.reversed())
