@@ -267,9 +267,7 @@ package final class SchedulerTrace: @unchecked Sendable {
     let fd: Int32
 
     package init(path: String, header: JSON) throws(SystemError) {
-        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0o600)
-        guard fd >= 0 else { throw SystemError.last("scheduler trace \(path)") }
-        self.fd = fd
+        fd = try Sys.open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC | O_NOFOLLOW, mode: 0o600, "scheduler trace \(path)")
         line(header.serialized)
     }
 

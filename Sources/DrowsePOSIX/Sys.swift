@@ -46,6 +46,33 @@ package enum Sys {
         return fds[0].revents
     }
 
+    // MARK: files
+
+    /// open(2), retried on EINTR: the descriptor, or a `SystemError` naming `what` (by default
+    /// "open PATH").
+    package static func open(_ path: String, _ flags: Int32, mode: mode_t = 0, _ what: @autoclosure () -> String = "") throws(SystemError) -> Int32 {
+        do {
+            return Int32(try posix("") { Int(Glibc.open(path, flags, mode)) })
+        } catch {
+            let w = what()
+            throw SystemError(w.isEmpty ? "open \(path)" : w, errno: error.errno)
+        }
+    }
+
+    /// mkdir(2). Returns whether it made the folder: false when one was there already.
+    @discardableResult
+    package static func mkdir(_ path: String, _ mode: mode_t) throws(SystemError) -> Bool {
+        guard Glibc.mkdir(path, mode) != 0 else { return true }
+        let e = errno
+        if e == EEXIST { return false }
+        throw SystemError("mkdir \(path)", errno: e)
+    }
+
+    /// rename(2).
+    package static func rename(_ from: String, to: String) throws(SystemError) {
+        try posix("rename \(from) to \(to)") { Int(Glibc.rename(from, to)) }
+    }
+
     // MARK: close
 
     /// close(2) of a descriptor whose close can report lost data (a file written through it).

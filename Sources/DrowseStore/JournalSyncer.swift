@@ -121,8 +121,11 @@ final class WALFile: @unchecked Sendable {
         let current = (dev: UInt(st.st_dev), ino: UInt(st.st_ino))
         if fd < 0 || current != identity {
             if fd >= 0 { Sys.close(fd, ignoringErrors: .nothingToFlush) }
-            fd = open(path, O_RDONLY | O_CLOEXEC)
-            guard fd >= 0 else { return false }
+            guard let opened = try? Sys.open(path, O_RDONLY | O_CLOEXEC) else {
+                fd = -1
+                return false
+            }
+            fd = opened
             identity = current
             guard Self.syncFolder(of: path) else {
                 Sys.close(fd, ignoringErrors: .afterError)
@@ -138,8 +141,7 @@ final class WALFile: @unchecked Sendable {
 
     static func syncFolder(of path: String) -> Bool {
         let folder = path.lastIndex(of: "/").map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
-        let dir = open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard dir >= 0 else { return false }
+        guard let dir = try? Sys.open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC) else { return false }
         defer { Sys.close(dir, ignoringErrors: .nothingToFlush) }
         return fsync(dir) == 0
     }

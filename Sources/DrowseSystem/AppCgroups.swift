@@ -218,7 +218,7 @@ package final class AppCgroups: Sendable {
     package func ensureApp(_ app: String) throws(SystemError) -> String {
         try Self.checkName(app)
         let path = appPath(app)
-        if mkdir(path, 0o755) != 0 && errno != EEXIST { throw SystemError.last("mkdir \(path)") }
+        try Sys.mkdir(path, 0o755)
         return path
     }
 
@@ -226,7 +226,7 @@ package final class AppCgroups: Sendable {
     package func makeLeaf(app: String, name: String) throws(SystemError) -> String {
         try Self.checkName(name)
         let path = try ensureApp(app) + "/" + name
-        if mkdir(path, 0o755) != 0 && errno != EEXIST { throw SystemError.last("mkdir \(path)") }
+        try Sys.mkdir(path, 0o755)
         return path
     }
 
@@ -375,8 +375,8 @@ package final class AppCgroups: Sendable {
     /// `cancelFD` (an eventfd, -1 for none) is signalled. No timer beyond the one timeout.
     package static func waitForEvents(_ path: String, timeout: Double?, cancelFD: Int32 = -1,
                                       _ condition: ([String: Bool]) -> Bool) -> WaitResult {
-        let fd = open(path + "/cgroup.events", O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return .failed(errno) }
+        let fd: Int32
+        do { fd = try Sys.open(path + "/cgroup.events", O_RDONLY | O_CLOEXEC) } catch { return .failed(error.errno) }
         defer { Sys.close(fd, ignoringErrors: .nothingToFlush) }
         let until = timeout.map { WallClock.monotonic() + $0 }
         var buf = [UInt8](repeating: 0, count: 512)
@@ -416,8 +416,7 @@ package final class AppCgroups: Sendable {
     }
 
     static func writeFile(_ path: String, _ text: String) throws(SystemError) {
-        let fd = open(path, O_WRONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw SystemError.last("open \(path)") }
+        let fd = try Sys.open(path, O_WRONLY | O_CLOEXEC)
         defer { Sys.close(fd, ignoringErrors: .nothingToFlush) }
         try FileSystem.writeAll(fd, Array(text.utf8), what: "write \(path)")
     }

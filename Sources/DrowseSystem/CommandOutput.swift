@@ -9,8 +9,7 @@ package func commandOutput(_ argv: [String], timeout: Double = 2) -> String? {
     guard let path = argv.first, access(path, X_OK) == 0 else { return nil }
     var out: [Int32] = [0, 0]
     guard drowse_pipe(&out) == 0 else { return nil }
-    let devnull = open("/dev/null", O_RDWR | O_CLOEXEC)
-    guard devnull >= 0 else {
+    guard let devnull = try? Sys.open("/dev/null", O_RDWR | O_CLOEXEC) else {
         Sys.close(out[0], ignoringErrors: .afterError)
         Sys.close(out[1], ignoringErrors: .afterError)
         return nil

@@ -23,8 +23,10 @@ extension FileSystem {
         guard stat(path, &st) == 0 else { let saved = errno; throw RefusedFile("cannot read: \(String(cString: strerror(saved)))") }
         try checkRegular(st, limit: limit)
         // O_NONBLOCK: should it have been swapped for a FIFO since the stat, open returns at once.
-        let fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)
-        guard fd >= 0 else { let saved = errno; throw RefusedFile("cannot read: \(String(cString: strerror(saved)))") }
+        let fd: Int32
+        do { fd = try Sys.open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC) } catch {
+            throw RefusedFile("cannot read: \(String(cString: strerror(error.errno)))")
+        }
         defer { Sys.close(fd, ignoringErrors: .nothingToFlush) }
         guard fstat(fd, &st) == 0 else { let saved = errno; throw RefusedFile("cannot read: \(String(cString: strerror(saved)))") }
         try checkRegular(st, limit: limit)
@@ -83,11 +85,10 @@ extension FileSystem {
     /// a FIFO cannot hold the daemon), owned by root or drowsed's own user, and writable by
     /// nobody else. Returns the bytes and whether others may read the file (worth a warning).
     package static func readSecretFile(_ path: String, limit: Int) throws(RefusedFile) -> (bytes: [UInt8], othersMayRead: Bool) {
-        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)
-        guard fd >= 0 else {
-            if errno == ELOOP { throw RefusedFile("is a symbolic link; a secret must be the file itself") }
-            let saved = errno
-            throw RefusedFile("cannot read: \(String(cString: strerror(saved)))")
+        let fd: Int32
+        do { fd = try Sys.open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC) } catch {
+            if error.errno == ELOOP { throw RefusedFile("is a symbolic link; a secret must be the file itself") }
+            throw RefusedFile("cannot read: \(String(cString: strerror(error.errno)))")
         }
         defer { Sys.close(fd, ignoringErrors: .nothingToFlush) }
         var st = stat()

@@ -7,8 +7,7 @@ import Musl
 /// Small file-system helpers without Foundation.
 package enum FileSystem {
     package static func readFile(_ path: String, limit: Int = 1 << 20) throws(SystemError) -> [UInt8] {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw SystemError.last("open \(path)") }
+        let fd = try Sys.open(path, O_RDONLY | O_CLOEXEC)
         defer { Sys.close(fd, ignoringErrors: .nothingToFlush) }
         var out: [UInt8] = []
         var buf = [UInt8](repeating: 0, count: 16384)
@@ -66,10 +65,7 @@ package enum FileSystem {
         var prefix = path.hasPrefix("/") ? "" : "."
         for part in path.split(separator: "/") {
             prefix += "/" + part
-            if mkdir(prefix, mode) != 0 {
-                guard errno == EEXIST else { throw SystemError.last("mkdir \(prefix)") }
-                guard isDirectory(prefix) else { throw SystemError("mkdir \(prefix)", errno: ENOTDIR) }
-            }
+            if try !Sys.mkdir(prefix, mode), !isDirectory(prefix) { throw SystemError("mkdir \(prefix)", errno: ENOTDIR) }
         }
     }
 
@@ -81,12 +77,8 @@ package enum FileSystem {
     package static func writeAll(_ fd: Int32, _ bytes: [UInt8], what: @autoclosure () -> String) throws(SystemError) {
         var off = 0
         while off < bytes.count {
-            let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + off, bytes.count - off) }
-            if n < 0 {
-                if errno == EINTR { continue }
-                throw SystemError(what(), errno: errno)
-            }
-            off += n
+            // errno is read before `what` is built (Sys.posix): building it may set errno.
+            off += try Sys.posix(what()) { bytes.withUnsafeBytes { write(fd, $0.baseAddress! + off, bytes.count - off) } }
         }
     }
 
@@ -100,13 +92,12 @@ package enum FileSystem {
 
     /// rename(2) then fsync of the destination folder, so the new name survives a power cut.
     package static func rename(_ from: String, to: String) throws(SystemError) {
-        guard Glibc.rename(from, to) == 0 else { throw SystemError.last("rename \(from) to \(to)") }
+        try Sys.rename(from, to: to)
         try syncDirectory(ConfigPathDir.of(to))
     }
 
     package static func syncDirectory(_ dir: String) throws(SystemError) {
-        let fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard fd >= 0 else { throw SystemError.last("open folder \(dir)") }
+        let fd = try Sys.open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC, "open folder \(dir)")
         defer { Sys.close(fd, ignoringErrors: .nothingToFlush) }
         try Sys.fsync(fd, "fsync folder \(dir)")
     }

@@ -196,9 +196,8 @@ package struct ProcessLauncher: HandlerLaunching {
         // here, where failing is cheap to report.
         var cgroupFD: Int32 = -1
         if let cg = req.cgroup {
-            cgroupFD = open(cg, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-            guard cgroupFD >= 0 else {
-                let e = errno
+            do { cgroupFD = try Sys.open(cg, O_RDONLY | O_DIRECTORY | O_CLOEXEC) } catch {
+                let e = error.errno
                 for fd in inPipe + outPipe + errPipe + [wakeFD] { Sys.close(fd, ignoringErrors: .afterError) }
                 return failed("cannot join cgroup \(cg): \(String(cString: strerror(e)))", errno: e)
             }

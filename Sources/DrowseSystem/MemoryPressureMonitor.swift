@@ -31,8 +31,8 @@ package final class MemoryPressureMonitor: Sendable {
     /// without CONFIG_PSI, or booted with psi=0) or the kernel refuses the trigger (EINVAL).
     package static func start(trigger: String, path: String = "/proc/pressure/memory",
                               onPressure: @escaping @Sendable () -> Void) -> Result<MemoryPressureMonitor, SystemError> {
-        let fd = open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC)
-        guard fd >= 0 else { return .failure(SystemError.last("open \(path)")) }
+        let fd: Int32
+        do { fd = try Sys.open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC) } catch { return .failure(error) }
         // The kernel parses the trigger as a string, terminator included.
         var bytes = Array(trigger.utf8)
         bytes.append(0)

@@ -19,9 +19,7 @@ package final class ReplacedFile {
 
     package init(path: String, mode: mode_t = 0o644) throws(SystemError) {
         let folder = ConfigPathDir.of(path)
-        let fd = open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard fd >= 0 else { throw SystemError.last("open folder \(folder)") }
-        folderFD = fd
+        folderFD = try Sys.open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC, "open folder \(folder)")
         self.path = path
         name = path.split(separator: "/").last.map(String.init) ?? path
         self.mode = mode

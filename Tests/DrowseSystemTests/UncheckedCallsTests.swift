@@ -52,10 +52,11 @@ struct UncheckedCallsTests {
         #expect(UncheckedCalls().findings(in: source).count == 1)
     }
 
-    @Test("errno read after a string was built in the same statement is a finding", arguments: [
+    @Test("errno read after a string was built, or a call made, in the same statement is a finding", arguments: [
         "guard fd >= 0 else { throw SystemError(\"open \\(path)\", errno: errno) }",
         "if n < 0 { log(\"poll: \\(errno)\"); return }",
         "logger.warning(\"no socket (\\(String(cString: strerror(errno))))\")",
+        "throw SystemError(what(), errno: errno)",
     ])
     func errnoLate(_ source: String) {
         #expect(UncheckedCalls.errnoReadLate(in: source).count == 1)
@@ -214,8 +215,11 @@ struct UncheckedCalls {
                 let quotes = t[..<i].enumerated().filter { $1 == UInt8(ascii: "\"") && ($0 == 0 || t[$0 - 1] != UInt8(ascii: "\\")) }.count
                 if quotes % 2 == 1 && (i == 0 || t[i - 1] != UInt8(ascii: "(")) { continue }
                 let start = (t[..<i].lastIndex { $0 == UInt8(ascii: "{") || $0 == UInt8(ascii: ";") } ?? -1) + 1
-                let head = t[start..<i]
-                if zip(head, head.dropFirst()).contains(where: { $0 == UInt8(ascii: "\\") && $1 == UInt8(ascii: "(") }) {
+                let head = Array(t[start..<i])
+                let interpolates = zip(head, head.dropFirst()).contains { $0 == UInt8(ascii: "\\") && $1 == UInt8(ascii: "(") }
+                // A call without arguments (an autoclosure's `what()`) runs before errno is read.
+                let calls = head.indices.dropLast(2).contains { isIdent(head[$0]) && head[$0 + 1] == UInt8(ascii: "(") && head[$0 + 2] == UInt8(ascii: ")") }
+                if interpolates || calls {
                     out.append(Finding(line: n + 1, text: line.trimmingSpaces))
                     break
                 }
