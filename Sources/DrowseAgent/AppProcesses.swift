@@ -307,12 +307,11 @@ import Logging
 
     /// Memory pressure from a PSI trigger on /proc/pressure/memory (no timer: a thread sleeps in poll).
     func startMemoryPressureMonitor() {
-        let trigger = config.lifecycle.memoryPressure
-        guard trigger != "off" else {
+        guard case .trigger = config.lifecycle.memoryPressure else {
             memoryPressureStatus = "unavailable: memory_pressure = \"off\""
             return
         }
-        switch MemoryPressureMonitor.start(trigger: trigger, onPressure: { Task { @DaemonActor in self.memoryPressure() } }) {
+        switch MemoryPressureMonitor.start(trigger: config.lifecycle.memoryPressure.description, onPressure: { Task { @DaemonActor in self.memoryPressure() } }) {
         case .success(let m):
             pressureMonitor = m
             memoryPressureStatus = "psi"
@@ -343,7 +342,7 @@ import Logging
     /// `lifecycle` of `drowse status --json`.
     func statusJSON() -> JSON {
         .object([
-            ("suspension", .string(suspension.mechanism)), ("cgroup", JSON(suspension.cgroupBase)),
+            ("suspension", .string(suspension.mechanism.rawValue)), ("cgroup", JSON(suspension.cgroupBase)),
             ("memory_pressure", .string(memoryPressureStatus)),
             // The spawn helper's pid while it runs (null: handlers start in-process).
             ("spawner_pid", JSON(SpawnHelper.pid.map(Int.init))),

@@ -12,8 +12,8 @@ import Logging
 package protocol AppSuspension: AnyObject {
     /// drowsed stops: whatever it made and nothing uses any more goes (empty cgroup folders).
     func removeLeftovers()
-    /// "cgroup-v2", "sigstop" or "none".
-    var mechanism: String { get }
+    /// How apps are frozen (shown as "cgroup-v2" or "sigstop").
+    var mechanism: SuspensionMechanism { get }
     /// The cgroup drowsed's apps live under, if any.
     var cgroupBase: String? { get }
     /// Apps whose resident process outlived the previous drowsed (found in their cgroups); every
@@ -49,7 +49,7 @@ package protocol AppSuspension: AnyObject {
 final class SignalSuspension: AppSuspension {
     func removeLeftovers() {}
 
-    var mechanism: String { "sigstop" }
+    var mechanism: SuspensionMechanism { .signals }
     var cgroupBase: String? { nil }
     func adopt(apps: [String]) -> Set<String> { [] }
     func leaf(app: String, name: String) -> String? { nil }

@@ -23,7 +23,7 @@ final class CgroupSuspension: AppSuspension {
         self.logger = logger
     }
 
-    var mechanism: String { tree.mechanism.rawValue }
+    var mechanism: SuspensionMechanism { tree.mechanism }
     var cgroupBase: String? { tree.base }
 
     func adopt(apps: [String]) -> Set<String> {
@@ -117,7 +117,7 @@ final class CgroupSuspension: AppSuspension {
 }
 
 /// The app cgroups when a cgroup v2 is writable, else signals.
-func makeSuspension(_ setting: String, logger: Logger) -> AppSuspension {
+func makeSuspension(_ setting: CgroupSetting, logger: Logger) -> AppSuspension {
     switch AppCgroups.setUp(setting: setting) {
     case .success(let tree):
         logger.info("apps are suspended by freezing their cgroups under \(tree.base)")

@@ -20,7 +20,7 @@ extension ConditionsProbe: ConditionsReader {}
     let reader: ConditionsReader
     package let policy: ConditionsPolicy
     /// `[radio] model`: a named model, or "auto" for the current network's kind.
-    let radioModel: String
+    let radioModel: RadioModelSetting
     /// `[radio] tail` in seconds, in place of the model's; nil: the model's.
     let radioTail: Double?
     let logger: Logger
@@ -33,7 +33,7 @@ extension ConditionsProbe: ConditionsReader {}
 
     package nonisolated var partName: String { "conditions" }
 
-    package init(reader: ConditionsReader, policy: ConditionsPolicy, radioModel: String, radioTail: Double? = nil, now: Double,
+    package init(reader: ConditionsReader, policy: ConditionsPolicy, radioModel: RadioModelSetting, radioTail: Double? = nil, now: Double,
                  timeline: Timeline? = nil, logger: Logger, events: DaemonEvents = DaemonEvents()) {
         self.reader = reader
         self.timeline = timeline
@@ -110,7 +110,7 @@ extension ConditionsProbe: ConditionsReader {}
 
     /// The radio the scheduler reckons with: `[radio] model`, or the current network's kind.
     package var radio: RadioModel {
-        var m = RadioModel.forConfig(radioModel, network: current.network)
+        var m = radioModel.model(network: current.network)
         if let radioTail { m.tailSeconds = radioTail }
         return m
     }

@@ -7,7 +7,7 @@ package struct MainConfig: Sendable, Equatable {
     package var socket: String
     package var mqtt: MQTTConfig?
     package var conditions: ConditionsConfig
-    package var radioModel: String
+    package var radioModel: RadioModelSetting
     /// `[radio] tail`: the radio's tail the planner reckons with, in place of the model's (a
     /// modem whose network sets another inactivity timer); nil: the model's.
     package var radioTail: Duration? = nil
@@ -45,10 +45,10 @@ package struct MainConfig: Sendable, Equatable {
         /// The `task-expiring` event comes this long before the allowance ends.
         package var taskExpiryWarning: Duration = .seconds(5)
         /// "auto", "off", an absolute path or a path relative to the cgroup2 mount.
-        package var cgroup: String = "auto"
+        package var cgroup: CgroupSetting = .auto
         /// A PSI trigger for /proc/pressure/memory ("some|full STALL_US WINDOW_US"), or "off".
         /// The window is a multiple of 2 s, which the kernel requires without CAP_SYS_RESOURCE.
-        package var memoryPressure: String = "some 200000 2000000"
+        package var memoryPressure: MemoryPressureSetting = .trigger(full: false, stallMicros: 200_000, windowMicros: 2_000_000)
     }
 
     package struct NotificationsConfig: Sendable, Equatable {
@@ -247,13 +247,14 @@ package struct MainConfig: Sendable, Equatable {
             try c.rejectUnknown()
         }
 
-        var radioModel = "auto"
+        var radioModel = RadioModelSetting.auto
         var radioTail: Duration?
         if var rr = try r.table("radio") {
-            radioModel = try rr.string("model") ?? "auto"
-            guard ["auto", "lte", "3g", "wifi", "ethernet"].contains(radioModel) else {
-                throw rr.error("model", "'\(radioModel)' is not one of auto, lte, 3g, wifi, ethernet")
+            let text = try rr.string("model") ?? "auto"
+            guard let model = RadioModelSetting(text) else {
+                throw rr.error("model", "'\(text)' is not one of auto, lte, 3g, wifi, ethernet")
             }
+            radioModel = model
             radioTail = try rr.duration("tail")
             if let t = radioTail, t > .seconds(300) { throw rr.error("tail", "must be at most 300s") }
             try rr.rejectUnknown()
@@ -297,20 +298,18 @@ package struct MainConfig: Sendable, Equatable {
             if lifecycle.taskExpiryWarning >= lifecycle.backgroundTaskTime {
                 throw l.error("task_expiry_warning", "must be shorter than background_task_time")
             }
-            lifecycle.cgroup = try l.string("cgroup") ?? "auto"
-            if lifecycle.cgroup.isEmpty || lifecycle.cgroup.contains("..") {
-                throw l.error("cgroup", "is \"auto\", \"off\", or a cgroup path without '..'")
-            }
-            let trigger = try l.string("memory_pressure") ?? lifecycle.memoryPressure
-            if trigger != "off" {
-                let f = trigger.split(separator: " ")
-                guard f.count == 3, f[0] == "some" || f[0] == "full", let stall = Int(f[1]), let window = Int(f[2]),
-                      (500_000...10_000_000).contains(window), (1...window).contains(stall)
-                else {
-                    throw l.error("memory_pressure", "'\(trigger)' is not \"off\" or \"some|full STALL_US WINDOW_US\" (window 500000 to 10000000 µs)")
+            if let text = try l.string("cgroup") {
+                guard let cgroup = CgroupSetting(text) else {
+                    throw l.error("cgroup", "is \"auto\", \"off\", or a cgroup path without '..'")
                 }
+                lifecycle.cgroup = cgroup
             }
-            lifecycle.memoryPressure = trigger
+            if let text = try l.string("memory_pressure") {
+                guard let trigger = MemoryPressureSetting(text) else {
+                    throw l.error("memory_pressure", "'\(text)' is not \"off\" or \"some|full STALL_US WINDOW_US\" (window 500000 to 10000000 µs)")
+                }
+                lifecycle.memoryPressure = trigger
+            }
             try l.rejectUnknown()
         }
         var metrics = MetricsConfig()

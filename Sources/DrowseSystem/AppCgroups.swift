@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import CDrowseSys
+import DrowseCore
 
 /// How an app's processes are stopped while it is suspended (`drowse status`, `lifecycle.suspension`).
 package enum SuspensionMechanism: String, Sendable, Equatable {
@@ -52,8 +53,8 @@ package final class AppCgroups: Sendable {
     /// Sets up the tree for `setting` (`[lifecycle] cgroup`): "auto", "off", an absolute path, or a
     /// path relative to the cgroup2 mount. Fails, saying why, when there is no writable cgroup v2
     /// with `cgroup.freeze` there (the caller then falls back to `SignalFreezer`).
-    package static func setUp(setting: String) -> Result<AppCgroups, SystemError> {
-        if setting == "off" { return .failure(SystemError("cgroup = \"off\" in the configuration", errno: ECANCELED)) }
+    package static func setUp(setting: CgroupSetting) -> Result<AppCgroups, SystemError> {
+        if setting == .off { return .failure(SystemError("cgroup = \"off\" in the configuration", errno: ECANCELED)) }
         let mountinfo: String, ownText: String
         do {
             mountinfo = try FileSystem.readText("/proc/self/mountinfo")
@@ -140,7 +141,7 @@ package final class AppCgroups: Sendable {
     /// is and must lie under the mount; any other path is relative to the mount. When the result
     /// is drowsed's own cgroup, drowsed moves into `<base>/daemon`. A drowsed started from inside
     /// an earlier drowsed's `daemon` cgroup (its own cgroup ends in `/daemon`) takes the parent.
-    package static func placement(setting: String, mount: String, own: String?) -> Placement? {
+    package static func placement(setting: CgroupSetting, mount: String, own: String?) -> Placement? {
         let mount = trimmed(mount)
         let ownDir: String?
         if let own, own != "/" {
@@ -152,12 +153,12 @@ package final class AppCgroups: Sendable {
         }
         let base: String
         switch setting {
-        case "auto", "":
+        case .auto:
             guard let ownDir else { return nil }
             base = ownDir == mount ? mount + "/drowse" : ownDir
-        case "off":
+        case .off:
             return nil
-        default:
+        case .path(let setting):
             if setting.hasPrefix("/") {
                 base = trimmed(setting)
                 guard base.hasPrefix(mount + "/") else { return nil }

@@ -39,7 +39,7 @@ struct TimelineCommand: ParsableCommand {
                 let c = try MainConfig.parse(ConfigFile.text(bytes, file: path), file: path, machineID: FileSystem.machineID())
                 if dbPath == nil { dbPath = c.stateDir + "/state.db" }
                 device = c.deviceID
-                if radio == nil { radioName = c.radioModel }
+                if radio == nil { radioName = c.radioModel.description }
             } catch let e as ConfigError {
                 throw CLIError(e.description)
             } catch let e as RefusedFile {

@@ -31,7 +31,7 @@ import Testing
         reader.next = Self.conditions(.ethernet)
         var seen: [Conditions.Network] = []
         let events = DaemonEvents()
-        let s = ConditionsService(reader: reader, policy: ConditionsPolicy(batteryLowPercent: 20), radioModel: "auto", now: 1, logger: Logger(label: "t"),
+        let s = ConditionsService(reader: reader, policy: ConditionsPolicy(batteryLowPercent: 20), radioModel: .auto, now: 1, logger: Logger(label: "t"),
                                   events: events)
         events.listen { if case .conditionsRead(let c) = $0 { seen.append(c.network) } }
         #expect(!s.read(now: 2))
@@ -45,12 +45,12 @@ import Testing
     func forScheduler() {
         let reader = Reader()
         reader.next = Self.conditions(.cellular, power: .battery, battery: 10)
-        let auto = ConditionsService(reader: reader, policy: ConditionsPolicy(batteryLowPercent: 20), radioModel: "auto", now: 1, logger: Logger(label: "t"))
+        let auto = ConditionsService(reader: reader, policy: ConditionsPolicy(batteryLowPercent: 20), radioModel: .auto, now: 1, logger: Logger(label: "t"))
         #expect(auto.forScheduler.online && auto.forScheduler.lowBattery)
         #expect(auto.forScheduler.radioTail == RadioModel.lte.tailSeconds)
-        let wifi = ConditionsService(reader: reader, policy: ConditionsPolicy(batteryLowPercent: 5), radioModel: "wifi", now: 1, logger: Logger(label: "t"))
+        let wifi = ConditionsService(reader: reader, policy: ConditionsPolicy(batteryLowPercent: 5), radioModel: .fixed(.wifi), now: 1, logger: Logger(label: "t"))
         #expect(!wifi.forScheduler.lowBattery && wifi.forScheduler.radioTail == RadioModel.wifi.tailSeconds)
-        let tail = ConditionsService(reader: reader, policy: ConditionsPolicy(batteryLowPercent: 5), radioModel: "lte", radioTail: 0.08,
+        let tail = ConditionsService(reader: reader, policy: ConditionsPolicy(batteryLowPercent: 5), radioModel: .fixed(.lte), radioTail: 0.08,
                                      now: 1, logger: Logger(label: "t"))
         #expect(tail.forScheduler.radioTail == 0.08 && tail.radio.promotionSeconds == RadioModel.lte.promotionSeconds)
     }

@@ -12,8 +12,9 @@ import Testing
         #expect(l.suspendAfter == .seconds(10))
         #expect(l.backgroundTaskTime == .seconds(30))
         #expect(l.taskExpiryWarning == .seconds(5))
-        #expect(l.cgroup == "auto")
-        #expect(l.memoryPressure == "some 200000 2000000")
+        #expect(l.cgroup == .auto)
+        #expect(l.memoryPressure == .trigger(full: false, stallMicros: 200_000, windowMicros: 2_000_000))
+        #expect(l.memoryPressure.description == "some 200000 2000000", "as the kernel reads it")
     }
 
     @Test func read() throws {
@@ -26,8 +27,9 @@ import Testing
             memory_pressure = "full 500000 4000000"
             """).lifecycle
         #expect(l.suspendAfter == .zero && l.backgroundTaskTime == .seconds(180) && l.taskExpiryWarning == .seconds(10))
-        #expect(l.cgroup == "drowse-test" && l.memoryPressure == "full 500000 4000000")
-        #expect(try main("[lifecycle]\nmemory_pressure = \"off\"\n").lifecycle.memoryPressure == "off")
+        #expect(l.cgroup == .path("drowse-test") && l.memoryPressure.description == "full 500000 4000000")
+        #expect(try main("[lifecycle]\nmemory_pressure = \"off\"\n").lifecycle.memoryPressure == .off)
+        #expect(try main("[lifecycle]\ncgroup = \"off\"\n").lifecycle.cgroup == .off)
     }
 
     @Test(arguments: [

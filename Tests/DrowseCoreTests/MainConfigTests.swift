@@ -38,7 +38,7 @@ struct MainConfigTests {
         #expect(c.conditions.batteryLowPercent == 20)
         #expect(c.conditions.sysfsRoot == "/sys")
         #expect(c.conditions.meteredInterfaces == nil)
-        #expect(c.radioModel == "auto")
+        #expect(c.radioModel == .auto)
         #expect(c.scheduler.handlerDeadline == .seconds(30))
         #expect(c.scheduler.minimumInterval == .seconds(600))
         #expect(c.transfers.maxConnectionsPerHost == 6)
@@ -343,7 +343,7 @@ struct MainConfigTests {
 
     @Test("the radio model is one of the contract's names", arguments: ["auto", "lte", "3g", "wifi", "ethernet"])
     func radioModels(model: String) throws {
-        #expect(try parse("[radio]\nmodel = '\(model)'").radioModel == model)
+        #expect(try parse("[radio]\nmodel = '\(model)'").radioModel.description == model)
     }
 
     @Test("refuses other radio models", arguments: ["LTE", "5g", "", "wifi "])

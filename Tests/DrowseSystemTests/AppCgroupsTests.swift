@@ -22,7 +22,7 @@ private let counter = Atomic<Int>(0)
 func withTestCgroups<T>(_ body: (AppCgroups) async throws -> T) async throws -> T {
     let mount = try #require(testCgroupMount)
     let name = "drowse-test-\(getpid())-\(counter.add(1, ordering: .relaxed).newValue)"
-    let tree = try AppCgroups.setUp(setting: name).get()
+    let tree = try AppCgroups.setUp(setting: .path(name)).get()
     defer { removeTestTree(tree.base, mount: mount) }
     return try await body(tree)
 }
@@ -118,38 +118,38 @@ struct AppCgroupsParsingTests {
 
     @Test("placement: auto in the root cgroup → <mount>/drowse, no move")
     func autoRoot() {
-        #expect(AppCgroups.placement(setting: "auto", mount: "/sys/fs/cgroup/unified", own: "/")
+        #expect(AppCgroups.placement(setting: CgroupSetting("auto")!, mount: "/sys/fs/cgroup/unified", own: "/")
                 == .init(base: "/sys/fs/cgroup/unified/drowse", moveSelf: false))
     }
 
     @Test("placement: auto in a service's cgroup → that cgroup, and drowsed moves into <base>/daemon")
     func autoService() {
-        #expect(AppCgroups.placement(setting: "auto", mount: "/sys/fs/cgroup", own: "/system.slice/drowsed.service")
+        #expect(AppCgroups.placement(setting: CgroupSetting("auto")!, mount: "/sys/fs/cgroup", own: "/system.slice/drowsed.service")
                 == .init(base: "/sys/fs/cgroup/system.slice/drowsed.service", moveSelf: true))
         // Started again from inside an earlier drowsed's daemon cgroup: the same base.
-        #expect(AppCgroups.placement(setting: "auto", mount: "/sys/fs/cgroup", own: "/system.slice/drowsed.service/daemon")
+        #expect(AppCgroups.placement(setting: CgroupSetting("auto")!, mount: "/sys/fs/cgroup", own: "/system.slice/drowsed.service/daemon")
                 == .init(base: "/sys/fs/cgroup/system.slice/drowsed.service", moveSelf: true))
-        #expect(AppCgroups.placement(setting: "auto", mount: "/sys/fs/cgroup", own: nil) == nil)
+        #expect(AppCgroups.placement(setting: CgroupSetting("auto")!, mount: "/sys/fs/cgroup", own: nil) == nil)
     }
 
     @Test("placement: relative and absolute paths, off, and paths that leave the mount")
     func paths() {
         let m = "/sys/fs/cgroup/unified"
-        #expect(AppCgroups.placement(setting: "drowse-x", mount: m, own: "/") == .init(base: m + "/drowse-x", moveSelf: false))
-        #expect(AppCgroups.placement(setting: "a/b/", mount: m + "/", own: "/") == .init(base: m + "/a/b", moveSelf: false))
-        #expect(AppCgroups.placement(setting: m + "/mine", mount: m, own: "/") == .init(base: m + "/mine", moveSelf: false))
+        #expect(AppCgroups.placement(setting: CgroupSetting("drowse-x")!, mount: m, own: "/") == .init(base: m + "/drowse-x", moveSelf: false))
+        #expect(AppCgroups.placement(setting: CgroupSetting("a/b/")!, mount: m + "/", own: "/") == .init(base: m + "/a/b", moveSelf: false))
+        #expect(AppCgroups.placement(setting: CgroupSetting(m + "/mine")!, mount: m, own: "/") == .init(base: m + "/mine", moveSelf: false))
         // The absolute path of drowsed's own cgroup: it moves itself as with auto.
-        #expect(AppCgroups.placement(setting: m + "/svc", mount: m, own: "/svc") == .init(base: m + "/svc", moveSelf: true))
-        #expect(AppCgroups.placement(setting: "/tmp/x", mount: m, own: "/") == nil)
-        #expect(AppCgroups.placement(setting: "../x", mount: m, own: "/") == nil)
-        #expect(AppCgroups.placement(setting: "off", mount: m, own: "/") == nil)
+        #expect(AppCgroups.placement(setting: CgroupSetting(m + "/svc")!, mount: m, own: "/svc") == .init(base: m + "/svc", moveSelf: true))
+        #expect(AppCgroups.placement(setting: CgroupSetting("/tmp/x")!, mount: m, own: "/") == nil)
+        #expect(CgroupSetting("../x") == nil, "refused as the configuration is read")
+        #expect(AppCgroups.placement(setting: CgroupSetting("off")!, mount: m, own: "/") == nil)
     }
 
     @Test("setUp: off is refused with a reason; so is a path outside the mount")
     func setUpRefused() {
-        guard case .failure(let off) = AppCgroups.setUp(setting: "off") else { Issue.record("off set up a tree"); return }
+        guard case .failure(let off) = AppCgroups.setUp(setting: .off) else { Issue.record("off set up a tree"); return }
         #expect(off.description.contains("off"))
-        guard case .failure(let outside) = AppCgroups.setUp(setting: "/tmp/drowse-not-a-cgroup") else {
+        guard case .failure(let outside) = AppCgroups.setUp(setting: .path("/tmp/drowse-not-a-cgroup")) else {
             Issue.record("a path outside the cgroup2 mount was accepted"); return
         }
         #expect(outside.description.contains("not a path in the cgroup2 file system"))
