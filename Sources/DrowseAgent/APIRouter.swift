@@ -261,3 +261,59 @@ package struct APIRouter: Sendable {
         }
     }
 }
+
+/// A part's refusal of a request, as the API answers it. The conformances below are the one
+/// place that knows which HTTP status and error code each refusal is (docs/api.md, "Errors").
+protocol APIRefusal: Error {
+    var answer: APIError { get }
+}
+
+extension AppRegistry.Refusal: APIRefusal {
+    var answer: APIError {
+        switch self {
+        case .noApp(let id): .notFound("no app '\(id)'")
+        case .invalid(let id): APIError(409, "invalid_app", "app '\(id)' has an invalid definition")
+        }
+    }
+}
+
+extension FetchService.Refusal: APIRefusal {
+    var answer: APIError {
+        switch self {
+        case .busy(let why): APIError(409, "busy", why)
+        case .store(let why): .internal(why)
+        }
+    }
+}
+
+extension LifecycleService.Refusal: APIRefusal {
+    var answer: APIError {
+        switch self {
+        case .unknownApp(let app): .notFound("no app '\(app)'")
+        case .unknownTask(let app, let id?): .notFound("no task '\(id)' of app '\(app)'")
+        case .unknownTask(let app, nil): .notFound("no such task of app '\(app)'")
+        case .unknownEvent(let app, let id): .notFound("no event '\(id)' waiting for completion by app '\(app)'")
+        case .noBackgroundTime(let app):
+            APIError(409, "no_background_time", "app '\(app)' has used its background task time; it gets more after it has been suspended")
+        }
+    }
+}
+
+extension TransferService.Refusal: APIRefusal {
+    var answer: APIError {
+        switch self {
+        case .app(let r): r.answer
+        case .badRequest(let why): .badRequest(why)
+        case .noSuchUser(let app, let user): APIError(409, "no_such_user", "app '\(app)' runs as '\(user)', which is not a user here")
+        case .forbidden(let why): .forbidden(why)
+        case .tooMany(let app, let n):
+            APIError(429, "too_many_transfers", "app '\(app)' has \(n) unfinished transfers, the most allowed ([transfers] max_per_app)")
+        case .store(let why): .internal(why)
+        }
+    }
+}
+
+/// A part asked on the API's behalf: its refusal becomes the API's answer.
+func refused<T, R: APIRefusal>(_ body: () throws(R) -> T) throws(APIError) -> T {
+    do { return try body() } catch { throw error.answer }
+}

@@ -27,13 +27,28 @@ package struct TransferRequest: Sendable {
 }
 
 extension TransferService {
+    /// Why a new transfer was refused.
+    package enum Refusal: Error, Sendable, Equatable {
+        case app(AppRegistry.Refusal)
+        /// What the request asks is not a transfer drowsed can make (the reason).
+        case badRequest(String)
+        /// The app runs as a user this machine does not have.
+        case noSuchUser(app: String, user: String)
+        /// The caller or the app's user may not touch that file (the reason).
+        case forbidden(String)
+        /// The app has this many unfinished transfers, the most allowed.
+        case tooMany(app: String, unfinished: Int)
+        case store(String)
+    }
+
     /// Push to transfer: a signed notification's download, queued as the daemon.
-    package func pushDownload(_ request: TransferRequest) throws(APIError) -> Transfer { try create(request, caller: .daemon) }
+    package func pushDownload(_ request: TransferRequest) throws(Refusal) -> Transfer { try create(request, caller: .daemon) }
 
     /// A new transfer from the API (or a notification): checked against what the caller and
     /// the app's user may touch, stored, and handed to the lifecycle.
-    package func create(_ req: TransferRequest, caller: Caller) throws(APIError) -> Transfer {
-        let app = try registry.app(req.app, for: caller)
+    package func create(_ req: TransferRequest, caller: Caller) throws(Refusal) -> Transfer {
+        let app: AppDefinition
+        do { app = try registry.app(req.app, for: caller) } catch { throw .app(error) }
         guard URLParts.isTransferURL(req.url) else {
             throw .badRequest("only http and https URLs can be transferred: '\(req.url)'")
         }
@@ -44,7 +59,7 @@ extension TransferService {
         let owner: (uid: UInt32, gid: UInt32)?
         if let user = app.user {
             guard let account = UserAccount.lookup(name: user) else {
-                throw APIError(409, "no_such_user", "app '\(app.id)' runs as '\(user)', which is not a user here")
+                throw .noSuchUser(app: app.id, user: user)
             }
             owner = account.uid == 0 ? nil : (account.uid, account.gid)
         } else {
@@ -65,7 +80,7 @@ extension TransferService {
                 let size = FileIdentity.regularFileSize(src, as: callerFiles),
                 files == nil || FileIdentity.regularFileSize(src, as: files) == size
             else {
-                throw APIError(403, "forbidden", "'\(src)' is not a regular file you and the app's user can read")
+                throw .forbidden("'\(src)' is not a regular file you and the app's user can read")
             }
             total = size
         }
@@ -78,7 +93,7 @@ extension TransferService {
                 throw .badRequest("folder of '\(d)' does not exist")
             }
             guard deciders.allSatisfy({ Permissions.canWrite(d, by: $0) }) else {
-                throw APIError(403, "forbidden", "you or the app's user cannot write '\(d)'")
+                throw .forbidden("you or the app's user cannot write '\(d)'")
             }
         }
         guard req.timeoutResource > 0 else { throw .badRequest("--timeout-resource must be positive") }
@@ -87,8 +102,7 @@ extension TransferService {
         }
         guard Identifier.isValid(req.session) else { throw .badRequest("session names hold only letters, digits, '-', '_' and '.'") }
         if let live = refusal(app: app.id) {
-            throw APIError(429, "too_many_transfers",
-                           "app '\(app.id)' has \(live) unfinished transfers, the most allowed ([transfers] max_per_app)")
+            throw .tooMany(app: app.id, unfinished: live)
         }
         var bytes = [UInt8](repeating: 0, count: 8)
         for i in 0..<8 { bytes[i] = UInt8.random(in: 0...255) }
@@ -107,7 +121,7 @@ extension TransferService {
             t.uploadProtocol = req.uploadProtocol.rawValue
             t.contentType = req.contentType
         }
-        do { try store.save(t) } catch { throw .internal("\(error)") }
+        do { try store.save(t) } catch { throw .store("\(error)") }
         submitted(t)
         return withLive(t)
     }
@@ -116,7 +130,7 @@ extension TransferService {
 /// The transfers part of the API.
 extension Agent {
     package func createTransfer(_ req: TransferRequest, caller: Caller) throws(APIError) -> Transfer {
-        try parts.transfers.create(req, caller: caller)
+        try refused { () throws(TransferService.Refusal) in try parts.transfers.create(req, caller: caller) }
     }
 
     /// One page of the transfers `caller` may see (all of them for admins, even those of apps
@@ -160,7 +174,7 @@ extension Agent {
 
     /// `drowse quit ID`: the force-quit cancels the app's unfinished transfers.
     package func quit(_ id: String, caller: Caller) throws(APIError) -> Int {
-        let app = try parts.registry.app(id, for: caller)
+        let app = try self.app(id, for: caller)
         return parts.transfers.quit(app: app.id)
     }
 }

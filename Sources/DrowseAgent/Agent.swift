@@ -181,7 +181,9 @@ package struct AgentParts {
         parts.mqtt.loadReports()
     }
 
-    func app(_ id: String, for caller: Caller) throws(APIError) -> AppDefinition { try parts.registry.app(id, for: caller) }
+    func app(_ id: String, for caller: Caller) throws(APIError) -> AppDefinition {
+        try refused { () throws(AppRegistry.Refusal) in try parts.registry.app(id, for: caller) }
+    }
 
     func interval(of app: AppDefinition) -> Duration? {
         switch app.fetchInterval {
@@ -206,13 +208,13 @@ package struct AgentParts {
         let app = try app(id, for: caller)
         guard app.fetchCommand != nil || app.isResident else { throw APIError(409, "no_fetch_command", "app '\(id)' has no fetch command") }
         guard !stopping else { throw APIError(409, "busy", "drowsed is stopping") }
-        let run = try parts.fetch.fetchNow(id)
+        let run = try refused { () throws(FetchService.Refusal) in try parts.fetch.fetchNow(id) }
         return await run.outcome()
     }
 
     package func used(_ id: String, caller: Caller) throws(APIError) {
         _ = try app(id, for: caller)
-        try parts.fetch.used(id)
+        try refused { () throws(FetchService.Refusal) in try parts.fetch.used(id) }
     }
 
     // MARK: resident apps and tasks
@@ -226,6 +228,11 @@ package struct AgentParts {
     /// Asks the app lifecycles (their process orders carried out by `AppProcesses`).
     func lifecycle<T, E: Error>(_ body: (LifecycleService) throws(E) -> T) throws(E) -> T { try parts.processes.lifecycle(body) }
 
+    /// Asks the app lifecycles for the API: a refusal is the API's answer.
+    func lifecycleRefusing<T>(_ body: (LifecycleService) throws(LifecycleService.Refusal) -> T) throws(APIError) -> T {
+        try refused { () throws(LifecycleService.Refusal) in try lifecycle(body) }
+    }
+
     package func openEventStream(_ id: String, caller: Caller, sink: EventSink) throws(APIError) {
         _ = try app(id, for: caller)
         lifecycle { $0.openStream(id, sink: sink) }
@@ -237,22 +244,22 @@ package struct AgentParts {
 
     package func completeEvent(_ id: String, event: String, result: FetchResult, caller: Caller) throws(APIError) {
         _ = try app(id, for: caller)
-        try lifecycle { l throws(APIError) in try l.complete(id, event: event, result: result) }
+        try lifecycleRefusing { l throws(LifecycleService.Refusal) in try l.complete(id, event: event, result: result) }
     }
 
     package func beginTask(_ id: String, name: String?, caller: Caller) throws(APIError) -> JSON {
         _ = try app(id, for: caller)
-        return try lifecycle { l throws(APIError) in try l.beginTask(id, name: name) }.json(now: now(), wall: clock.timeline.skew)
+        return try lifecycleRefusing { l throws(LifecycleService.Refusal) in try l.beginTask(id, name: name) }.json(now: now(), wall: clock.timeline.skew)
     }
 
     package func endTask(_ id: String, task: String, caller: Caller) throws(APIError) -> JSON {
         _ = try app(id, for: caller)
-        return try lifecycle { l throws(APIError) in try l.endTask(id, id: task) }.json(now: now(), wall: clock.timeline.skew)
+        return try lifecycleRefusing { l throws(LifecycleService.Refusal) in try l.endTask(id, id: task) }.json(now: now(), wall: clock.timeline.skew)
     }
 
     package func task(_ id: String, task: String, caller: Caller) throws(APIError) -> JSON {
         _ = try app(id, for: caller)
-        return try lifecycle { l throws(APIError) in try l.task(id, id: task) }.json(now: now(), wall: clock.timeline.skew)
+        return try lifecycleRefusing { l throws(LifecycleService.Refusal) in try l.task(id, id: task) }.json(now: now(), wall: clock.timeline.skew)
     }
 
     package func activate(_ id: String, _ on: Bool, caller: Caller) throws(APIError) -> JSON {

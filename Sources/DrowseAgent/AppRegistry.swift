@@ -47,19 +47,24 @@ import Logging
         logger.info("loaded \(apps.count) app(s), \(invalid.count) invalid", metadata: ["apps": "\(ids)"])
     }
 
+    /// Why an app was not given.
+    package enum Refusal: Error, Sendable, Equatable {
+        /// No such app, or one the caller may not see: the two answer alike, so the API tells
+        /// no local user which apps exist.
+        case noApp(String)
+        /// Its file is there but cannot be used (said only to an admin).
+        case invalid(String)
+    }
+
     /// The app `id` if `caller` may see it. Another user's app answers exactly as a missing one
-    /// does (404, same message), so the API tells no local user which apps exist.
-    package func app(_ id: String, for caller: Caller) throws(APIError) -> AppDefinition {
+    /// does, so the API tells no local user which apps exist.
+    package func app(_ id: String, for caller: Caller) throws(Refusal) -> AppDefinition {
         guard let app = apps[id], visible(app, to: caller) else {
-            if caller.isAdmin, invalid.contains(where: { $0.id == id }) {
-                throw APIError(409, "invalid_app", "app '\(id)' has an invalid definition")
-            }
-            throw Self.noApp(id)
+            if caller.isAdmin, invalid.contains(where: { $0.id == id }) { throw .invalid(id) }
+            throw .noApp(id)
         }
         return app
     }
-
-    static func noApp(_ id: String) -> APIError { .notFound("no app '\(id)'") }
 
     package func visible(_ app: AppDefinition, to caller: Caller) -> Bool {
         caller.isAdmin || (app.user != nil && app.user == caller.userName)

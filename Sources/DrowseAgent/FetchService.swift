@@ -239,16 +239,24 @@ extension Store: FetchStore {}
     }
 
     /// `drowse fetch ID`: starts it now, or says why not; the run gives the outcome.
-    package func fetchNow(_ id: String) throws(APIError) -> HandlerRun {
+    package func fetchNow(_ id: String) throws(Refusal) -> HandlerRun {
         let (run, refused) = schedule(.fetchRequested(app: id, now: now()))
-        guard let run else { throw APIError(409, "busy", refused ?? "a fetch of '\(id)' is already running") }
+        guard let run else { throw .busy(refused ?? "a fetch of '\(id)' is already running") }
         return run
     }
 
+    /// Why a request was refused.
+    package enum Refusal: Error, Sendable, Equatable {
+        /// The scheduler's reason (a fetch of the app runs already).
+        case busy(String)
+        /// The store failed.
+        case store(String)
+    }
+
     /// `drowse used ID`.
-    package func used(_ id: String) throws(APIError) {
+    package func used(_ id: String) throws(Refusal) {
         let t = now()
-        do { try store.recordUse(app: id, at: t) } catch { throw .internal("\(error)") }
+        do { try store.recordUse(app: id, at: t) } catch { throw .store("\(error)") }
         schedule(.used(app: id, now: t))
     }
 

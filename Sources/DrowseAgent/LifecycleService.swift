@@ -81,9 +81,20 @@ package protocol EventSink: AnyObject, Sendable {
         carryOut(actions)
     }
 
-    package func complete(_ app: String, event id: String, result: FetchResult) throws(APIError) {
+    /// Why a request was refused.
+    package enum Refusal: Error, Sendable, Equatable {
+        case unknownApp(String)
+        /// No task of that id (or none of the app's).
+        case unknownTask(app: String, id: String?)
+        /// No event of that id waits for the app's completion.
+        case unknownEvent(app: String, id: String)
+        /// The app used its background task time; it gets more after it has been suspended.
+        case noBackgroundTime(String)
+    }
+
+    package func complete(_ app: String, event id: String, result: FetchResult) throws(Refusal) {
         guard let actions = machine.completed(app, id: id, result: result, now: now()) else {
-            throw .notFound("no event '\(id)' waiting for completion by app '\(app)'")
+            throw .unknownEvent(app: app, id: id)
         }
         carryOut(actions)
     }
@@ -112,38 +123,31 @@ package protocol EventSink: AnyObject, Sendable {
         return true
     }
 
-    package func beginTask(_ app: String, name: String?) throws(APIError) -> AppLifecycle.Task {
+    package func beginTask(_ app: String, name: String?) throws(Refusal) -> AppLifecycle.Task {
         try carryOut(machine.beginTask(app, name: name, now: now()), app: app)
     }
 
-    package func endTask(_ app: String, id: String) throws(APIError) -> AppLifecycle.Task {
+    package func endTask(_ app: String, id: String) throws(Refusal) -> AppLifecycle.Task {
         try carryOut(machine.endTask(app, id: id, now: now()), app: app)
     }
 
-    /// A task step's answer: its actions carried out, or the refusal as an API error.
-    private func carryOut(_ step: Result<(AppLifecycle.Task, [AppLifecycle.Action]), AppLifecycle.Refusal>, app: String) throws(APIError)
+    /// A task step's answer: its actions carried out, or the refusal.
+    private func carryOut(_ step: Result<(AppLifecycle.Task, [AppLifecycle.Action]), AppLifecycle.Refusal>, app: String) throws(Refusal)
         -> AppLifecycle.Task
     {
         switch step {
         case .success(let (task, actions)):
             carryOut(actions)
             return task
-        case .failure(let r): throw Self.apiError(r, app: app)
+        case .failure(.unknownApp): throw .unknownApp(app)
+        case .failure(.unknownTask): throw .unknownTask(app: app, id: nil)
+        case .failure(.noBackgroundTime): throw .noBackgroundTime(app)
         }
     }
 
-    package func task(_ app: String, id: String) throws(APIError) -> AppLifecycle.Task {
-        guard let t = machine.task(id, app: app) else { throw .notFound("no task '\(id)' of app '\(app)'") }
+    package func task(_ app: String, id: String) throws(Refusal) -> AppLifecycle.Task {
+        guard let t = machine.task(id, app: app) else { throw .unknownTask(app: app, id: id) }
         return t
-    }
-
-    static func apiError(_ r: AppLifecycle.Refusal, app: String) -> APIError {
-        switch r {
-        case .unknownApp: .notFound("no app '\(app)'")
-        case .unknownTask: .notFound("no such task of app '\(app)'")
-        case .noBackgroundTime:
-            APIError(409, "no_background_time", "app '\(app)' has used its background task time; it gets more after it has been suspended")
-        }
     }
 
     package func memoryPressure() { drive { $0.memoryPressure(now: now()) } }

@@ -29,7 +29,7 @@ extension Store: NotificationStore {}
 
 /// Push to transfer: where a signed notification's download is queued (the transfers part).
 @DaemonActor package protocol DownloadPusher: AnyObject {
-    func pushDownload(_ request: TransferRequest) throws(APIError) -> Transfer
+    func pushDownload(_ request: TransferRequest) throws(TransferService.Refusal) -> Transfer
 }
 
 /// The next fetch window's time, as far as the fetch scheduler knows it now.
@@ -510,13 +510,13 @@ extension Store: NotificationStore {}
         var req = TransferRequest(
             kind: .download, url: d.url, app: app.id, session: d.session ?? "push", destination: nil, sha256: d.sha256, source: nil)
         req.expectedSize = d.size
-        do throws(APIError) {
+        do throws(TransferService.Refusal) {
             let t = try downloads.pushDownload(req)
             logger.info("notification enqueued a download; the app runs when the file is ready",
                         metadata: ["app.id": "\(app.id)", "transfer.id": "\(t.id)"])
             try? store.markNotification(seq, state: .downloading(transfer: t.id), at: now())
         } catch {
-            logger.warning("notification's download refused: \(error.message)", metadata: ["app.id": "\(app.id)"])
+            logger.warning("notification's download refused: \(error)", metadata: ["app.id": "\(app.id)"])
             try? store.markNotification(seq, state: .handled(.failed), at: now())
         }
     }

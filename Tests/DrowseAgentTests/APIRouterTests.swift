@@ -124,6 +124,20 @@ struct APIRouterTests {
         return try JSON.parse(bytes: Array(try FileSystem.readText(root + "/docs/openapi.json", limit: 1 << 20).utf8))
     }
 
+    @Test("each part's refusal is answered with its status and code, here and nowhere else", arguments: [
+        (AppRegistry.Refusal.noApp("x") as any APIRefusal, 404, "not_found"), (AppRegistry.Refusal.invalid("x"), 409, "invalid_app"),
+        (FetchService.Refusal.busy("a fetch runs"), 409, "busy"), (FetchService.Refusal.store("disk full"), 500, "internal"),
+        (LifecycleService.Refusal.unknownTask(app: "a", id: "t"), 404, "not_found"),
+        (LifecycleService.Refusal.unknownEvent(app: "a", id: "e"), 404, "not_found"),
+        (LifecycleService.Refusal.noBackgroundTime("a"), 409, "no_background_time"),
+        (TransferService.Refusal.app(.noApp("x")), 404, "not_found"), (TransferService.Refusal.badRequest("why"), 400, "bad_request"),
+        (TransferService.Refusal.noSuchUser(app: "a", user: "u"), 409, "no_such_user"), (TransferService.Refusal.forbidden("why"), 403, "forbidden"),
+        (TransferService.Refusal.tooMany(app: "a", unfinished: 256), 429, "too_many_transfers"),
+    ] as [(any APIRefusal, Int, String)])
+    func refusals(refusal: any APIRefusal, status: Int, code: String) {
+        #expect(refusal.answer.status == status && refusal.answer.code == code)
+    }
+
     @Test("every route the router serves is in docs/openapi.json, and every documented operation is a route")
     func documentMatchesRouter() throws {
         let doc = try Self.openAPI()

@@ -135,7 +135,7 @@ import Glibc
         let rig = Rig(apps: [("a", 3600)])
         let run = try rig.service.fetchNow("a")
         #expect(rig.queued.last?.trigger == .manual)
-        #expect(throws: APIError.self) { try rig.service.fetchNow("a") }
+        #expect(throws: FetchService.Refusal.busy("a fetch of 'a' is already running")) { try rig.service.fetchNow("a") }
         rig.service.abandoned("a")
         #expect(!rig.service.running.contains("a"))
         _ = try rig.service.fetchNow("a")

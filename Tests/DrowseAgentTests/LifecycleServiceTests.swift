@@ -94,7 +94,7 @@ import Testing
         try rig.drive { try $0.complete("res", event: id, result: .newData) }
         let outcome = await run.outcome()
         #expect(outcome.result == .newData && abs(outcome.endedAt - outcome.startedAt - 2) < 0.001)
-        #expect(throws: APIError.self) { try rig.drive { try $0.complete("res", event: id, result: .newData) } }
+        #expect(throws: LifecycleService.Refusal.unknownEvent(app: "res", id: id)) { try rig.drive { try $0.complete("res", event: id, result: .newData) } }
     }
 
     @Test("an event the app does not complete fails at its deadline, on the clock's wake")
@@ -123,8 +123,8 @@ import Testing
         rig.clock.now += 15
         #expect(try rig.service.task("res", id: task.id).timeRemaining(now: rig.clock.now) == 45)
         #expect(try rig.drive { try $0.endTask("res", id: task.id) }.status == .ended)
-        #expect(throws: APIError.self) { try rig.service.task("res", id: "nosuch") }
-        #expect(throws: APIError.self) { try rig.drive { try $0.beginTask("ghost", name: nil) } }
+        #expect(throws: LifecycleService.Refusal.unknownTask(app: "res", id: "nosuch")) { try rig.service.task("res", id: "nosuch") }
+        #expect(throws: LifecycleService.Refusal.unknownApp("ghost")) { try rig.drive { try $0.beginTask("ghost", name: nil) } }
     }
 
     @Test("at stop the streams close and runs still waiting for a completion end as failed")

@@ -11,7 +11,7 @@ import DrowseCore
 
 /// Downloads a notification pushes, refused (no transfers part in the test).
 @DaemonActor final class NoDownloads: DownloadPusher {
-    func pushDownload(_ request: TransferRequest) throws(APIError) -> Transfer { throw APIError.internal("transfers are not running") }
+    func pushDownload(_ request: TransferRequest) throws(TransferService.Refusal) -> Transfer { throw .store("transfers are not running") }
 }
 
 /// No fetch window planned.
