@@ -271,8 +271,8 @@ protocol APIRefusal: Error {
 extension AppRegistry.Refusal: APIRefusal {
     var answer: APIError {
         switch self {
-        case .noApp(let id): .notFound("no app '\(id)'")
-        case .invalid(let id): APIError(409, "invalid_app", "app '\(id)' has an invalid definition")
+        case .noApp: .notFound(description)
+        case .invalid: APIError(409, "invalid_app", description)
         }
     }
 }
@@ -303,12 +303,11 @@ extension TransferService.Refusal: APIRefusal {
     var answer: APIError {
         switch self {
         case .app(let r): r.answer
-        case .badRequest(let why): .badRequest(why)
-        case .noSuchUser(let app, let user): APIError(409, "no_such_user", "app '\(app)' runs as '\(user)', which is not a user here")
-        case .forbidden(let why): .forbidden(why)
-        case .tooMany(let app, let n):
-            APIError(429, "too_many_transfers", "app '\(app)' has \(n) unfinished transfers, the most allowed ([transfers] max_per_app)")
-        case .store(let why): .internal(why)
+        case .badRequest: .badRequest(description)
+        case .noSuchUser: APIError(409, "no_such_user", description)
+        case .forbidden: .forbidden(description)
+        case .tooMany: APIError(429, "too_many_transfers", description)
+        case .store: .internal(description)
         }
     }
 }

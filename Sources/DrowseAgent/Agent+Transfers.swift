@@ -28,7 +28,7 @@ package struct TransferRequest: Sendable {
 
 extension TransferService {
     /// Why a new transfer was refused.
-    package enum Refusal: Error, Sendable, Equatable {
+    package enum Refusal: Error, Sendable, Equatable, CustomStringConvertible {
         case app(AppRegistry.Refusal)
         /// What the request asks is not a transfer drowsed can make (the reason).
         case badRequest(String)
@@ -39,6 +39,15 @@ extension TransferService {
         /// The app has this many unfinished transfers, the most allowed.
         case tooMany(app: String, unfinished: Int)
         case store(String)
+
+        package var description: String {
+            switch self {
+            case .app(let r): r.description
+            case .badRequest(let why), .forbidden(let why), .store(let why): why
+            case .noSuchUser(let app, let user): "app '\(app)' runs as '\(user)', which is not a user here"
+            case .tooMany(let app, let n): "app '\(app)' has \(n) unfinished transfers, the most allowed ([transfers] max_per_app)"
+            }
+        }
     }
 
     /// Push to transfer: a signed notification's download, queued as the daemon.

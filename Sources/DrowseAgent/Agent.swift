@@ -82,7 +82,7 @@ package struct AgentParts {
     /// registry and conditions; the apps' processes over them; the handler runner over those;
     /// fetch and transfers over the runner; notifications over fetch and transfers; MQTT over
     /// notifications. Requests are typed calls down the tree; what goes up or across is a
-    /// `DaemonEvent`, to which each part subscribes in its own init. Nothing is wired afterwards.
+    /// `DaemonEvent`, to which each part subscribes in its own init. No part is wired to another afterwards.
     static func assemble(config: MainConfig, logger: Logger, launcher: HandlerLaunching, store: Store, clock: AgentClock,
                          trace: SchedulerTrace?) -> AgentParts {
         let timeline = clock.timeline

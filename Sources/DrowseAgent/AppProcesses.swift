@@ -82,6 +82,7 @@ import Logging
         case .killApp(let app): killApp(app)
         case .overran(let app): events.post(.taskOverran(app: app))
         case .wake(let at): lifecycleWake.set(at) { [weak self] in self?.lifecycle { $0.timerFired() } }
+        case .own(let action): lifecycles.perform(action)
         }
     }
 

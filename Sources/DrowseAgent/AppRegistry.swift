@@ -48,12 +48,19 @@ import Logging
     }
 
     /// Why an app was not given.
-    package enum Refusal: Error, Sendable, Equatable {
+    package enum Refusal: Error, Sendable, Equatable, CustomStringConvertible {
         /// No such app, or one the caller may not see: the two answer alike, so the API tells
         /// no local user which apps exist.
         case noApp(String)
         /// Its file is there but cannot be used (said only to an admin).
         case invalid(String)
+
+        package var description: String {
+            switch self {
+            case .noApp(let id): "no app '\(id)'"
+            case .invalid(let id): "app '\(id)' has an invalid definition"
+            }
+        }
     }
 
     /// The app `id` if `caller` may see it. Another user's app answers exactly as a missing one

@@ -284,7 +284,7 @@ struct RunJob: Sendable {
     }
 
     /// Waits for a started handler's end and records the run with what its owner says it
-    /// effected (one transaction), then tells the owner and the other parts.
+    /// effected (one transaction), then tells the other parts and the owner.
     func finish(_ started: Started, job: RunJob) async -> HandlerOutcome {
         let outcome = await started.run.outcome()
         let app = started.app, event = started.event
@@ -304,9 +304,11 @@ struct RunJob: Sendable {
             let log = logger
             store.afterJournalSync { ok in if !ok { log.error("store: a run's end not synced; it may run again after a power cut") } }
         } catch { logger.error("store: \(error)") }
-        job.owner.ended(job.run, outcome)
         metrics.handlerEnded(app: app.id, event: event, result: outcome.result, seconds: outcome.endedAt - outcome.startedAt)
+        // The others hear it first (the fetch scheduler counts it against the app's daily budget
+        // before the owner's reaction may start another run), then the owner.
         events.post(.runEnded(app: app.id, event: event, failed: outcome.result == .failed, startedAt: outcome.startedAt, endedAt: outcome.endedAt))
+        job.owner.ended(job.run, outcome)
         let level: Logger.Level = outcome.result == .failed ? .warning : .info
         logger.log(level: level, "\(event.rawValue) handler finished: \(outcome.result.rawValue) (\(outcome.summary))",
                    metadata: ["app.id": "\(app.id)"])

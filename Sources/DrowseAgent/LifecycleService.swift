@@ -12,9 +12,10 @@ package protocol EventSink: AnyObject, Sendable {
 
 /// App lifecycles as a service: it owns `AppLifecycle` (every decision about states, freezing,
 /// restarts, event deadlines, tasks and memory pressure), the apps' event streams and the runs
-/// waiting for a resident app's completion. What the machine asks of the apps' processes, and
-/// when it wants to be woken, it answers as orders (`takeOrders`) for its owner, `AppProcesses`,
-/// to carry out: it holds no reference back (docs/architecture.md, "Services").
+/// waiting for a resident app's completion. Every action of its machine becomes an order, in the
+/// machine's order (`takeOrders`), for its owner, `AppProcesses`, to carry out: what concerns the
+/// processes and the wake itself, the rest (send an event, end one, log) through `perform`. It
+/// holds no reference back (docs/architecture.md, "Services").
 @DaemonActor package final class LifecycleService {
     /// What the lifecycle asks of the apps' processes and of its owner's clock.
     package enum Order: Equatable, Sendable {
@@ -23,6 +24,9 @@ package protocol EventSink: AnyObject, Sendable {
         case overran(String)
         /// Call `timerFired` at this time (on the timeline), replacing the earlier wake; nil: no wake.
         case wake(at: Double?)
+        /// The service's own action (send an event, end one, log), in its place among the others
+        /// (an app is thawed before an event is sent to it): `perform` carries it out.
+        case own(AppLifecycle.Action)
     }
 
     package private(set) var machine: AppLifecycle
@@ -178,15 +182,24 @@ package protocol EventSink: AnyObject, Sendable {
             case .killApp(let app): orders.append(.killApp(app))
             case .overran(let app): orders.append(.overran(app))
             case .setTimer(let at): orders.append(.wake(at: at))
-            case .log(let app, let message):
-                if app.isEmpty { logger.warning("\(message)") } else { logger.warning("\(message)", metadata: ["app.id": "\(app)"]) }
-            case .send(let app, let event): send(app, event)
-            case .eventEnded(_, let id, let result, let timedOut):
-                guard let e = events.removeValue(forKey: id) else { continue }
-                let now = self.now()
-                let ending: HandlerOutcome.Ending = timedOut ? .timedOut : .completed(result ?? .failed)
-                e.run.finish(HandlerOutcome(ending: ending, startedAt: e.sentAt ?? now, endedAt: now))
+            case .log, .send, .eventEnded: orders.append(.own(action))
             }
+        }
+    }
+
+    /// Carries out one of its own actions, when its owner reaches it among the orders.
+    package func perform(_ action: AppLifecycle.Action) {
+        switch action {
+        case .log(let app, let message):
+            if app.isEmpty { logger.warning("\(message)") } else { logger.warning("\(message)", metadata: ["app.id": "\(app)"]) }
+        case .send(let app, let event): send(app, event)
+        case .eventEnded(_, let id, let result, let timedOut):
+            guard let e = events.removeValue(forKey: id) else { return }
+            let now = self.now()
+            let ending: HandlerOutcome.Ending = timedOut ? .timedOut : .completed(result ?? .failed)
+            e.run.finish(HandlerOutcome(ending: ending, startedAt: e.sentAt ?? now, endedAt: now))
+        case .freeze, .thaw, .startProcess, .killProcess, .killApp, .overran, .setTimer:
+            break
         }
     }
 

@@ -516,7 +516,7 @@ extension Store: NotificationStore {}
                         metadata: ["app.id": "\(app.id)", "transfer.id": "\(t.id)"])
             try? store.markNotification(seq, state: .downloading(transfer: t.id), at: now())
         } catch {
-            logger.warning("notification's download refused: \(error)", metadata: ["app.id": "\(app.id)"])
+            logger.warning("notification's download refused: \(error.description)", metadata: ["app.id": "\(app.id)"])
             try? store.markNotification(seq, state: .handled(.failed), at: now())
         }
     }

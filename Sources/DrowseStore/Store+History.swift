@@ -14,7 +14,11 @@ extension Store {
                              ending: r[4].string ?? "", start: r[5].double ?? 0, end: r[6].double ?? 0)
         }
         h.notifications = try db.query(
-            "SELECT app, received_at, handled_at, state FROM notifications WHERE COALESCE(handled_at, received_at) >= ? AND received_at <= ? ORDER BY received_at, seq",
+            // A notification that became a download is shown with its transfer.
+            """
+            SELECT app, received_at, handled_at, CASE WHEN download_id IS NULL THEN state ELSE state || ' ' || download_id END
+                FROM notifications WHERE COALESCE(handled_at, received_at) >= ? AND received_at <= ? ORDER BY received_at, seq
+            """,
             span
         ).map { r in AgentHistory.Notification(app: r[0].string ?? "", receivedAt: r[1].double ?? 0, handledAt: r[2].double, state: r[3].string ?? "") }
         h.transfers = try db.query(

@@ -46,14 +46,14 @@ import Testing
         }
 
         /// Asks the service, then carries out its orders as `AppProcesses.lifecycle` does: the
-        /// wake is set, the process orders are kept.
+        /// wake is set, its own actions performed, the process orders kept.
         func drive<T, E: Error>(_ body: (LifecycleService) throws(E) -> T) throws(E) -> T {
             defer {
                 for order in service.takeOrders() {
-                    if case .wake(let at) = order {
-                        wake.set(at) { [weak self] in self?.drive { $0.timerFired() } }
-                    } else {
-                        orders.append(order)
+                    switch order {
+                    case .wake(let at): wake.set(at) { [weak self] in self?.drive { $0.timerFired() } }
+                    case .own(let action): service.perform(action)
+                    default: orders.append(order)
                     }
                 }
             }
@@ -125,6 +125,22 @@ import Testing
         #expect(try rig.drive { try $0.endTask("res", id: task.id) }.status == .ended)
         #expect(throws: LifecycleService.Refusal.unknownTask(app: "res", id: "nosuch")) { try rig.service.task("res", id: "nosuch") }
         #expect(throws: LifecycleService.Refusal.unknownApp("ghost")) { try rig.drive { try $0.beginTask("ghost", name: nil) } }
+    }
+
+    @Test("the machine's order is kept across the service and its owner: a suspended app is thawed before its event is sent")
+    func thawBeforeSend() async throws {
+        let rig = try Rig(suspendAfter: 1)
+        let sink = Sink()
+        rig.drive { $0.openStream("res", sink: sink) }
+        await rig.advance(by: 1.5)
+        #expect(rig.orders.last == .freeze("res"), "suspended after the grace")
+        let lines = sink.events.count
+        rig.service.deliver("res", kind: .fetch, members: [], run: HandlerRun())
+        #expect(sink.events.count == lines, "nothing sent before the owner carries out the orders")
+        let orders = rig.service.takeOrders()
+        let thaw = try #require(orders.firstIndex(of: .thaw("res")))
+        let send = try #require(orders.firstIndex { if case .own(.send) = $0 { true } else { false } })
+        #expect(thaw < send)
     }
 
     @Test("at stop the streams close and runs still waiting for a completion end as failed")

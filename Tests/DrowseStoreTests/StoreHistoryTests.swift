@@ -16,6 +16,8 @@ struct StoreHistoryTests {
             }
             _ = try writer.recordNotification(app: "a", dedupeKey: "k1", payload: "{}", at: 150)
             _ = try writer.recordNotification(app: "a", dedupeKey: "k0", payload: "{}", at: 10)
+            let pushed = try #require(try writer.recordNotification(app: "a", dedupeKey: "k2", payload: "{}", at: 170))
+            try writer.markNotification(pushed, state: .downloading(transfer: "t9"), at: 171)
             var t = Transfer(id: "t1", app: "b", session: "s", kind: .download, url: "https://example.invalid/x", destination: nil, sha256: nil, createdAt: 120)
             t.state = .completed
             t.finishedAt = 130
@@ -28,7 +30,8 @@ struct StoreHistoryTests {
             let h = try reader.history(from: 100, to: 200)
             #expect(h.runs.map(\.start) == [100, 195])
             #expect(h.runs.first == AgentHistory.Run(app: "a", event: "fetch", trigger: "scheduled", result: "new-data", ending: "exit status 0", start: 100, end: 110))
-            #expect(h.notifications.map(\.receivedAt) == [150])
+            #expect(h.notifications.map(\.receivedAt) == [150, 170])
+            #expect(h.notifications.map(\.state) == ["pending", "downloading t9"], "a download is shown with its transfer")
             #expect(h.transfers.map(\.id) == ["t1"] && h.transfers.first?.bytes == 42 && h.transfers.first?.finishedAt == 130)
             #expect(h.uses.map(\.at) == [160])
             // Read-only: a write through it fails, and it makes no file of its own.
