@@ -51,12 +51,8 @@ package enum Sys {
     /// open(2), retried on EINTR: the descriptor, or a `SystemError` naming `what` (by default
     /// "open PATH").
     package static func open(_ path: String, _ flags: Int32, mode: mode_t = 0, _ what: @autoclosure () -> String = "") throws(SystemError) -> Int32 {
-        do {
-            return Int32(try posix("") { Int(Glibc.open(path, flags, mode)) })
-        } catch {
-            let w = what()
-            throw SystemError(w.isEmpty ? "open \(path)" : w, errno: error.errno)
-        }
+        // The name is built only on failure, after `posix` has read errno.
+        Int32(try posix({ let w = what(); return w.isEmpty ? "open \(path)" : w }()) { Int(Glibc.open(path, flags, mode)) })
     }
 
     /// mkdir(2). Returns whether it made the folder: false when one was there already.
