@@ -40,12 +40,16 @@ package struct APIServer: Service {
     let router: APIRouter
     let logger: Logger
     let maxConnectionsPerUID: Int
+    /// Called once the socket listens: the next step of the start may begin (`StartOrder`).
+    let listening: @Sendable () async -> Void
 
-    package init(path: String, router: APIRouter, logger: Logger, maxConnectionsPerUID: Int = MainConfig.APIConfig().maxConnectionsPerUID) {
+    package init(path: String, router: APIRouter, logger: Logger, maxConnectionsPerUID: Int = MainConfig.APIConfig().maxConnectionsPerUID,
+                 listening: @escaping @Sendable () async -> Void = {}) {
         self.path = path
         self.router = router
         self.logger = logger
         self.maxConnectionsPerUID = maxConnectionsPerUID
+        self.listening = listening
     }
 
     package func run() async throws {
@@ -83,6 +87,7 @@ package struct APIServer: Service {
         // App users reach the socket for their own app; every request is authorized by peer credentials.
         try Sys.chmod(path, 0o666)
         logger.info("local API listening on \(path)")
+        await listening()
         await withGracefulShutdownHandler {
             try? await channel.closeFuture.get()
         } onGracefulShutdown: {

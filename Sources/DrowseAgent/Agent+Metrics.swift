@@ -12,10 +12,7 @@ extension Agent {
         return metricsExposition()
     }
 
-    func metricsExposition() -> String {
-        parts.metrics.exposition(apps: parts.registry.apps.count, runningHandlers: parts.handlers.running,
-                                       queuedHandlers: parts.handlers.waiting)
-    }
+    func metricsExposition() -> String { parts.metricsFile.exposition() }
 }
 
 /// The `[metrics] textfile`: written at start, and again after whatever the counters call worth
@@ -24,25 +21,34 @@ extension Agent {
 @DaemonActor package final class MetricsTextfile: DaemonPart {
     let path: String?
     let metrics: AgentMetrics
+    /// The gauges read at the moment of writing: apps, running and queued handlers.
+    let registry: AppRegistry
+    let handlers: HandlerRunner
     let logger: Logger
     /// The file, its folder opened once at start-up (see `ReplacedFile`).
     var file: ReplacedFile?
-    var render: () -> String = { "" }
-    /// A write is queued for the end of this turn.
+    /// A write is queued (`serve` makes it once the turn that asked is over).
     var pending = false
+    let writes = Reports<Void>()
     var stopped = false
 
     package nonisolated var partName: String { "metrics textfile" }
 
-    init(path: String?, metrics: AgentMetrics, logger: Logger) {
+    init(path: String?, metrics: AgentMetrics, registry: AppRegistry, handlers: HandlerRunner, logger: Logger) {
         self.path = path
         self.metrics = metrics
+        self.registry = registry
+        self.handlers = handlers
         self.logger = logger
     }
 
-    func start(render: @escaping () -> String) {
+    /// The Prometheus text: the counters, and the gauges as they are now.
+    func exposition() -> String {
+        metrics.exposition(apps: registry.apps.count, runningHandlers: handlers.running, queuedHandlers: handlers.waiting)
+    }
+
+    package func start() {
         guard let path else { return }
-        self.render = render
         do { file = try ReplacedFile(path: path, mode: 0o644) } catch {
             logger.warning("metrics textfile not written: \(error)")
             return
@@ -51,16 +57,23 @@ extension Agent {
         write()
     }
 
+    /// The writes asked for, one at a time, until `stop`.
+    package func serve() async -> Served {
+        for await _ in writes.stream { write() }
+        return .ended
+    }
+
     package func stop() async {
         stopped = true
         metrics.onFlush = nil
+        writes.finish()
     }
 
-    /// Queues one write for the end of this turn: many changes in one turn cost one write.
+    /// Queues one write for after this turn: many changes in one turn cost one write.
     func changed() {
         guard file != nil, !pending, !stopped else { return }
         pending = true
-        Task { self.write() }
+        writes.yield(())
     }
 
     func write() {
@@ -68,7 +81,7 @@ extension Agent {
         guard let file else { return }
         // Rewritten at every change: atomic for node_exporter (and readable by it: 0644), but not
         // flushed to the SD card each time.
-        do { try file.write(Array(render().utf8), durable: false) } catch {
+        do { try file.write(Array(exposition().utf8), durable: false) } catch {
             logger.warning("metrics textfile not written: \(error)")
         }
     }

@@ -57,7 +57,7 @@ extension Agent {
 
         // Resident processes of removed apps, or of apps no longer resident, stop.
         parts.processes.appsReloaded()
-        parts.fetch.appsChanged(apps.values.map { ($0.id, interval(of: $0)?.seconds) })
+        parts.fetch.appsChanged(parts.registry.fetchIntervals)
         // An added app's finished downloads reach its events handler without a restart.
         parts.transfers.appsChanged(apps)
         // Subscriptions and the fleet status follow.

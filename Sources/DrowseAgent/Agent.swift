@@ -22,6 +22,17 @@ package struct AgentParts {
     package let metricsFile: MetricsTextfile
     /// The counters the parts count into (`GET /v1/metrics`).
     package let metrics: AgentMetrics
+
+    /// The parts in their one order (docs/architecture.md, "Parts are services"): each starts
+    /// once those before it are ready, and the ServiceGroup stops them in reverse. The app files
+    /// are read first; the conditions are watched before anything waits on them; stored
+    /// transfers resume before handlers and resident apps start; fetch windows are planned and
+    /// recorded notifications run before MQTT brings new ones; the metrics file is written
+    /// last. In reverse: MQTT stops taking notifications first, resident apps stop, running
+    /// handlers drain while transfers and the conditions still serve them.
+    package var lineup: [any DaemonPart] {
+        [registry, conditions, transfers, handlers, processes, fetch, notifications, mqtt, metricsFile]
+    }
 }
 
 /// The daemon put together: it builds the parts over one store and one clock as a tree (typed
@@ -88,21 +99,25 @@ package struct AgentParts {
         let timeline = clock.timeline
         let events = DaemonEvents()
         let metrics = AgentMetrics()
-        let registry = AppRegistry(directory: config.appsDir, logger: logger)
+        let registry = AppRegistry(directory: config.appsDir, minimumInterval: config.scheduler.minimumInterval.seconds, logger: logger)
         let conditions = ConditionsService(
             reader: ConditionsProbe(sysfsRoot: config.conditions.sysfsRoot, meteredInterfaces: config.conditions.meteredInterfaces),
             policy: ConditionsPolicy(batteryLowPercent: config.conditions.batteryLowPercent), radioModel: config.radioModel,
-            radioTail: config.radioTail?.seconds, now: timeline.now(), timeline: timeline, logger: logger, events: events)
+            radioTail: config.radioTail?.seconds, now: timeline.now(), timeline: timeline, store: store, logger: logger, events: events)
         let processes = AppProcesses(config: config, logger: logger, launcher: launcher, clock: clock, registry: registry,
                                      suspension: makeSuspension(config.lifecycle.cgroup, logger: logger), events: events)
         let handlers = HandlerRunner(config: config, logger: logger, launcher: launcher, store: store, clock: clock, registry: registry,
                                      processes: processes, events: events, metrics: metrics)
         let fetch = FetchService(scheduler: scheduler(config), store: store, clock: clock, events: events, conditions: conditions,
-                                 runs: handlers, trace: trace, metrics: metrics, logger: logger)
+                                 apps: registry, runs: handlers, trace: trace, metrics: metrics, logger: logger)
         let lifecycle = TransferLifecycle(
             policy: conditions.policy, conditions: conditions.current, maxPerApp: config.transfers.maxPerApp,
             seed: UInt64.random(in: 0...UInt64.max))
-        let transfers = TransferService(lifecycle: lifecycle, store: store, files: SystemTransferFiles(), clock: clock, conditions: conditions,
+        // libcurl's thread, started by the first transfer; what it reports reaches the part in order.
+        let transferReports = Reports<TransferEvent>()
+        let engine = LazyTransferEngine(options: transferOptions(config), logger: logger) { transferReports.yield($0) }
+        let transfers = TransferService(lifecycle: lifecycle, store: store, files: SystemTransferFiles(), engine: engine,
+                                        reports: transferReports, clock: clock, conditions: conditions,
                                         registry: registry, events: events, runs: handlers, stateDir: config.stateDir, metrics: metrics,
                                         logger: logger)
         let notifications = NotificationService(
@@ -111,38 +126,25 @@ package struct AgentParts {
             store: store, clock: clock, registry: registry, runs: handlers, downloads: transfers, windows: fetch, events: events,
             topicPrefix: config.mqtt?.topicPrefix ?? "drowse", deviceID: config.deviceID, groups: config.mqtt?.groups ?? [],
             maxPayload: config.notifications.maxPayload, heldStore: store, metrics: metrics, logger: logger)
-        let mqtt = MQTTLink(config: config, logger: logger, store: store, timeline: timeline, registry: registry,
+        let mqtt = MQTTLink(config: config, logger: logger, store: store, timeline: timeline, registry: registry, conditions: conditions,
                             notifications: notifications, metrics: metrics, events: events)
-        let metricsFile = MetricsTextfile(path: config.metrics.textfile, metrics: metrics, logger: logger)
+        let metricsFile = MetricsTextfile(path: config.metrics.textfile, metrics: metrics, registry: registry, handlers: handlers, logger: logger)
         return AgentParts(events: events, registry: registry, conditions: conditions, fetch: fetch, processes: processes,
                           handlers: handlers, notifications: notifications, transfers: transfers, mqtt: mqtt, metricsFile: metricsFile, metrics: metrics)
     }
 
-    /// The parts in the ServiceGroup's order, the API first: the group stops them in reverse, so
-    /// MQTT stops taking notifications first, resident apps stop, running handlers drain while
-    /// the transfers and the API still serve them, and the API closes last.
-    package func services(api: any Service) -> [any Service] {
-        [api, PartService(parts.transfers), PartService(parts.handlers), PartService(parts.processes), PartService(parts.conditions),
-         PartService(parts.fetch), PartService(parts.notifications), PartService(parts.mqtt), PartService(parts.metricsFile)]
+    /// The daemon's start order: the local API (step 0, ready once it listens), then the parts
+    /// of `AgentParts.lineup`, then `AgentService` hears they are all ready.
+    package func startOrder() -> StartOrder { StartOrder(count: 1 + parts.lineup.count) }
+
+    /// The ServiceGroup's services in the one order: the API first (it closes last, after running
+    /// handlers drained while it still served them), then the parts; `agent` (the
+    /// `AgentService`) last, first to hear a graceful shutdown.
+    package func services(api: any Service, order: StartOrder, agent: any Service) -> [any Service] {
+        [api] + parts.lineup.enumerated().map { PartService($1, order: order, step: 1 + $0) } + [agent]
     }
 
-    /// Loads apps, resumes unfinished work and connects, in dependency order. Returns once running.
-    package func start() {
-        parts.conditions.start(store: store)
-        loadApps()
-        parts.transfers.startEngine(options: transferOptions())
-        parts.mqtt.start(online: parts.conditions.current.network != .none, path: parts.conditions.current.interface)
-        // Start-up: every stored transfer goes back to the lifecycle.
-        parts.transfers.restore(apps: parts.registry.apps)
-        parts.processes.start()
-        // Recorded but unhandled notifications from before a crash or restart.
-        parts.notifications.handlePendingNotifications()
-        parts.notifications.releaseHeld()
-        startScheduler()
-        parts.metricsFile.start(render: { [unowned self] in metricsExposition() })
-    }
-
-    func transferOptions() -> TransferEngine.Options {
+    static func transferOptions(_ config: MainConfig) -> TransferEngine.Options {
         var opts = TransferEngine.Options(
             maxConnectionsPerHost: config.transfers.maxConnectionsPerHost,
             commitInterval: config.transfers.commitInterval.seconds, commitBytes: Int64(config.transfers.commitBytes))
@@ -150,16 +152,6 @@ package struct AgentParts {
         opts.maxUnknownSize = config.transfers.maxUnknownSize
         opts.releaseCodeAfter = config.transfers.releaseCodeAfter.seconds
         return opts
-    }
-
-    /// Stops every part in the ServiceGroup's reverse order, as the group does (for tests and
-    /// tools that run the agent without a group).
-    package func shutdown() async {
-        parts.handlers.stopLaunching()
-        let order: [any DaemonPart] = [parts.metricsFile, parts.mqtt, parts.notifications, parts.fetch, parts.conditions, parts.processes,
-                                       parts.handlers, parts.transfers]
-        for part in order { await part.stop() }
-        logger.info("drowsed stopped")
     }
 
     /// Graceful shutdown begins: no handler is launched any more.
@@ -177,7 +169,6 @@ package struct AgentParts {
 
     func loadApps() {
         parts.registry.load()
-        for id in parts.registry.ids { _ = try? store.app(id, now: now()) }
         parts.mqtt.loadReports()
     }
 
@@ -185,18 +176,8 @@ package struct AgentParts {
         try refused { () throws(AppRegistry.Refusal) in try parts.registry.app(id, for: caller) }
     }
 
-    func interval(of app: AppDefinition) -> Duration? {
-        switch app.fetchInterval {
-        case .never: nil
-        case .minimum: config.scheduler.minimumInterval
-        case .every(let d): d
-        }
-    }
-
     /// Starts the scheduler with the apps as the store remembers them.
-    func startScheduler() {
-        parts.fetch.start(apps: parts.registry.apps.values.map { ($0.id, interval(of: $0)?.seconds) }, conditions: parts.conditions.forScheduler)
-    }
+    func startScheduler() { parts.fetch.start() }
 
     /// The wall clock was set (what the conditions part does when the kernel reports it).
     func clockStepped() { parts.conditions.clockStepped() }

@@ -36,11 +36,14 @@ import Logging
     /// One empty cgroup leaf made ahead for each app's next handler run: making a cgroup costs
     /// ~80 µs of the time between a notification and its handler's start.
     var spareLeaves: [String: String] = [:]
-    var residentsStopped: [CheckedContinuation<Void, Never>] = []
     var seq = 0
     /// The spawn helper's refusals and in-process fallbacks already logged.
     var seenSpawner = (refused: 0, fallbacks: 0)
     var pressureMonitor: MemoryPressureMonitor?
+    /// What its threads report (memory pressure, an adopted resident's exit), in their order (`serve`).
+    let reports = Reports<Report>()
+    /// `waitForEnd`: a resident process's wait for its end, run by `serve` as a child task.
+    enum Report: Sendable { case memoryPressure, adoptedExited(String), waitForEnd(@Sendable @DaemonActor () async -> Void) }
     /// "psi", or why memory pressure is not watched.
     var memoryPressureStatus = "unavailable: not started"
 
@@ -91,19 +94,19 @@ import Logging
 
     /// Start-up: adopt what a killed drowsed left, start the resident apps that are not running,
     /// and watch memory pressure.
-    func start() {
+    package func start() {
         let apps = registry.apps
         let adopted = suspension.adopt(apps: registry.ids)
         for id in adopted.sorted() where apps[id]?.isResident == true {
             logger.info("adopted the resident process a previous drowsed left running", metadata: ["app.id": "\(id)"])
-            suspension.watchAdopted(app: id) { Task { @DaemonActor in self.adoptedResidentExited(id) } }
+            suspension.watchAdopted(app: id) { [reports] in reports.yield(.adoptedExited(id)) }
         }
         lifecycle { $0.configure(apps.values.sorted { $0.id < $1.id }, adopted: adopted.filter { apps[$0]?.isResident == true }) }
         startMemoryPressureMonitor()
         // Handlers start into their cgroups from the small spawn helper (no copy of drowsed's page
         // tables at each start); without cgroups drowsed's own start shares its memory anyway.
-        // DROWSE_SPAWN_HELPER=0 turns it off (deploy/bench-notifications.sh measures both ways).
-        if suspension.cgroupBase != nil, launcher is ProcessLauncher, (getenv("DROWSE_SPAWN_HELPER").map { String(cString: $0) } ?? "1") != "0" {
+        // `[lifecycle] spawn_helper = false` turns it off. This part owns it: `stop` ends it.
+        if suspension.cgroupBase != nil, launcher is ProcessLauncher, config.lifecycle.spawnHelper {
             let chosen = SpawnHelper.choose()
             for r in chosen.refused { logger.warning("spawn helper refused: \(r)") }
             if !chosen.refused.isEmpty { logger.warning("spawn helper: running \(chosen.program) in its place") }
@@ -125,20 +128,39 @@ import Logging
         lifecycle { $0.configure(registry.apps.values.sorted { $0.id < $1.id }, adopted: []) }
     }
 
+    /// What memory pressure and adopted residents report, in their order, and each resident
+    /// process's wait for its end as a child task, until `stop`; then it returns once the
+    /// resident processes have ended.
+    package func serve() async -> Served {
+        await withDiscardingTaskGroup { group in
+            for await report in reports.stream {
+                switch report {
+                case .memoryPressure: memoryPressure()
+                case .adoptedExited(let app): adoptedResidentExited(app)
+                case .waitForEnd(let wait): group.addTask(operation: wait)
+                }
+            }
+        }
+        return .ended
+    }
+
     /// Shutdown: the lifecycle stops deciding; resident processes are thawed and asked to stop
-    /// (SIGTERM, SIGKILL after the grace); memory pressure is no longer watched.
+    /// (SIGTERM, SIGKILL after the grace; `serve` waits for their ends); memory pressure is no
+    /// longer watched; the spawn helper ends (handlers still running are drowsed's children:
+    /// they finish without it).
     package func stop() async {
+        stopping = true
         pressureMonitor?.stop()
         pressureMonitor = nil
         lifecycleWake.close()
         lifecycle { $0.stop() }
         removeSpareLeaves()
-        guard !residents.isEmpty else { return }
         for (id, r) in residents {
             suspension.thaw(app: id, processGroups: processGroups(of: id))
             r.run.terminate()
         }
-        await withCheckedContinuation { residentsStopped.append($0) }
+        if SpawnHelper.pid != nil { SpawnHelper.stop() }
+        reports.finish()
     }
 
     // MARK: what the lifecycle asks for
@@ -165,23 +187,17 @@ import Logging
             // It could not start: the outcome is already there.
             suspension.leafEnded(leaf)
         }
-        Task {
+        reports.yield(.waitForEnd {
             let outcome = await run.outcome()
             self.residentEnded(id, run: run, outcome: outcome)
-        }
+        })
     }
 
     func residentEnded(_ id: String, run: HandlerRun, outcome: HandlerOutcome) {
         if residents[id]?.run === run, let leaf = residents.removeValue(forKey: id)?.leaf { suspension.leafEnded(leaf) }
         let level: Logger.Level = stopping ? .info : .warning
         logger.log(level: level, "resident process ended: \(outcome.summary)", metadata: ["app.id": "\(id)"])
-        if stopping {
-            if residents.isEmpty {
-                for c in residentsStopped { c.resume() }
-                residentsStopped.removeAll()
-            }
-            return
-        }
+        if stopping { return }
         lifecycle { $0.processExited(id, description: outcome.summary) }
     }
 
@@ -312,7 +328,7 @@ import Logging
             memoryPressureStatus = "unavailable: memory_pressure = \"off\""
             return
         }
-        switch MemoryPressureMonitor.start(trigger: config.lifecycle.memoryPressure.description, onPressure: { Task { @DaemonActor in self.memoryPressure() } }) {
+        switch MemoryPressureMonitor.start(trigger: config.lifecycle.memoryPressure.description, onPressure: { [reports] in reports.yield(.memoryPressure) }) {
         case .success(let m):
             pressureMonitor = m
             memoryPressureStatus = "psi"

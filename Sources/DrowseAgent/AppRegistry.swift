@@ -3,18 +3,40 @@ import DrowseSystem
 import Logging
 
 /// The apps as the app files define them now: the valid ones by id, and the files that could
-/// not be used, with why. Read at start and at each reload; every other part asks here.
-@DaemonActor package final class AppRegistry {
+/// not be used, with why. Read at start (first of the parts) and at each reload; every other
+/// part asks here.
+@DaemonActor package final class AppRegistry: DaemonPart, FetchIntervals {
     /// Valid apps by id.
     package private(set) var apps: [String: AppDefinition] = [:]
     /// App files that could not be used, with why.
     package private(set) var invalid: [(file: String, id: String, error: String)] = []
     let directory: String
+    /// `[scheduler] minimum_interval` in seconds: the interval of an app that asks for the minimum.
+    let minimumInterval: Double
     let logger: Logger
 
-    package init(directory: String, logger: Logger) {
+    package nonisolated var partName: String { "apps" }
+
+    package init(directory: String, minimumInterval: Double = 900, logger: Logger) {
         self.directory = directory
+        self.minimumInterval = minimumInterval
         self.logger = logger
+    }
+
+    /// Start-up: the app files are read before any other part starts.
+    package func start() { load() }
+
+    package func stop() async {}
+
+    /// Each app's fetch interval in seconds (nil: it never fetches), for the fetch scheduler.
+    package var fetchIntervals: [(id: String, interval: Double?)] {
+        apps.values.map { app in
+            switch app.fetchInterval {
+            case .never: (app.id, nil)
+            case .minimum: (app.id, minimumInterval)
+            case .every(let d): (app.id, d.seconds)
+            }
+        }
     }
 
     /// A registry holding these apps (a test's).

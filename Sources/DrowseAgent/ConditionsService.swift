@@ -10,6 +10,21 @@ package protocol ConditionsReader {
 
 extension ConditionsProbe: ConditionsReader {}
 
+/// Where the conditions part keeps what it saw: the store, or nothing (a test's).
+package protocol ConditionsKeeper: AnyObject {
+    func saveClockSkew(_ skew: Double) throws(StoreError)
+    func recordConditions(_ c: Conditions, at: Double) throws(StoreError)
+}
+
+extension Store: ConditionsKeeper {}
+
+/// Keeps nothing: a conditions part without a store (a test's).
+package final class NothingKept: ConditionsKeeper {
+    package init() {}
+    package func saveClockSkew(_ skew: Double) throws(StoreError) {}
+    package func recordConditions(_ c: Conditions, at: Double) throws(StoreError) {}
+}
+
 /// The board's power and network as a part of the daemon: it owns the last reading, the policy
 /// that judges it, and the kernel watch (`ConditionsMonitor`: netlink, uevents, and the wall
 /// clock's steps), and posts what the rest of the daemon needs to know as `DaemonEvent`s. It
@@ -26,16 +41,23 @@ extension ConditionsProbe: ConditionsReader {}
     let logger: Logger
     let events: DaemonEvents
     /// Where a step of the wall clock is noted (for the next start's `alignTimeline`) and each
-    /// change of the conditions is kept (`drowse timeline`); nil in a test without a store.
-    var store: Store?
+    /// change of the conditions is kept (`drowse timeline`).
+    let store: ConditionsKeeper
     let timeline: Timeline?
-    var monitor: ConditionsMonitor?
+    /// The kernel's watch, on a thread of its own from `start`; what it reports reaches `serve`
+    /// through `changes`, in its order.
+    let monitor: ConditionsMonitor
+    let changes: AsyncStream<ConditionsMonitor.Change>
 
     package nonisolated var partName: String { "conditions" }
 
     package init(reader: ConditionsReader, policy: ConditionsPolicy, radioModel: RadioModelSetting, radioTail: Double? = nil, now: Double,
-                 timeline: Timeline? = nil, logger: Logger, events: DaemonEvents = DaemonEvents()) {
+                 timeline: Timeline? = nil, store: ConditionsKeeper = NothingKept(), logger: Logger, events: DaemonEvents = DaemonEvents()) {
         self.reader = reader
+        self.store = store
+        let (changes, reported) = AsyncStream<ConditionsMonitor.Change>.makeStream()
+        self.changes = changes
+        monitor = ConditionsMonitor(logger: logger, onChange: { reported.yield($0) }, onEnd: { reported.finish() })
         self.timeline = timeline
         self.policy = policy
         self.radioModel = radioModel
@@ -45,20 +67,21 @@ extension ConditionsProbe: ConditionsReader {}
         current = reader.read(now: now)
     }
 
-    /// Starts the kernel watch.
-    func start(store: Store) {
-        self.store = store
+    /// Start-up: the first reading is kept and the kernel watch starts.
+    package func start() {
         keep(current, at: timeline?.now() ?? current.readAt)
-        let monitor = ConditionsMonitor(logger: logger) { change in
-            Task { @DaemonActor in self.kernelReported(change) }
-        }
         monitor.start()
-        self.monitor = monitor
     }
 
+    /// What the kernel reports, in its order, until the watch's thread ends.
+    package func serve() async -> Served {
+        for await change in changes { kernelReported(change) }
+        return .ended
+    }
+
+    /// Shutdown: the watch's thread ends, and with it `serve`.
     package func stop() async {
-        monitor?.stop()
-        monitor = nil
+        monitor.stop()
     }
 
     func kernelReported(_ change: ConditionsMonitor.Change) {
@@ -85,7 +108,7 @@ extension ConditionsProbe: ConditionsReader {}
         let step = timeline.resync()
         guard abs(step) >= 0.001 else { return }
         logger.notice("the wall clock was set \(step > 0 ? "forward" : "back") by \(format3(abs(step))) s; planned times keep their waits")
-        do { try store?.saveClockSkew(timeline.skew) } catch { logger.error("store: \(error)") }
+        do { try store.saveClockSkew(timeline.skew) } catch { logger.error("store: \(error)") }
         events.post(.clockStepped(step: step))
     }
 
@@ -105,7 +128,7 @@ extension ConditionsProbe: ConditionsReader {}
 
     /// A change (or the first reading) goes into the store's short history of conditions.
     func keep(_ c: Conditions, at now: Double) {
-        do { try store?.recordConditions(c, at: now) } catch { logger.error("store: conditions not kept: \(error)") }
+        do { try store.recordConditions(c, at: now) } catch { logger.error("store: conditions not kept: \(error)") }
     }
 
     /// The radio the scheduler reckons with: `[radio] model`, or the current network's kind.

@@ -133,26 +133,154 @@ package enum DaemonEvent: Sendable {
     }
 }
 
-/// A part of the daemon as the ServiceGroup runs it: started by the agent in dependency order,
-/// stopped by the group in reverse order of its list (docs/architecture.md, "Shutdown").
+/// What an OS thread reports to its part (the kernel's watch, libcurl's or libmosquitto's
+/// thread): one stream, consumed in its order by the part's `serve`, and finished when the
+/// thread ends.
+package struct Reports<Element: Sendable>: Sendable {
+    package let stream: AsyncStream<Element>
+    let continuation: AsyncStream<Element>.Continuation
+
+    package init() { (stream, continuation) = AsyncStream<Element>.makeStream() }
+
+    package func yield(_ element: Element) { continuation.yield(element) }
+    /// No more reports: the part's `serve` returns once it has consumed those before.
+    package func finish() { continuation.finish() }
+}
+
+/// A part of the daemon as the ServiceGroup runs it (docs/architecture.md, "Parts are
+/// services"): started in the parts' order, each once the one before it is ready; then it serves
+/// what its OS threads report until graceful shutdown stops it, in the reverse order.
 @DaemonActor package protocol DaemonPart: AnyObject, Sendable {
     /// What the ServiceGroup's log calls it.
     nonisolated var partName: String { get }
-    /// Graceful shutdown reached this part: stop, and return when it has.
+    /// Starts the part's resources (its threads, what it resumes from the store). When this
+    /// returns the part is ready: the next part may start.
+    func start()
+    /// Consumes what the part's threads and child tasks report, in their order, until `stop` ends
+    /// it: `.ended` once every stream is finished and every child task has returned. A part with
+    /// nothing to consume returns `.nothing` at once. Ending without a `stop` means a thread of the
+    /// part died: the daemon shuts down gracefully (and systemd starts it again).
+    func serve() async -> Served
+    /// Graceful shutdown reached this part: stop, and return when it has (what `serve` still
+    /// drains, the part's service waits for).
     func stop() async
 }
 
-/// Runs a part in the ServiceGroup: it waits for graceful shutdown, then stops the part.
+/// How a part's `serve` returned.
+package enum Served: Sendable { case nothing, ended }
+
+extension DaemonPart {
+    package func start() {}
+    package func serve() async -> Served { .nothing }
+}
+
+/// A part of the daemon whose thread ended while the daemon was not stopping: the ServiceGroup
+/// shuts the other parts down gracefully and drowsed exits with this error.
+package struct PartEnded: Error, CustomStringConvertible {
+    package let part: String
+    package var description: String { "the \(part) part stopped on its own (a thread of it ended)" }
+}
+
+/// The start of the daemon in one order: step `i` starts once steps `0..<i` are ready. Step 0
+/// is the local API (ready once its socket listens), then the parts (`Agent.lineup`); systemd
+/// hears READY=1 once every step is (`allReady`). A graceful shutdown during the start abandons
+/// the steps not yet started: they never start, and have nothing to stop.
+@DaemonActor package final class StartOrder {
+    package let count: Int
+    private var readyCount = 0
+    private var abandoned = false
+    private var waiters: [(step: Int, continuation: CheckedContinuation<Bool, Never>)] = []
+
+    package init(count: Int) { self.count = count }
+
+    /// Waits until the steps before `step` are ready: true, start it; false, the start was
+    /// abandoned (graceful shutdown or cancellation came first).
+    package func turn(_ step: Int) async -> Bool {
+        await withTaskCancellationOrGracefulShutdownHandler {
+            await withCheckedContinuation { c in
+                if abandoned { c.resume(returning: false) } else if readyCount >= step { c.resume(returning: true) } else { waiters.append((step, c)) }
+            }
+        } onCancelOrGracefulShutdown: {
+            Task { @DaemonActor in self.abandon() }
+        }
+    }
+
+    /// Step `step` is ready (steps become ready in order).
+    package func ready(_ step: Int) {
+        precondition(step == readyCount, "step \(step) ready out of order (\(readyCount) ready)")
+        readyCount += 1
+        resume { $0 <= readyCount ? true : nil }
+    }
+
+    /// Every step is ready: the daemon is up.
+    package func allReady() async -> Bool { await turn(count) }
+
+    /// The start stops here: every step still waiting is told not to start.
+    package func abandon() {
+        abandoned = true
+        resume { _ in false }
+    }
+
+    private func resume(_ answer: (Int) -> Bool?) {
+        var still: [(step: Int, continuation: CheckedContinuation<Bool, Never>)] = []
+        for w in waiters {
+            if let a = answer(w.step) { w.continuation.resume(returning: a) } else { still.append(w) }
+        }
+        waiters = still
+    }
+}
+
+/// Runs a part in the ServiceGroup: waits for its turn in the start order, starts it, signals
+/// ready, serves it until graceful shutdown, then stops it and waits for what it drains. If the
+/// part's serving ends first (a thread died), it stops the part and throws `PartEnded`, and the
+/// group shuts the rest down gracefully.
 package struct PartService: Service, CustomStringConvertible {
     let part: any DaemonPart
+    let order: StartOrder
+    let step: Int
 
-    package init(_ part: any DaemonPart) { self.part = part }
+    package init(_ part: any DaemonPart, order: StartOrder, step: Int) {
+        self.part = part
+        self.order = order
+        self.step = step
+    }
 
     package var description: String { part.partName }
 
+    private enum Event: Sendable { case served(Served), shutdown }
+
     package func run() async throws {
-        // Cancellation (the group's) ends the wait too: the part stops either way.
-        try? await gracefulShutdown()
-        await part.stop()
+        // Not started: nothing to stop, but the group expects the part back only at its own shutdown.
+        guard await order.turn(step) else {
+            try? await gracefulShutdown()
+            return
+        }
+        await part.start()
+        await order.ready(step)
+        let part = self.part
+        let died = await withTaskGroup(of: Event.self) { group -> Bool in
+            group.addTask { .served(await part.serve()) }
+            // Cancellation (the group's) ends the wait too: the part stops either way.
+            group.addTask { try? await gracefulShutdown(); return .shutdown }
+            var stopped = false, died = false
+            while let event = await group.next() {
+                switch event {
+                case .served(.nothing):
+                    continue
+                case .served(.ended):
+                    guard !stopped else { continue }
+                    died = !Task.isCancelled
+                    stopped = true
+                    group.cancelAll()
+                    await part.stop()
+                case .shutdown:
+                    guard !stopped else { continue }
+                    stopped = true
+                    await part.stop()
+                }
+            }
+            return died
+        }
+        if died { throw PartEnded(part: part.partName) }
     }
 }

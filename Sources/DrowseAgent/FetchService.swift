@@ -24,6 +24,12 @@ extension Store: FetchStore {}
     func readForScheduler() -> FetchScheduler.Conditions
 }
 
+/// The apps the fetch scheduler plans for, with their intervals in seconds (nil: never): the
+/// registry, or a test's list.
+@DaemonActor package protocol FetchIntervals: AnyObject {
+    var fetchIntervals: [(id: String, interval: Double?)] { get }
+}
+
 /// Fetch scheduling as a service: it owns the `FetchScheduler` (every decision about fetch
 /// windows), the trace, and nothing else; it feeds the scheduler what happens and carries out
 /// its actions: fetches go to the handler queue (`RunQueue`), whose owner of their start and
@@ -37,6 +43,8 @@ extension Store: FetchStore {}
     let clock: AgentClock
     let events: DaemonEvents
     let conditions: SchedulerConditionsSource
+    /// The apps it starts with.
+    let apps: FetchIntervals
     /// Where fetches are queued (the handler runner).
     let runs: RunQueue
     let wake: ServiceWake
@@ -50,13 +58,14 @@ extension Store: FetchStore {}
     package nonisolated var partName: String { "fetch" }
 
     package init(scheduler: FetchScheduler, store: FetchStore, clock: AgentClock, events: DaemonEvents,
-                 conditions: SchedulerConditionsSource, runs: RunQueue, trace: SchedulerTrace?, metrics: AgentMetrics = AgentMetrics(),
+                 conditions: SchedulerConditionsSource, apps: FetchIntervals, runs: RunQueue, trace: SchedulerTrace?, metrics: AgentMetrics = AgentMetrics(),
                  logger: Logger) {
         self.scheduler = scheduler
         self.store = store
         self.clock = clock
         self.events = events
         self.conditions = conditions
+        self.apps = apps
         self.runs = runs
         wake = ServiceWake(clock: clock)
         self.trace = trace
@@ -80,6 +89,9 @@ extension Store: FetchStore {}
 
     /// Shutdown: no window opens any more.
     package func stop() async { wake.close() }
+
+    /// Start-up: the scheduler starts with the apps as the store remembers them.
+    package func start() { start(apps: apps.fetchIntervals, conditions: conditions.forScheduler) }
 
     /// Starts the scheduler with these apps (id and interval in seconds, nil: never) as the
     /// store remembers them.

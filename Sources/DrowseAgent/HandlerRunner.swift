@@ -126,7 +126,8 @@ struct RunJob: Sendable {
     package private(set) var stopping = false
     /// Every handler running now (resident apps' events included), as drowse_running_handlers.
     package private(set) var running = 0
-    var idleWaiters: [CheckedContinuation<Void, Never>] = []
+    /// Each started run's wait for its end, run by `serve` as a child task: the stop drains them.
+    let waits = Reports<@Sendable @DaemonActor () async -> Void>()
 
     package nonisolated var partName: String { "handlers" }
 
@@ -218,7 +219,7 @@ struct RunJob: Sendable {
         // The handler started first; then the bookkeeping: a run that uses the radio woke it,
         // so due fetches may ride along.
         if job.run.usesRadio { events.post(.radioUsed) }
-        Task {
+        waits.yield {
             _ = await self.finish(started, job: job)
             self.slotFreed()
         }
@@ -325,13 +326,7 @@ struct RunJob: Sendable {
         ended()
     }
 
-    private func ended() {
-        running -= 1
-        if running == 0 {
-            for c in idleWaiters { c.resume() }
-            idleWaiters.removeAll()
-        }
-    }
+    private func ended() { running -= 1 }
 
     /// A resident app's event, as its stream line's members (besides event, id and deadline).
     static func eventMembers(_ event: HandlerEvent, stdin: [UInt8]) -> [(String, JSON)] {
@@ -356,13 +351,21 @@ struct RunJob: Sendable {
         for job in queue.removeAllWaiting() { job.owner.notRun(job.run) }
     }
 
-    /// Handlers that are running finish (each within its deadline), so their events count as
-    /// handled and are not run a second time after the restart.
+    /// Every started run's wait for its end, as a child task, until `stop`; then it returns once
+    /// those still running have ended and are recorded.
+    package func serve() async -> Served {
+        await withDiscardingTaskGroup { group in
+            for await wait in waits.stream { group.addTask(operation: wait) }
+        }
+        return .ended
+    }
+
+    /// Handlers that are running finish (each within its deadline; `serve` waits for them), so
+    /// their events count as handled and are not run a second time after the restart.
     package func stop() async {
         stopLaunching()
-        guard running > 0 else { return }
-        logger.info("waiting for \(running) running handler(s) to finish")
-        await withCheckedContinuation { idleWaiters.append($0) }
+        if running > 0 { logger.info("waiting for \(running) running handler(s) to finish") }
+        waits.finish()
     }
 }
 

@@ -27,7 +27,7 @@ package final class LazyTransferEngine: TransferEngineControl {
     }
 
     /// The running engine, started now if need be; nil (with `refusal` set) without libcurl.
-    private func running() -> TransferEngine? {
+    private func started() -> TransferEngine? {
         if let engine { return engine }
         if refusal != nil { return nil }
         if let why = ccurl_load() {
@@ -43,16 +43,18 @@ package final class LazyTransferEngine: TransferEngineControl {
     }
 
     package func start(_ job: DownloadJob) {
-        if let engine = running() { engine.start(job) } else if let refusal { onEvent(.failed(id: job.id, error: refusal)) }
+        if let engine = started() { engine.start(job) } else if let refusal { onEvent(.failed(id: job.id, error: refusal)) }
     }
 
     package func start(_ job: UploadJob) {
-        if let engine = running() { engine.start(job) } else if let refusal { onEvent(.failed(id: job.id, error: refusal)) }
+        if let engine = started() { engine.start(job) } else if let refusal { onEvent(.failed(id: job.id, error: refusal)) }
     }
 
     /// Nothing runs before the engine starts: nothing to stop.
     package func stop(id: String) { engine?.stop(id: id) }
 
     /// Ending an upload asks its server to drop the resource: that needs libcurl.
-    package func cancel(_ job: UploadJob) { running()?.cancel(job) }
+    package func cancel(_ job: UploadJob) { started()?.cancel(job) }
+
+    package var running: TransferEngine? { engine }
 }

@@ -32,15 +32,18 @@ struct FleetStatusState {
     let metrics: AgentMetrics
     package private(set) var session: MQTTSession?
     let events: DaemonEvents
-    var sessionEvents: AsyncStream<MQTTSessionEvent>.Continuation?
-    var eventsTask: Task<Void, Never>?
+    /// The network the session starts on.
+    let conditions: ConditionsReading
+    /// What the session's thread reports, in its order (`serve`); finished when the thread ends.
+    let reports = Reports<MQTTSessionEvent>()
     var fleet = FleetStatusState()
 
     package nonisolated var partName: String { "mqtt" }
 
-    init(config: MainConfig, logger: Logger, store: Store, timeline: Timeline, registry: AppRegistry, notifications: NotificationService,
-         metrics: AgentMetrics, events: DaemonEvents) {
+    init(config: MainConfig, logger: Logger, store: Store, timeline: Timeline, registry: AppRegistry, conditions: ConditionsReading,
+         notifications: NotificationService, metrics: AgentMetrics, events: DaemonEvents) {
         self.config = config
+        self.conditions = conditions
         self.logger = logger
         self.store = store
         self.timeline = timeline
@@ -76,10 +79,15 @@ struct FleetStatusState {
         fleet.reports = Dictionary(uniqueKeysWithValues: registry.ids.map { ($0, (try? store.report(app: $0)) ?? [:]) })
     }
 
-    /// Connects (in the background: the session retries on its own thread) with the apps'
-    /// subscriptions and the status to publish on connect.
-    func start(online: Bool, path: String?) {
-        // The reports were read with the app files (`Agent.loadApps`).
+    /// Start-up: the apps' reports are read, and the session connects (in the background: it
+    /// retries on its own thread) on the network the conditions part read.
+    package func start() {
+        loadReports()
+        connect(online: conditions.current.network != .none, path: conditions.current.networkKey)
+    }
+
+    /// Connects with the apps' subscriptions and the status to publish on connect.
+    func connect(online: Bool, path: String?) {
         guard let m = config.mqtt else { return }
         var password: String?
         if let file = m.passwordFile {
@@ -102,9 +110,8 @@ struct FleetStatusState {
         } catch {
             logger.warning("mqtt: cannot read what the keepalive learned before (\(error)); learning again")
         }
-        let (stream, continuation) = AsyncStream<MQTTSessionEvent>.makeStream()
-        sessionEvents = continuation
-        let session = MQTTSession(options: options, logger: logger) { continuation.yield($0) }
+        let reports = self.reports
+        let session = MQTTSession(options: options, logger: logger, onEnd: { reports.finish() }) { reports.yield($0) }
         self.session = session
         session.setSubscriptions(subscriptions(m))
         loadFailedApps()
@@ -113,20 +120,23 @@ struct FleetStatusState {
         session.setPublishOnConnect([(statusTopic, Array(status.json.serialized.utf8))])
         session.setNetwork(online: online, path: path)
         session.start()
-        eventsTask = Task {
-            for await event in stream { self.sessionEvent(event) }
-        }
     }
 
-    /// Shutdown: no new notifications (those that still arrive stay with the broker, or recorded,
-    /// for after the restart); the offline status goes out.
-    package func stop() async {
-        if let session { await session.stop() }
-        sessionEvents?.finish()
-        await eventsTask?.value
+    /// What the session reports, in its order, until its thread ends; then what the keepalive
+    /// learned is written. Without `[mqtt]` there is nothing to serve.
+    package func serve() async -> Served {
+        guard session != nil else { return .nothing }
+        for await event in reports.stream { sessionEvent(event) }
         do { try store.flushPending() } catch {
             logger.warning("mqtt: cannot keep what the keepalive learned: \(error)")
         }
+        return .ended
+    }
+
+    /// Shutdown: no new notifications (those that still arrive stay with the broker, or recorded,
+    /// for after the restart); the offline status goes out, and the session's thread ends.
+    package func stop() async {
+        if let session { await session.stop() }
     }
 
     func subscriptions(_ m: MainConfig.MQTTConfig) -> [String] {

@@ -589,6 +589,13 @@ extension Store: NotificationStore {}
     /// Stopping: it stays recorded as pending and runs after the restart.
     package func notRun(_ run: QueuedRun) {}
 
+    /// Start-up: notifications recorded but not handled before a crash or restart run, and those
+    /// held for an app whose file could not be used are admitted if it can be now.
+    package func start() {
+        handlePendingNotifications()
+        releaseHeld()
+    }
+
     /// Recorded but unhandled notifications from before a crash or restart.
     package func handlePendingNotifications() {
         let pending = (try? store.pendingNotifications()) ?? []

@@ -21,9 +21,18 @@ package protocol TransferEngineControl: AnyObject {
     func start(_ job: UploadJob)
     func stop(id: String)
     func cancel(_ job: UploadJob)
+    /// The engine's thread once it runs (nil: none, as for a test's double): at shutdown its
+    /// transfers stop with their progress committed.
+    var running: TransferEngine? { get }
 }
 
-extension TransferEngine: TransferEngineControl {}
+extension TransferEngineControl {
+    package var running: TransferEngine? { nil }
+}
+
+extension TransferEngine: TransferEngineControl {
+    package var running: TransferEngine? { self }
+}
 
 /// The file system as the transfer service touches it: always as the transfer's owner when it
 /// has one (`FileIdentity`), never by following a path a user could swap.
@@ -85,16 +94,14 @@ package final class SystemTransferFiles: TransferFiles {
     /// One wake per transfer waiting for its retry, and one for the nearest resource timeout.
     var retryWakes: [String: ServiceWake] = [:]
     let timeoutWake: ServiceWake
-    /// The engine as started by `startEngine` (nil in a test that sets `engine` itself).
-    var lazyEngine: LazyTransferEngine?
-    var engineEvents: AsyncStream<TransferEvent>.Continuation?
-    var engineTask: Task<Void, Never>?
+    /// What the engine reports, in its order (`serve`).
+    let reports: Reports<TransferEvent>
     /// Stopped: no retry wake is set any more.
     var stopped = false
     let stateDir: String
     let logger: Logger
-    /// Set once the engine runs (its thread starts after the service exists).
-    package var engine: TransferEngineControl?
+    /// libcurl's thread (`LazyTransferEngine`: started by the first transfer), or a test's double.
+    let engine: TransferEngineControl
     /// Bytes, resumes, retries and failures are counted here.
     let metrics: AgentMetrics
     /// Per running attempt: the byte offset up to which its bytes are counted.
@@ -117,10 +124,14 @@ package final class SystemTransferFiles: TransferFiles {
 
     package nonisolated var partName: String { "transfers" }
 
-    package init(lifecycle: TransferLifecycle, store: TransferStore, files: TransferFiles, clock: AgentClock, conditions: ConditionsReading,
+    /// `reports`: where `engine` reports (`serve` consumes them).
+    package init(lifecycle: TransferLifecycle, store: TransferStore, files: TransferFiles, engine: TransferEngineControl,
+                 reports: Reports<TransferEvent> = Reports(), clock: AgentClock, conditions: ConditionsReading,
                  registry: AppRegistry, events: DaemonEvents, runs: RunQueue, stateDir: String, metrics: AgentMetrics = AgentMetrics(),
                  logger: Logger) {
         self.lifecycle = lifecycle
+        self.engine = engine
+        self.reports = reports
         self.runs = runs
         self.metrics = metrics
         self.store = store
@@ -141,30 +152,26 @@ package final class SystemTransferFiles: TransferFiles {
 
     func now() -> Double { clock.timeline.now() }
 
-    /// Starts the engine's event stream; the engine itself (and libcurl) starts with the first
-    /// transfer that needs it.
-    func startEngine(options: TransferEngine.Options) {
-        let (stream, continuation) = AsyncStream<TransferEvent>.makeStream()
-        engineEvents = continuation
-        let lazy = LazyTransferEngine(options: options, logger: logger) { continuation.yield($0) }
-        lazyEngine = lazy
-        engine = lazy
-        engineTask = Task {
-            for await event in stream { self.engineEvent(event) }
-        }
+    /// Start-up: every stored transfer goes back to the lifecycle. The engine (and libcurl)
+    /// starts with the first transfer that needs it.
+    package func start() { restore(apps: registry.apps) }
+
+    /// What the engine reports, in its order, until it has shut down.
+    package func serve() async -> Served {
+        for await event in reports.stream { engineEvent(event) }
+        return .ended
     }
 
     /// Shutdown: running transfers stop with their progress committed, and the engine's last
-    /// reports reach the store before it closes.
+    /// reports reach the store (`serve` consumes them before it returns).
     package func stop() async {
         stopped = true
         for id in Array(finishWaiters.keys) { endWaits(id) }
         for wake in retryWakes.values { wake.close() }
         retryWakes = [:]
         timeoutWake.close()
-        if let running = lazyEngine?.engine { await running.shutdown() }
-        engineEvents?.finish()
-        await engineTask?.value
+        if let running = engine.running { await running.shutdown() }
+        reports.finish()
     }
 
     // MARK: paths and jobs
@@ -397,14 +404,14 @@ package final class SystemTransferFiles: TransferFiles {
             switch t.kind {
             case .download:
                 if t.destination == nil { inbox(for: t.app) }
-                engine?.start(job(t))
+                engine.start(job(t))
             case .upload:
-                engine?.start(uploadJob(t))
+                engine.start(uploadJob(t))
             }
         case .stopEngine(let id):
-            engine?.stop(id: id)
+            engine.stop(id: id)
         case .cancelUpload(let t):
-            engine?.cancel(uploadJob(t))
+            engine.cancel(uploadJob(t))
         case let .setRetryTimer(id, at):
             guard !stopped else { return }
             let wake = retryWakes[id] ?? ServiceWake(clock: clock)

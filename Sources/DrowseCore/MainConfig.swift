@@ -49,6 +49,9 @@ package struct MainConfig: Sendable, Equatable {
         /// A PSI trigger for /proc/pressure/memory ("some|full STALL_US WINDOW_US"), or "off".
         /// The window is a multiple of 2 s, which the kernel requires without CAP_SYS_RESOURCE.
         package var memoryPressure: MemoryPressureSetting = .trigger(full: false, stallMicros: 200_000, windowMicros: 2_000_000)
+        /// Handlers start through the spawn helper `drowse-spawner` (with cgroups); false: from
+        /// drowsed itself.
+        package var spawnHelper = true
     }
 
     package struct NotificationsConfig: Sendable, Equatable {
@@ -310,6 +313,7 @@ package struct MainConfig: Sendable, Equatable {
                 }
                 lifecycle.memoryPressure = trigger
             }
+            lifecycle.spawnHelper = try l.bool("spawn_helper") ?? lifecycle.spawnHelper
             try l.rejectUnknown()
         }
         var metrics = MetricsConfig()

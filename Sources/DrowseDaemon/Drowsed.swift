@@ -66,8 +66,6 @@ struct Drowsed: AsyncParsableCommand {
 
             DROWSE_LOG_LEVEL: the lowest level logged, as --log-level: trace, debug, info, notice, warning, error or critical; another name means info. Handler output is logged at info, so warning and above leave it out.
 
-            DROWSE_SPAWN_HELPER: 0 starts every handler from drowsed itself, not through drowse-spawner.
-
             Under systemd, a drop-in sets them (systemctl edit drowsed): [Service] Environment=DROWSE_LOG_LEVEL=debug. Every option and key: docs/configuration.md in Drowse's source.
             """,
         version: Agent.version)
@@ -143,26 +141,36 @@ struct Drowsed: AsyncParsableCommand {
         do { agent = try await Agent(config: mainConfig, logger: logger, schedulerTrace: schedulerTrace) } catch {
             Self.fail("\(path): cannot use state_dir \(mainConfig.stateDir): \(error)")
         }
+        let order = await agent.startOrder()
         let api = APIServer(path: mainConfig.socket, router: APIRouter(agent: agent), logger: logger,
-                            maxConnectionsPerUID: mainConfig.api.maxConnectionsPerUID)
+                            maxConnectionsPerUID: mainConfig.api.maxConnectionsPerUID) { await order.ready(0) }
         let notify: @Sendable (String) -> Void = { state in
             let err = drowse_sd_notify(state)
             if err != 0 { logger.warning("sd_notify failed: \(String(cString: strerror(err)))") }
         }
-        let service = AgentService(agent: agent, logger: logger, notify: notify) {
+        let service = AgentService(agent: agent, order: order, logger: logger, notify: notify) {
             // An errno: NOTIFY_SOCKET is set but unusable; systemd will time the start out, so say why.
             let err = drowse_sd_notify("READY=1")
             if err != 0 { logger.warning("sd_notify READY=1 failed: \(String(cString: strerror(err)))") }
         }
         let group = ServiceGroup(
             configuration: .init(
-                services: (await agent.services(api: api) + [service]).map { .init(service: $0) },
+                // A part that ends on its own (a thread of it died) stops the others gracefully, in
+                // order; drowsed then exits 1 and systemd starts it again.
+                services: (await agent.services(api: api, order: order, agent: service)).map {
+                    .init(service: $0, failureTerminationBehavior: .gracefullyShutdownGroup)
+                },
                 gracefulShutdownSignals: [.sigterm, .sigint],
                 logger: logger))
         logger.info("drowsed \(Agent.version) starting", metadata: ["config": "\(path)", "device_id": "\(mainConfig.deviceID)"])
-        try await group.run()
+        var failure: (any Error)?
+        do { try await group.run() } catch { failure = error }
         // Every part has stopped: nothing of drowsed's runs in its app cgroups any more.
         await agent.removeLeftovers()
+        if let failure {
+            logger.critical("drowsed stopped: \(failure)")
+            Glibc.exit(1)
+        }
     }
 
     /// `--check-config` after drowse.toml passed: every app file too (and that its user and

@@ -129,6 +129,8 @@ package final class MQTTSession: Sendable {
     let options: MQTTSessionOptions
     let logger: Logger
     let onEvent: @Sendable (MQTTSessionEvent) -> Void
+    /// The session's thread ended (after `stop`, or on its own).
+    let onEnd: @Sendable () -> Void
     let commands = Mutex<[Command]>([])
     let wake = EventFD()
     /// Topics to (re)subscribe on every connect, the retained status to publish, and topics no
@@ -189,7 +191,9 @@ package final class MQTTSession: Sendable {
         return b.host.contains(":") ? "[\(b.host)]:\(b.port)" : "\(b.host):\(b.port)"
     }
 
-    package init(options: MQTTSessionOptions, logger: Logger, onEvent: @escaping @Sendable (MQTTSessionEvent) -> Void) {
+    package init(options: MQTTSessionOptions, logger: Logger, onEnd: @escaping @Sendable () -> Void = {},
+                 onEvent: @escaping @Sendable (MQTTSessionEvent) -> Void) {
+        self.onEnd = onEnd
         self.options = options
         self.logger = logger
         self.onEvent = onEvent
@@ -200,7 +204,9 @@ package final class MQTTSession: Sendable {
     package func start() {
         let me = Unmanaged.passRetained(self)
         OSThread.detach(name: "mqtt") {
-            me.takeUnretainedValue().run()
+            let session = me.takeUnretainedValue()
+            session.run()
+            session.onEnd()
             me.release()
         }
     }

@@ -25,19 +25,24 @@ package final class ConditionsMonitor: Sendable {
     package enum Change: Sendable { case network, power, clock }
 
     private let onChange: @Sendable (Change) -> Void
+    private let onEnd: @Sendable () -> Void
     private let logger: Logger
     private let wake = EventFD()
     private let stopping = Atomic<Bool>(false)
 
-    package init(logger: Logger, onChange: @escaping @Sendable (Change) -> Void) {
+    /// `onEnd`: the thread ended (after `stop`, or on its own).
+    package init(logger: Logger, onChange: @escaping @Sendable (Change) -> Void, onEnd: @escaping @Sendable () -> Void = {}) {
         self.logger = logger
         self.onChange = onChange
+        self.onEnd = onEnd
     }
 
     package func start() {
         let me = Unmanaged.passRetained(self)
         OSThread.detach(name: "conditions") {
-            me.takeUnretainedValue().run()
+            let monitor = me.takeUnretainedValue()
+            monitor.run()
+            monitor.onEnd()
             me.release()
         }
     }

@@ -86,6 +86,10 @@ struct AgentFetchTests {
                 """, file: dir + "/drowse.toml", machineID: nil)
             agent = try await Agent(config: config, logger: Logger(label: "test"), launcher: launcher, schedulerTrace: dir + "/scheduler.trace",
                               clock: clock)
+            // What the parts' services would run: each started run's and resident process's wait for its end.
+            let agent = self.agent
+            Task { @DaemonActor in _ = await agent.parts.handlers.serve() }
+            Task { @DaemonActor in _ = await agent.parts.processes.serve() }
             store = try Store(path: dir + "/state/state.db")
         }
     }

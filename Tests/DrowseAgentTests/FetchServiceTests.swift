@@ -39,7 +39,8 @@ import Glibc
 
         init(apps: [(String, Double?)], trace: SchedulerTrace? = nil) {
             events.listen { [unowned self] e in if case .windowOpened = e { self.windows += 1 } }
-            service = FetchService(scheduler: FetchScheduler(), store: store, clock: clock, events: events, conditions: source, runs: runs,
+            service = FetchService(scheduler: FetchScheduler(), store: store, clock: clock, events: events, conditions: source,
+                                   apps: FixedIntervals(apps.map { (id: $0.0, interval: $0.1) }), runs: runs,
                                    trace: trace, logger: Logger(label: "test"))
             service.start(apps: apps.map { (id: $0.0, interval: $0.1) }, conditions: conditions)
         }
@@ -162,7 +163,7 @@ import Glibc
         let broken = MemoryFetchStore()
         broken.failing = true
         let s = FetchService(scheduler: FetchScheduler(), store: broken, clock: ManualClock(), events: DaemonEvents(), conditions: FixedConditions(),
-                             runs: RecordingRunQueue(), trace: nil, logger: Logger(label: "test"))
+                             apps: FixedIntervals(), runs: RecordingRunQueue(), trace: nil, logger: Logger(label: "test"))
         s.start(apps: [("a", 60)], conditions: .init(online: true, radioTail: 0))
         #expect(s.scheduler.apps.isEmpty)
     }

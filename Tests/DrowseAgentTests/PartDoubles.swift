@@ -35,3 +35,9 @@ extension ManualClock {
         set { jump(by: newValue - timeline.now()) }
     }
 }
+
+/// The apps the fetch scheduler starts with, as a test lists them.
+@DaemonActor final class FixedIntervals: FetchIntervals {
+    var fetchIntervals: [(id: String, interval: Double?)]
+    init(_ apps: [(id: String, interval: Double?)] = []) { fetchIntervals = apps }
+}

@@ -78,9 +78,8 @@ import Testing
             registry = AppRegistry(apps: [dl])
             events.listen { [unowned self] e in if case .radioUsed = e { self.radio += 1 } }
             let lifecycle = TransferLifecycle(policy: ConditionsPolicy(batteryLowPercent: 20), conditions: conditions, maxPerApp: 4, seed: 7)
-            service = TransferService(lifecycle: lifecycle, store: store, files: files, clock: clock, conditions: source, registry: registry,
+            service = TransferService(lifecycle: lifecycle, store: store, files: files, engine: engine, clock: clock, conditions: source, registry: registry,
                                       events: events, runs: runs, stateDir: "/state", logger: Logger(label: "test"))
-            service.engine = engine
             service.restore(apps: registry.apps)
         }
 

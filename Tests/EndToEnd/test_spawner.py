@@ -164,3 +164,23 @@ def test_a_helper_whose_folder_was_opened_to_others_is_not_restarted(make_drowse
     assert status["spawner_refused"] >= 1, status
     assert status["spawner_fallbacks"] >= 3, status
     d.stop()
+
+
+def test_spawn_helper_false_starts_every_handler_from_drowsed(make_drowse):
+    """`[lifecycle] spawn_helper = false`: no helper process, handlers (in their cgroups all the
+    same) start from drowsed itself."""
+    d = make_drowse(handler_deadline="10s")
+    out = d.out_dir("off")
+    script = d.write_script("ppid.sh", f"""
+        #!/bin/sh
+        echo $PPID > {out}/ppid.tmp && mv {out}/ppid.tmp {out}/ppid
+        """)
+    d.add_app("sp", fetch=[str(script)], minimum_interval="1h")
+    d.set_lifecycle(spawn_helper=False)
+    d.start()
+    if d.json("status")["lifecycle"]["suspension"] != "cgroup-v2":
+        pytest.skip("no writable cgroup v2 here: handlers start in-process, no helper")
+    assert fetch_ppid(d, "sp", out) == d.proc.pid
+    assert helper_pid(d) is None
+    children = Path(f"/proc/{d.proc.pid}/task/{d.proc.pid}/children").read_text().split()
+    assert not any(Path(f"/proc/{c}/comm").read_text().strip() == "drowse-spawner" for c in children if Path(f"/proc/{c}").exists())
