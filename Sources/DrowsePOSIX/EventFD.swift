@@ -31,9 +31,8 @@ package final class EventFD: Sendable {
     /// on an open eventfd; anything else is a broken invariant (a closed descriptor) and stops.
     package static func signal(_ fd: Int32, adding value: UInt64 = 1) {
         var v = value
-        if let e = Sys.noted("eventfd write", { Glibc.write(fd, &v, 8) }), e.errno != EAGAIN {
-            preconditionFailure("eventfd \(fd): \(e)")
-        }
+        // nil: EAGAIN, the counter is full.
+        do { _ = try Sys.write(fd, &v, count: 8, "eventfd write") } catch { preconditionFailure("eventfd \(fd): \(error)") }
     }
 
     /// Reads (and so clears) the counter of `fd`: blocks until signalled on a blocking eventfd;
@@ -41,9 +40,10 @@ package final class EventFD: Sendable {
     @discardableResult
     package static func read(_ fd: Int32) -> UInt64 {
         var v: UInt64 = 0
-        if let e = Sys.noted("eventfd read", { Glibc.read(fd, &v, 8) }) {
-            precondition(e.errno == EAGAIN, "eventfd \(fd): \(e)")
-            return 0
+        do {
+            guard try Sys.read(fd, into: &v, count: 8, "eventfd read") != nil else { return 0 }
+        } catch {
+            preconditionFailure("eventfd \(fd): \(error)")
         }
         return v
     }

@@ -55,6 +55,40 @@ package enum Sys {
         Int32(try posix({ let w = what(); return w.isEmpty ? "open \(path)" : w }()) { Int(Glibc.open(path, flags, mode)) })
     }
 
+    /// read(2) into `buffer` (at most `limit` bytes of it), retried on EINTR: the bytes read, 0 at
+    /// the end of the file; nil when a non-blocking descriptor has nothing now (EAGAIN).
+    package static func read(_ fd: Int32, into buffer: inout [UInt8], limit: Int = .max,
+                             _ what: @autoclosure () -> String = "read") throws(SystemError) -> Int? {
+        try unlessWouldBlock(what()) { buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, min($0.count, limit)) } }
+    }
+
+    /// read(2) of at most `count` bytes to `buffer`, as `read(_:into:limit:_:)`.
+    package static func read(_ fd: Int32, into buffer: UnsafeMutableRawPointer, count: Int,
+                             _ what: @autoclosure () -> String = "read") throws(SystemError) -> Int? {
+        try unlessWouldBlock(what()) { Glibc.read(fd, buffer, count) }
+    }
+
+    /// write(2) of `bytes` from `offset` on, retried on EINTR: the bytes written (maybe fewer);
+    /// nil when a non-blocking descriptor takes nothing now (EAGAIN).
+    package static func write(_ fd: Int32, _ bytes: [UInt8], from offset: Int = 0,
+                              _ what: @autoclosure () -> String = "write") throws(SystemError) -> Int? {
+        guard offset < bytes.count else { return 0 }
+        return try unlessWouldBlock(what()) { bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + offset, bytes.count - offset) } }
+    }
+
+    /// write(2) of `count` bytes at `bytes`, as `write(_:_:from:_:)`.
+    package static func write(_ fd: Int32, _ bytes: UnsafeRawPointer, count: Int,
+                              _ what: @autoclosure () -> String = "write") throws(SystemError) -> Int? {
+        try unlessWouldBlock(what()) { Glibc.write(fd, bytes, count) }
+    }
+
+    private static func unlessWouldBlock(_ name: @autoclosure () -> String, _ call: () -> Int) throws(SystemError) -> Int? {
+        do { return try posix(name(), call) } catch {
+            if error.errno == EAGAIN || error.errno == EWOULDBLOCK { return nil }
+            throw error
+        }
+    }
+
     /// mkdir(2). Returns whether it made the folder: false when one was there already.
     @discardableResult
     package static func mkdir(_ path: String, _ mode: mode_t) throws(SystemError) -> Bool {

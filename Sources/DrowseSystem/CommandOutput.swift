@@ -33,7 +33,8 @@ package func commandOutput(_ argv: [String], timeout: Double = 2) -> String? {
         // A poll that fails cannot wait: stop reading (before, it polled again at once, a spin).
         guard let ready = try? Sys.poll(out[0], events: Int16(POLLIN), timeoutMs: Int32(left * 1000) + 1) else { timedOut = true; break }
         if ready == 0 { continue }
-        guard let n = try? Sys.posix("read", { buf.withUnsafeMutableBytes { read(out[0], $0.baseAddress, $0.count) } }), n > 0 else { break }
+        // `try?` makes a failure nil, as is "nothing now": either way the reading ends.
+        guard let n = try? Sys.read(out[0], into: &buf), n > 0 else { break }
         data += buf[0..<n]
     }
     Sys.close(out[0], ignoringErrors: .nothingToFlush)

@@ -39,11 +39,9 @@ extension FileSystem {
         var out: [UInt8] = []
         var buf = [UInt8](repeating: 0, count: 16384)
         while out.count <= limit {
-            let n = buf.withUnsafeMutableBytes { read(fd, $0.baseAddress, min($0.count, limit + 1 - out.count)) }
-            if n < 0 {
-                if errno == EINTR { continue }
-                let saved = errno
-                throw RefusedFile("cannot read: \(String(cString: strerror(saved)))")
+            let n: Int
+            do { n = try Sys.read(fd, into: &buf, limit: limit + 1 - out.count) ?? 0 } catch {
+                throw RefusedFile("cannot read: \(String(cString: strerror(error.errno)))")
             }
             if n == 0 { break }
             out.append(contentsOf: buf[0..<n])

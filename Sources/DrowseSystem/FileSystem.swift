@@ -12,11 +12,7 @@ package enum FileSystem {
         var out: [UInt8] = []
         var buf = [UInt8](repeating: 0, count: 16384)
         while out.count < limit {
-            let n = buf.withUnsafeMutableBytes { read(fd, $0.baseAddress, min($0.count, limit - out.count)) }
-            if n < 0 {
-                if errno == EINTR { continue }
-                throw SystemError.last("read \(path)")
-            }
+            let n = try Sys.read(fd, into: &buf, limit: limit - out.count, "read \(path)") ?? 0
             if n == 0 { break }
             out.append(contentsOf: buf[0..<n])
         }
@@ -77,8 +73,12 @@ package enum FileSystem {
     package static func writeAll(_ fd: Int32, _ bytes: [UInt8], what: @autoclosure () -> String) throws(SystemError) {
         var off = 0
         while off < bytes.count {
-            // errno is read before `what` is built (Sys.posix): building it may set errno.
-            off += try Sys.posix(what()) { bytes.withUnsafeBytes { write(fd, $0.baseAddress! + off, bytes.count - off) } }
+            // A descriptor that would block has no room now: wait until it has.
+            guard let n = try Sys.write(fd, bytes, from: off, what()) else {
+                try Sys.poll(fd, events: Int16(POLLOUT), timeoutMs: -1)
+                continue
+            }
+            off += n
         }
     }
 

@@ -182,8 +182,8 @@ package struct ProcessLauncher: HandlerLaunching {
         // handler with an empty or cut payload. What does not fit is written as the handler reads.
         var stdinWritten = 0
         if !req.stdin.isEmpty, fcntl(inPipe[1], F_SETFL, fcntl(inPipe[1], F_GETFL) | O_NONBLOCK) == 0 {
-            let w = req.stdin.withUnsafeBytes { write(inPipe[1], $0.baseAddress!, $0.count) }
-            if w > 0 { stdinWritten = w }
+            // What does not fit now (or a failure, seen again in the loop) is left for the loop.
+            if let w = try? Sys.write(inPipe[1], req.stdin) { stdinWritten = w }
         }
 
         let wakeFD = drowse_eventfd()
@@ -336,9 +336,13 @@ package struct ProcessLauncher: HandlerLaunching {
             guard fd >= 0 else { return }
             var chunk = [UInt8](repeating: 0, count: 8192)
             while true {
-                let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+                // Nothing more now: wait for the next poll. The end, or a failure: the stream is over.
+                let n: Int
+                do {
+                    guard let read = try Sys.read(fd, into: &chunk) else { return }
+                    n = read
+                } catch { n = 0 }
                 if n > 0 { lines[fd, default: []].append(contentsOf: chunk[0..<n]); flush(fd, final: false); continue }
-                if n < 0 && (errno == EAGAIN || errno == EINTR) { return }
                 flush(fd, final: true)
                 Sys.close(fd, ignoringErrors: .nothingToFlush)
                 fd = -1
@@ -379,9 +383,10 @@ package struct ProcessLauncher: HandlerLaunching {
                 else if p.fd == errFD { drain(&errFD) }
                 else if p.fd == inFD {
                     if p.revents & Int16(POLLERR | POLLHUP) != 0 { Sys.close(inFD, ignoringErrors: .nothingToFlush); inFD = -1; continue }
-                    let w = req.stdin.withUnsafeBytes { write(inFD, $0.baseAddress! + written, $0.count - written) }
-                    if w > 0 { written += w }
-                    if w < 0 && errno != EAGAIN && errno != EINTR { Sys.close(inFD, ignoringErrors: .nothingToFlush); inFD = -1; continue }
+                    do { written += try Sys.write(inFD, req.stdin, from: written) ?? 0 } catch {
+                        // The handler closed its standard input (EPIPE): the rest is not wanted.
+                        Sys.close(inFD, ignoringErrors: .nothingToFlush); inFD = -1; continue
+                    }
                     if written >= req.stdin.count { Sys.close(inFD, ignoringErrors: .nothingToFlush); inFD = -1 }
                 }
             }

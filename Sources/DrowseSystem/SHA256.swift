@@ -52,8 +52,7 @@ package struct SHA256Hasher: ~Copyable {
         var h = SHA256Hasher()
         var buf = [UInt8](repeating: 0, count: 1 << 20)
         while true {
-            let n = buf.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if n < 0 { if errno == EINTR { continue }; throw SystemError.last("read \(path)") }
+            let n = try Sys.read(fd, into: &buf, "read \(path)") ?? 0
             if n == 0 { break }
             buf.withUnsafeBytes { h.update(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
         }

@@ -262,10 +262,9 @@ final class Download {
         defer { gatheredCount = 0 }
         var off = 0
         while off < gatheredCount {
-            let n = write(fd, room + off, gatheredCount - off)
-            if n < 0 {
-                if errno == EINTR { continue }
-                let e = errno
+            let n: Int
+            do { n = try Sys.write(fd, room + off, count: gatheredCount - off) ?? 0 } catch {
+                let e = error.errno
                 return machine.writeFailed("writing \(job.partPath): \(String(cString: strerror(e)))", noSpace: e == ENOSPC || e == EDQUOT)
             }
             off += n

@@ -201,8 +201,7 @@ private final class Child: Sendable {
         OSThread.detach(name: "task-run-wait") {
             do { status.raw = try Sys.waitForExit(pid) } catch { StandardStream.error("drowse: \(error)\n") }
             drowse_forget_child(pid)
-            var one: UInt8 = 1
-            if let e = Sys.noted("write", { write(doneWrite, &one, 1) }) { StandardStream.error("drowse: \(e)\n") }
+            do { _ = try Sys.write(doneWrite, [1]) } catch { StandardStream.error("drowse: \(error)\n") }
             // Closing the write end wakes the reader as well (end of file), whatever the write did.
             Sys.close(doneWrite, ignoringErrors: .nothingToFlush)
         }
