@@ -106,11 +106,13 @@ package struct APIRouter: Sendable {
     static func isMetrics(method: String, path: String) -> Bool { APIRoute.match(method: method, path: path)?.route == .metrics }
 
     /// The metrics in the Prometheus text format, or the error as JSON text; with the answer's Content-Type.
+    /// Admin callers only (root, drowsed's user, the `drowse` group): the series name every app
+    /// and say what each did, which `drowse status` shows only to them too.
     package func metrics(caller: Caller) async -> (status: Int, body: String, contentType: String) {
-        do { return (200, try await agent.metricsText(caller: caller), "text/plain; version=0.0.4; charset=utf-8") } catch {
-            let json = JSON.object([("error", .object([("code", .string(error.code)), ("message", .string(error.message))]))])
-            return (error.status, json.pretty + "\n", "application/json")
-        }
+        if caller.isAdmin { return (200, await agent.metricsText(), "text/plain; version=0.0.4; charset=utf-8") }
+        let error = APIError.forbidden("metrics are for root and the drowse group")
+        let json = JSON.object([("error", .object([("code", .string(error.code)), ("message", .string(error.message))]))])
+        return (error.status, json.pretty + "\n", "application/json")
     }
 
     package func handle(_ req: APIRequest, caller: Caller) async -> (Int, JSON) {
@@ -281,6 +283,16 @@ extension FetchService.Refusal: APIRefusal {
     var answer: APIError {
         switch self {
         case .busy(let why): APIError(409, "busy", why)
+        case .noFetchCommand(let app): APIError(409, "no_fetch_command", "app '\(app)' has no fetch command")
+        case .stopping: APIError(409, "busy", "drowsed is stopping")
+        case .store(let why): .internal(why)
+        }
+    }
+}
+
+extension MQTTLink.Refusal: APIRefusal {
+    var answer: APIError {
+        switch self {
         case .store(let why): .internal(why)
         }
     }
@@ -308,6 +320,8 @@ extension TransferService.Refusal: APIRefusal {
         case .forbidden: .forbidden(description)
         case .tooMany: APIError(429, "too_many_transfers", description)
         case .store: .internal(description)
+        case .noTransfer: .notFound(description)
+        case .noPageStart: .badRequest(description)
         }
     }
 }

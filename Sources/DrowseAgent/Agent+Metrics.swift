@@ -5,12 +5,8 @@ import Logging
 /// `GET /v1/metrics`, `drowse metrics` and the `[metrics] textfile`: the counters in
 /// `AgentMetrics`, with gauges read at the moment of asking.
 extension Agent {
-    /// The Prometheus text. Admin callers only (root, drowsed's user, the `drowse` group): the
-    /// series name every app and say what each did, which `drowse status` shows only to them too.
-    package func metricsText(caller: Caller) throws(APIError) -> String {
-        guard caller.isAdmin else { throw .forbidden("metrics are for root and the drowse group") }
-        return metricsExposition()
-    }
+    /// The Prometheus text (the router gives it to admin callers only).
+    package func metricsText() -> String { metricsExposition() }
 
     func metricsExposition() -> String { parts.metricsFile.exposition() }
 }

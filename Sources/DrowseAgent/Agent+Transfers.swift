@@ -39,6 +39,10 @@ extension TransferService {
         /// The app has this many unfinished transfers, the most allowed.
         case tooMany(app: String, unfinished: Int)
         case store(String)
+        /// No such transfer, or one of an app the caller may not see (they answer alike).
+        case noTransfer(String)
+        /// A listing asked to start after a transfer that is not there.
+        case noPageStart(String)
 
         package var description: String {
             switch self {
@@ -46,6 +50,8 @@ extension TransferService {
             case .badRequest(let why), .forbidden(let why), .store(let why): why
             case .noSuchUser(let app, let user): "app '\(app)' runs as '\(user)', which is not a user here"
             case .tooMany(let app, let n): "app '\(app)' has \(n) unfinished transfers, the most allowed ([transfers] max_per_app)"
+            case .noTransfer(let id): "no transfer '\(id)'"
+            case .noPageStart(let id): "no transfer '\(id)' to list after"
             }
         }
     }
@@ -149,16 +155,20 @@ extension Agent {
     package func transfers(app: String?, after: String?, limit: Int, caller: Caller) throws(APIError) -> [Transfer] {
         var scope: [String]? = caller.isAdmin ? nil : parts.registry.apps.values.filter { parts.registry.visible($0, to: caller) }.map(\.id)
         if let app { scope = scope.map { $0.contains(app) ? [app] : [] } ?? [app] }
-        let page: [Transfer]?
-        do { page = try store.transfers(apps: scope, after: after, limit: limit) } catch { throw .internal("\(error)") }
-        guard let page else { throw .badRequest("no transfer '\(after ?? "")' to list after") }
-        return page.map(parts.transfers.withLive)
+        return try refused { () throws(TransferService.Refusal) in
+            let page: [Transfer]?
+            do { page = try store.transfers(apps: scope, after: after, limit: limit) } catch { throw .store("\(error)") }
+            guard let page else { throw .noPageStart(after ?? "") }
+            return page.map(parts.transfers.withLive)
+        }
     }
 
     package func transfer(_ id: String, caller: Caller) throws(APIError) -> Transfer {
-        guard let t = parts.transfers.current(id) else { throw .notFound("no transfer '\(id)'") }
-        guard caller.isAdmin || (parts.registry[t.app].map { parts.registry.visible($0, to: caller) } ?? false) else { throw .notFound("no transfer '\(id)'") }
-        return parts.transfers.withLive(t)
+        try refused { () throws(TransferService.Refusal) in
+            guard let t = parts.transfers.current(id),
+                  caller.isAdmin || (parts.registry[t.app].map { parts.registry.visible($0, to: caller) } ?? false) else { throw .noTransfer(id) }
+            return parts.transfers.withLive(t)
+        }
     }
 
     /// `GET /v1/transfers/ID?wait=S` (`drowse transfer wait`): the transfer once it is

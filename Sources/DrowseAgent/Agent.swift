@@ -187,9 +187,7 @@ package struct AgentParts {
     /// `drowse fetch ID`: run now and wait for the result.
     package func fetchNow(_ id: String, caller: Caller) async throws(APIError) -> HandlerOutcome {
         let app = try app(id, for: caller)
-        guard app.fetchCommand != nil || app.isResident else { throw APIError(409, "no_fetch_command", "app '\(id)' has no fetch command") }
-        guard !stopping else { throw APIError(409, "busy", "drowsed is stopping") }
-        let run = try refused { () throws(FetchService.Refusal) in try parts.fetch.fetchNow(id) }
+        let run = try refused { () throws(FetchService.Refusal) in try parts.fetch.fetchNow(app) }
         return await run.outcome()
     }
 
@@ -260,8 +258,7 @@ package struct AgentParts {
     /// and goes out in the fleet status.
     package func report(_ id: String, fields: [String: String], caller: Caller) throws(APIError) -> JSON {
         let app = try app(id, for: caller)
-        do { try store.setReport(app: app.id, fields, now: now()) } catch { throw .internal("\(error)") }
-        parts.mqtt.reported(app: app.id, fields: fields)
+        try refused { () throws(MQTTLink.Refusal) in try parts.mqtt.reported(app: app.id, fields: fields) }
         return .object([("id", .string(app.id)), ("report", AppReport.json(fields))])
     }
 }

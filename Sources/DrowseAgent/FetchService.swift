@@ -250,6 +250,14 @@ extension Store: FetchStore {}
         events.post(.runEnded(app: app, event: .fetch, failed: true, startedAt: t, endedAt: t))
     }
 
+    /// `drowse fetch ID` of an app as the registry has it: refused for an app with nothing to
+    /// fetch with, and while drowsed stops.
+    package func fetchNow(_ app: AppDefinition) throws(Refusal) -> HandlerRun {
+        guard app.fetchCommand != nil || app.isResident else { throw .noFetchCommand(app.id) }
+        guard !runs.stopping else { throw .stopping }
+        return try fetchNow(app.id)
+    }
+
     /// `drowse fetch ID`: starts it now, or says why not; the run gives the outcome.
     package func fetchNow(_ id: String) throws(Refusal) -> HandlerRun {
         let (run, refused) = schedule(.fetchRequested(app: id, now: now()))
@@ -261,6 +269,10 @@ extension Store: FetchStore {}
     package enum Refusal: Error, Sendable, Equatable {
         /// The scheduler's reason (a fetch of the app runs already).
         case busy(String)
+        /// The app has no fetch command (and is not resident).
+        case noFetchCommand(String)
+        /// drowsed is stopping: no fetch starts.
+        case stopping
         /// The store failed.
         case store(String)
     }

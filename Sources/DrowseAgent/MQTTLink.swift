@@ -196,8 +196,15 @@ struct FleetStatusState {
         }
     }
 
+    /// Why a request was refused.
+    package enum Refusal: Error, Sendable, Equatable {
+        /// The store failed.
+        case store(String)
+    }
+
     /// `POST /v1/apps/ID/report`: kept across restarts and sent in the fleet status.
-    func reported(app: String, fields: [String: String]) {
+    func reported(app: String, fields: [String: String]) throws(Refusal) {
+        do { try store.setReport(app: app, fields, now: timeline.now()) } catch { throw .store("\(error)") }
         fleet.reports[app] = fields
         republishStatusIfChanged()
     }
