@@ -122,7 +122,7 @@ final class APIConnectionGate: ChannelDuplexHandler {
     /// A short HTTP answer written beneath the HTTP handlers (no request was read), then close.
     private func refuse(context: ChannelHandlerContext, status: String, code: String, message: String) {
         refused = true
-        let body = JSON.object([("error", .object([("code", .string(code)), ("message", .string(message))]))]).serialized + "\n"
+        let body = APIWire.Error(code: code, message: message).json.serialized + "\n"
         let text = "HTTP/1.1 \(status)\r\nContent-Type: application/json\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n" + body
         var buf = context.channel.allocator.buffer(capacity: text.utf8.count)
         buf.writeString(text)

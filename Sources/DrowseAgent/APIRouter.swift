@@ -111,15 +111,14 @@ package struct APIRouter: Sendable {
     package func metrics(caller: Caller) async -> (status: Int, body: String, contentType: String) {
         if caller.isAdmin { return (200, await agent.metricsText(), "text/plain; version=0.0.4; charset=utf-8") }
         let error = APIError.forbidden("metrics are for root and the drowse group")
-        let json = JSON.object([("error", .object([("code", .string(error.code)), ("message", .string(error.message))]))])
-        return (error.status, json.pretty + "\n", "application/json")
+        return (error.status, error.wire.json.pretty + "\n", "application/json")
     }
 
     package func handle(_ req: APIRequest, caller: Caller) async -> (Int, JSON) {
         do {
             return (200, try await route(req, caller: caller))
         } catch {
-            return (error.status, .object([("error", .object([("code", .string(error.code)), ("message", .string(error.message))]))]))
+            return (error.status, error.wire.json)
         }
     }
 
@@ -179,13 +178,13 @@ package struct APIRouter: Sendable {
             return try await agent.appDetail(p[0], caller: caller)
         case .fetch:
             let outcome = try await agent.fetchNow(p[0], caller: caller)
-            return .object([
-                ("id", .string(p[0])), ("result", .string(outcome.result.rawValue)), ("ending", .string(outcome.summary)),
-                ("started_at", .number(agent.timeline.wall(outcome.startedAt))), ("ended_at", .number(agent.timeline.wall(outcome.endedAt))),
-            ])
+            let end = APIWire.RunEnd(
+                result: outcome.result.rawValue, ending: outcome.summary,
+                startedAt: agent.timeline.wall(outcome.startedAt), endedAt: agent.timeline.wall(outcome.endedAt))
+            return APIWire.FetchResult(id: p[0], end: end).json
         case .used:
             try await agent.used(p[0], caller: caller)
-            return .object([("id", .string(p[0])), ("recorded", true)])
+            return APIWire.Recorded(id: p[0]).json
         case .report:
             let b = try body(req)
             let fields: [String: String]
@@ -193,14 +192,14 @@ package struct APIRouter: Sendable {
             return try await agent.report(p[0], fields: fields, caller: caller)
         case .quit:
             let n = try await agent.quit(p[0], caller: caller)
-            return .object([("id", .string(p[0])), ("cancelled_transfers", JSON(n))])
+            return APIWire.QuitAnswer(id: p[0], cancelledTransfers: n).json
         case .completeEvent:
             let b = try body(req)
             guard let text = try string(b, "result"), let result = FetchResult(rawValue: text) else {
                 throw .badRequest("'result' is one of new-data, no-data, failed")
             }
             try await agent.completeEvent(p[0], event: p[1], result: result, caller: caller)
-            return .object([("id", .string(p[1])), ("recorded", true)])
+            return APIWire.Recorded(id: p[1]).json
         case .beginTask:
             let b = try body(req)
             let name = try string(b, "name")

@@ -215,11 +215,11 @@ final class APIHandler: ChannelInboundHandler, RemovableChannelHandler {
         let keepAlive = head.isKeepAlive
         let loopBound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
         if tooLarge {
-            respond(context: context, status: 413, json: .object([("error", .object([("code", "too_large"), ("message", "request body over 256 KiB")]))]), keepAlive: false)
+            respond(context: context, status: 413, json: APIWire.Error(code: "too_large", message: "request body over 256 KiB").json, keepAlive: false)
             return
         }
         guard let caller else {
-            respond(context: context, status: 403, json: .object([("error", .object([("code", "forbidden"), ("message", "no peer credentials")]))]), keepAlive: false)
+            respond(context: context, status: 403, json: APIWire.Error(code: "forbidden", message: "no peer credentials").json, keepAlive: false)
             return
         }
         let (path, query) = Self.split(head.uri)
@@ -262,7 +262,7 @@ final class APIHandler: ChannelInboundHandler, RemovableChannelHandler {
             let (handler, ctx) = loopBound.value
             handler.stream = nil
             handler.respond(context: ctx, status: error.status,
-                            json: .object([("error", .object([("code", .string(error.code)), ("message", .string(error.message))]))]),
+                            json: error.wire.json,
                             keepAlive: false)
         }
     }

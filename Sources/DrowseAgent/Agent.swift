@@ -244,12 +244,12 @@ package struct AgentParts {
     package func activate(_ id: String, _ on: Bool, caller: Caller) throws(APIError) -> JSON {
         _ = try app(id, for: caller)
         _ = lifecycle { $0.activate(id, on) }
-        return .object([("id", .string(id))] + stateMembers(id))
+        return APIWire.StateAnswer(id: id, state: stateWire(id)).json
     }
 
-    func stateMembers(_ id: String) -> [(String, JSON)] {
+    func stateWire(_ id: String) -> APIWire.AppState {
         let s = lifecycle { $0.state(of: id) }
-        return [("state", JSON(s?.state.rawValue)), ("state_reason", JSON(s?.reason)), ("state_since", JSON(wall(s?.since)))]
+        return APIWire.AppState(state: s?.state.rawValue, reason: s?.reason, since: wall(s?.since))
     }
 
     // MARK: reports
@@ -259,6 +259,6 @@ package struct AgentParts {
     package func report(_ id: String, fields: [String: String], caller: Caller) throws(APIError) -> JSON {
         let app = try app(id, for: caller)
         try refused { () throws(MQTTLink.Refusal) in try parts.mqtt.reported(app: app.id, fields: fields) }
-        return .object([("id", .string(app.id)), ("report", AppReport.json(fields))])
+        return APIWire.ReportAnswer(id: app.id, report: APIWire.Report(fields)).json
     }
 }

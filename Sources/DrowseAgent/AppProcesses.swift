@@ -307,17 +307,15 @@ import Logging
     /// `limits` of `drowse apps show --json`: the values, and what holds each ("cgroup", or
     /// "rlimit" — RLIMIT_NPROC counts every process of the app's user, RLIMIT_DATA each process
     /// on its own): as at the app's last start, before it by the controllers the tree has.
-    func limitsJSON(_ app: AppDefinition) -> JSON {
+    func limitsWire(_ app: AppDefinition) -> APIWire.Limits {
         let l = limits(of: app)
         let held = limitHolders[app.id]
         let controllers = suspension.limitControllers
         func by(_ h: Bool) -> String { h ? "cgroup" : "rlimit" }
-        return .object([
-            ("processes", JSON(l.processes)), ("memory", JSON(l.memory)),
-            ("memory_text", .string(AppLimits.formatMemory(l.memory))),
-            ("processes_enforced_by", .string(by(held?.processes ?? controllers.contains("pids")))),
-            ("memory_enforced_by", .string(by(held?.memory ?? controllers.contains("memory")))),
-        ])
+        return APIWire.Limits(
+            processes: l.processes, memory: l.memory, memoryText: AppLimits.formatMemory(l.memory),
+            processesEnforcedBy: by(held?.processes ?? controllers.contains("pids")),
+            memoryEnforcedBy: by(held?.memory ?? controllers.contains("memory")))
     }
 
     // MARK: memory pressure
@@ -357,14 +355,11 @@ import Logging
     }
 
     /// `lifecycle` of `drowse status --json`.
-    func statusJSON() -> JSON {
-        .object([
-            ("suspension", .string(suspension.mechanism.rawValue)), ("cgroup", JSON(suspension.cgroupBase)),
-            ("memory_pressure", .string(memoryPressureStatus)),
-            // The spawn helper's pid while it runs (null: handlers start in-process).
-            ("spawner_pid", JSON(SpawnHelper.pid.map(Int.init))),
-            ("spawner_refused", JSON(SpawnHelper.refusals.count)),
-            ("spawner_fallbacks", JSON(SpawnHelper.fallbacks)),
-        ])
+    func statusWire() -> APIWire.Status.Lifecycle {
+        APIWire.Status.Lifecycle(
+            suspension: suspension.mechanism.rawValue, cgroup: suspension.cgroupBase, memoryPressure: memoryPressureStatus,
+            // The spawn helper's pid while it runs (nil: handlers start in-process).
+            spawnerPID: SpawnHelper.pid.map(Int.init), spawnerRefused: SpawnHelper.refusals.count,
+            spawnerFallbacks: SpawnHelper.fallbacks)
     }
 }

@@ -54,4 +54,7 @@ package struct APIError: Error, Sendable {
     package static func forbidden(_ what: String) -> APIError { APIError(403, "forbidden", what) }
     package static func badRequest(_ what: String) -> APIError { APIError(400, "bad_request", what) }
     package static func `internal`(_ what: String) -> APIError { APIError(500, "internal", what) }
+
+    /// The answer's body: the API's `Error`.
+    package var wire: APIWire.Error { APIWire.Error(code: code, message: message) }
 }

@@ -224,9 +224,6 @@ package protocol EventSink: AnyObject, Sendable {
 extension AppLifecycle.Task {
     /// `wall`: the wall clock's skew from the timeline (`expires_at` is shown in wall time).
     package func json(now: Double, wall skew: Double) -> JSON {
-        .object([
-            ("id", .string(id)), ("app", .string(app)), ("name", JSON(name)), ("state", .string(status.rawValue)),
-            ("expires_at", .number(expiresAt + skew)), ("time_remaining", .number(timeRemaining(now: now))),
-        ])
+        APIWire.Task(id: id, app: app, name: name, state: status.rawValue, expiresAt: expiresAt + skew, timeRemaining: timeRemaining(now: now)).json
     }
 }

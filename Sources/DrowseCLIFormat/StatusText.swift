@@ -10,79 +10,86 @@ package enum StatusText {
     package static func printable(_ line: String) -> String { LogText.escape(line) }
 
     /// `drowse status`, from `GET /v1/status`.
-    package static func status(_ s: JSON, now: Double) -> [String] {
+    package static func status(_ json: JSON, now: Double) -> [String] {
+        let s = APIWire.Status(json: json)
         var out: [String] = []
-        out.append("drowsed \(s["version"]?.stringValue ?? "?") on device \(s["device_id"]?.stringValue ?? "?")")
-        let m = s["mqtt"]
-        if m?["configured"]?.boolValue == true {
-            out.append("mqtt:        \(m?["connected"]?.boolValue == true ? "connected" : "not connected") (\(m?["url"]?.stringValue ?? ""))")
+        out.append("drowsed \(s.version ?? "?") on device \(s.deviceID ?? "?")")
+        if let m = s.mqtt, m.configured == true {
+            out.append("mqtt:        \(m.connected == true ? "connected" : "not connected") (\(m.url ?? ""))")
         } else {
             out.append("mqtt:        not configured")
         }
-        if let c = s["conditions"] { out.append("conditions:  \(conditions(c))") }
-        let apps = s["next_window_apps"]?.arrayValue?.compactMap(\.stringValue) ?? []
-        out.append("next window: \(Human.when(s["next_window"]?.doubleValue, now: now))\(apps.isEmpty ? "" : " (" + apps.joined(separator: ", ") + ")")")
-        out.append("apps:        \(s["apps"]?.intValue ?? 0) valid, \(s["invalid_apps"]?.intValue ?? 0) invalid")
-        if let l = s["lifecycle"] {
-            let where_ = l["cgroup"]?.stringValue.map { " (\($0))" } ?? ""
-            out.append("suspension:  \(l["suspension"]?.stringValue ?? "?")\(where_)")
-            out.append("memory:      pressure \(l["memory_pressure"]?.stringValue ?? "?")")
+        if let c = s.conditions { out.append("conditions:  \(conditions(c))") }
+        let apps = s.nextWindowApps ?? []
+        out.append("next window: \(Human.when(s.nextWindow, now: now))\(apps.isEmpty ? "" : " (" + apps.joined(separator: ", ") + ")")")
+        out.append("apps:        \(s.apps ?? 0) valid, \(s.invalidApps ?? 0) invalid")
+        if let l = s.lifecycle {
+            let where_ = l.cgroup.map { " (\($0))" } ?? ""
+            out.append("suspension:  \(l.suspension ?? "?")\(where_)")
+            out.append("memory:      pressure \(l.memoryPressure ?? "?")")
         }
         return out
     }
 
     /// `drowse conditions` (and the status line), from `GET /v1/conditions`.
-    package static func conditions(_ c: JSON) -> String {
-        var power = c["power_source"]?.stringValue ?? "unknown"
-        if let b = c["battery_percent"]?.intValue { power += ", battery \(b)%" + (c["charging"]?.boolValue == true ? " charging" : "") }
-        var net = c["network"]?.stringValue ?? "none"
-        if let i = c["interface"]?.stringValue { net += " (\(i)" + (c["ssid"]?.stringValue.map { ", ssid \($0)" } ?? "") + ")" }
-        if c["metered"]?.boolValue == true { net += ", metered" }
+    package static func conditions(_ json: JSON) -> String { conditions(APIWire.Conditions(json: json)) }
+
+    static func conditions(_ c: APIWire.Conditions) -> String {
+        var power = c.powerSource ?? "unknown"
+        if let b = c.batteryPercent { power += ", battery \(b)%" + (c.charging == true ? " charging" : "") }
+        var net = c.network ?? "none"
+        if let i = c.interface { net += " (\(i)" + (c.ssid.map { ", ssid \($0)" } ?? "") + ")" }
+        if c.metered == true { net += ", metered" }
         return "power \(power); network \(net)"
     }
 
     /// `drowse apps`, from `GET /v1/apps`: a header and one row per app.
     package static func apps(_ apps: JSON, now: Double) -> [String] {
         var out = ["APP".padded(16) + "STATE".padded(24) + "RESULT".padded(10) + "LAST FETCH".padded(14) + "NEXT FETCH".padded(14) + "WHY"]
-        for a in apps.arrayValue ?? [] {
-            let id = a["id"]?.stringValue ?? "?"
-            if a["valid"]?.boolValue == false {
-                out.append(id.padded(16) + "INVALID: " + (a["error"]?.stringValue ?? ""))
-                continue
+        for item in apps.arrayValue ?? [] {
+            switch APIWire.App(json: item) {
+            case .invalid(let a):
+                out.append((a.id ?? "?").padded(16) + "INVALID: " + (a.error ?? ""))
+            case .valid(let a):
+                out.append((a.id ?? "?").padded(16) + appState(a.state).padded(24) + (a.lastResult ?? "—").padded(10)
+                           + Human.when(a.lastFetch, now: now).padded(14)
+                           + Human.when(a.nextFetch, now: now).padded(14) + (a.nextFetchReason ?? ""))
             }
-            out.append(id.padded(16) + appState(a).padded(24) + (a["last_result"]?.stringValue ?? "—").padded(10)
-                       + Human.when(a["last_fetch"]?.doubleValue, now: now).padded(14)
-                       + Human.when(a["next_fetch"]?.doubleValue, now: now).padded(14) + (a["next_fetch_reason"]?.stringValue ?? ""))
         }
         return out
     }
 
     /// "suspended (idle)", "background (event)", "—".
-    package static func appState(_ a: JSON) -> String {
-        guard let s = a["state"]?.stringValue else { return "—" }
-        guard let r = a["state_reason"]?.stringValue, !r.isEmpty else { return s }
+    package static func appState(_ a: APIWire.AppState) -> String {
+        guard let s = a.state else { return "—" }
+        guard let r = a.reason, !r.isEmpty else { return s }
         return "\(s) (\(r))"
     }
 
     /// `drowse apps show ID`, from `GET /v1/apps/ID`.
-    package static func app(_ a: JSON, id: String, now: Double) -> [String] {
-        var out = ["app \(a["id"]?.stringValue ?? id)  (\(a["file"]?.stringValue ?? ""))"]
-        if a["valid"]?.boolValue == false { out.append("INVALID: \(a["error"]?.stringValue ?? "")"); return out }
-        out.append("state:            \(appState(a)) since \(Human.when(a["state_since"]?.doubleValue, now: now))"
-                   + (a["resident"]?.boolValue == true ? ", resident" : ""))
-        out.append("minimum interval: \(a["minimum_interval"]?.stringValue ?? "?")")
-        out.append("last result:      \(a["last_result"]?.stringValue ?? "—") (\(Human.when(a["last_fetch"]?.doubleValue, now: now)))")
-        out.append("next fetch:       \(Human.when(a["next_fetch"]?.doubleValue, now: now)) — \(a["next_fetch_reason"]?.stringValue ?? "")")
-        if let l = a["limits"], l["processes_enforced_by"] != nil {
-            let procs = l["processes"]?.doubleValue.map { String(Int(saturating: $0)) } ?? "unlimited"
-            out.append("limits:           processes \(procs) (\(l["processes_enforced_by"]?.stringValue ?? "?")), "
-                       + "memory \(l["memory_text"]?.stringValue ?? "?") (\(l["memory_enforced_by"]?.stringValue ?? "?"))")
+    package static func app(_ json: JSON, id: String, now: Double) -> [String] {
+        let a: APIWire.ValidApp
+        switch APIWire.App(json: json) {
+        case .invalid(let bad):
+            return ["app \(bad.id ?? id)  (\(bad.file ?? ""))", "INVALID: \(bad.error ?? "")"]
+        case .valid(let valid): a = valid
         }
-        let history = a["history"]?.arrayValue ?? []
+        var out = ["app \(a.id ?? id)  (\(a.file ?? ""))"]
+        out.append("state:            \(appState(a.state)) since \(Human.when(a.state.since, now: now))"
+                   + (a.resident == true ? ", resident" : ""))
+        out.append("minimum interval: \(a.minimumInterval ?? "?")")
+        out.append("last result:      \(a.lastResult ?? "—") (\(Human.when(a.lastFetch, now: now)))")
+        out.append("next fetch:       \(Human.when(a.nextFetch, now: now)) — \(a.nextFetchReason ?? "")")
+        if let l = a.limits, let processesBy = l.processesEnforcedBy {
+            let procs = l.processes.map { String($0) } ?? "unlimited"
+            out.append("limits:           processes \(procs) (\(processesBy)), "
+                       + "memory \(l.memoryText ?? "?") (\(l.memoryEnforcedBy ?? "?"))")
+        }
+        let history = a.history ?? []
         if !history.isEmpty {
             out.append("recent runs:")
             for r in history.prefix(10) {
-                out.append("  \(Human.when(r["started_at"]?.doubleValue, now: now).padded(12))\((r["event"]?.stringValue ?? "").padded(14))\((r["result"]?.stringValue ?? "").padded(10))\(r["ending"]?.stringValue ?? "")")
+                out.append("  \(Human.when(r.end.startedAt, now: now).padded(12))\((r.event ?? "").padded(14))\((r.end.result ?? "").padded(10))\(r.end.ending ?? "")")
             }
         }
         return out
@@ -91,10 +98,10 @@ package enum StatusText {
     /// `drowse transfers`, from the pages of `GET /v1/transfers`: a header and one row each.
     package static func transfers(_ all: [JSON]) -> [String] {
         var out = ["ID".padded(18) + "APP".padded(12) + "STATE".padded(11) + "BYTES".padded(22) + "URL / REASON"]
-        for t in all {
-            let bytes = "\(Human.bytes(t["bytes_done"]?.int64Value))/\(Human.bytes(t["bytes_total"]?.int64Value))"
-            out.append((t["id"]?.stringValue ?? "").padded(18) + (t["app"]?.stringValue ?? "").padded(12) + (t["state"]?.stringValue ?? "").padded(11)
-                       + bytes.padded(22) + (t["reason"]?.stringValue ?? t["url"]?.stringValue ?? ""))
+        for t in all.map(APIWire.Transfer.init(json:)) {
+            let bytes = "\(Human.bytes(t.bytesDone))/\(Human.bytes(t.bytesTotal))"
+            out.append((t.id ?? "").padded(18) + (t.app ?? "").padded(12) + (t.state ?? "").padded(11)
+                       + bytes.padded(22) + (t.reason ?? t.url ?? ""))
         }
         return out
     }

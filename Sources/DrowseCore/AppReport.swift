@@ -36,9 +36,7 @@ package enum AppReport {
     }
 
     /// The fields as JSON, keys sorted (one text for the same report).
-    package static func json(_ fields: [String: String]) -> JSON {
-        .object(fields.keys.sorted().map { ($0, .string(fields[$0]!)) })
-    }
+    package static func json(_ fields: [String: String]) -> JSON { APIWire.Report(fields).json }
 
     /// A stored or published report read back; what is not a valid report is dropped.
     package static func parse(_ json: JSON?) -> [String: String]? {

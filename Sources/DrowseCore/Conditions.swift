@@ -40,13 +40,14 @@ package struct Conditions: Sendable, Equatable {
         return "0x" + Pcap.hex(bytes)
     }
 
-    package var json: JSON {
-        [
-            "power_source": .string(powerSource.rawValue), "battery_percent": JSON(batteryPercent),
-            "charging": JSON(charging), "network": .string(network.rawValue), "interface": JSON(interface),
-            "ssid": JSON(ssid), "metered": .bool(metered),
-        ]
+    /// `Conditions` of the API (and of the scheduler trace).
+    package var wire: APIWire.Conditions {
+        APIWire.Conditions(
+            powerSource: powerSource.rawValue, batteryPercent: batteryPercent, charging: charging, network: network.rawValue,
+            interface: interface, ssid: ssid, metered: metered)
     }
+
+    package var json: JSON { wire.json }
 }
 
 /// One entry of /sys/class/power_supply, as read.

@@ -108,18 +108,17 @@ package struct Transfer: Sendable, Equatable {
 
     /// The contract's `--json` shape. `wall`: the wall clock's skew from drowsed's timeline
     /// (times are shown in wall time; docs/design.md, "Time on a board without a real-time clock").
-    package func json(wall skew: Double) -> JSON {
-        [
-            "id": .string(id), "app": .string(app), "session": .string(session), "kind": .string(kind.rawValue),
-            "state": .string(state.rawValue), "url": .string(url), "bytes_done": JSON(bytesDone),
-            "bytes_total": JSON(bytesTotal), "reason": JSON(reason), "location": JSON(location),
-            "sha256": JSON(sha256), "destination": JSON(destination), "source": JSON(source),
-            "protocol": JSON(uploadProtocol), "created_at": .number(createdAt + skew), "finished_at": JSON(finishedAt.map { $0 + skew }),
-            "timeout_at": JSON(timeoutAt.map { $0 + skew }), "discretionary": .bool(requirements.discretionary),
-            "no_cellular": .bool(requirements.noCellular), "requires_power": .bool(requirements.requiresPower),
-            "bytes_sent": JSON(bytesSent), "bytes_confirmed": JSON(bytesConfirmed), "upload_url": JSON(uploadURL),
-            "content_type": JSON(contentType), "attempts": JSON(attempts), "retries": JSON(retries), "next_retry_at": JSON(nextRetryAt.map { $0 + skew }),
-        ]
+    package func json(wall skew: Double) -> JSON { wire(wall: skew).json }
+
+    /// The API's `Transfer`, times in wall time.
+    package func wire(wall skew: Double) -> APIWire.Transfer {
+        APIWire.Transfer(
+            id: id, app: app, session: session, kind: kind.rawValue, state: state.rawValue, url: url, bytesDone: bytesDone,
+            bytesTotal: bytesTotal, reason: reason, location: location, sha256: sha256, destination: destination, source: source,
+            uploadProtocol: uploadProtocol, createdAt: createdAt + skew, finishedAt: finishedAt.map { $0 + skew },
+            timeoutAt: timeoutAt.map { $0 + skew }, discretionary: requirements.discretionary, noCellular: requirements.noCellular,
+            requiresPower: requirements.requiresPower, bytesSent: bytesSent, bytesConfirmed: bytesConfirmed, uploadURL: uploadURL,
+            contentType: contentType, attempts: attempts, retries: retries, nextRetryAt: nextRetryAt.map { $0 + skew })
     }
 }
 

@@ -99,7 +99,7 @@ public final class DrowseApp: Sendable {
     {
         let answer = try await call("POST", "/v1/apps/\(Self.pathComponent(app))/tasks",
                                     body: .object(name.map { [("name", .string($0))] } ?? []))
-        guard let id = answer["id"]?.stringValue else { throw DrowseError.malformed("the new task has no id") }
+        guard let id = APIWire.Task(json: answer).id else { throw DrowseError.malformed("the new task has no id") }
         let task = BackgroundTaskID(id)
         tasks.withLock { $0[task] = TaskRecord(handler: expirationHandler) }
         if earlyExpiry.withLock({ $0.remove(task) }) != nil { expiring(task) }
@@ -148,8 +148,8 @@ public final class DrowseApp: Sendable {
             answer = .failure(error)
         }
         switch answer {
-        case .success(let j) where j["state"]?.stringValue == "open":
-            return max(0, j["time_remaining"]?.doubleValue ?? 0)
+        case .success(let j) where APIWire.Task(json: j).state == "open":
+            return max(0, APIWire.Task(json: j).timeRemaining ?? 0)
         case .success:
             _ = tasks.withLock { $0.removeValue(forKey: task) }
             return nil

@@ -86,18 +86,20 @@ public struct DrowseTransfer: Sendable, Equatable {
     /// Everything drowsed said about it.
     public var json: DrowseJSON
 
+    /// Read through the API's `Transfer` (`APIWire`); nil without an id.
     init?(_ j: JSON) {
-        guard let id = j["id"]?.stringValue else { return nil }
+        let t = APIWire.Transfer(json: j)
+        guard let id = t.id else { return nil }
         self.id = id
-        app = j["app"]?.stringValue ?? ""
-        session = j["session"]?.stringValue ?? "default"
-        kind = j["kind"]?.stringValue.flatMap(Kind.init(rawValue:))
-        state = j["state"]?.stringValue.flatMap(State.init(rawValue:))
-        url = j["url"]?.stringValue ?? ""
-        bytesDone = j["bytes_done"]?.int64Value ?? 0
-        bytesTotal = j["bytes_total"]?.int64Value
-        reason = j["reason"]?.stringValue
-        location = j["location"]?.stringValue
+        app = t.app ?? ""
+        session = t.session ?? "default"
+        kind = t.kind.flatMap(Kind.init(rawValue:))
+        state = t.state.flatMap(State.init(rawValue:))
+        url = t.url ?? ""
+        bytesDone = t.bytesDone ?? 0
+        bytesTotal = t.bytesTotal
+        reason = t.reason
+        location = t.location
         json = DrowseJSON(j)
     }
 }
@@ -123,8 +125,7 @@ public struct DrowseError: Error, Sendable, Equatable, CustomStringConvertible {
 
     /// The error an answer carries (`{"error":{"code","message"}}`), or a plain one.
     static func answer(status: Int, body: [UInt8]) -> DrowseError {
-        let j = try? JSON.parse(bytes: body)
-        return DrowseError(status: status, code: j?["error"]?["code"]?.stringValue ?? "http_\(status)",
-                           message: j?["error"]?["message"]?.stringValue ?? "HTTP \(status)")
+        let e = (try? JSON.parse(bytes: body)).map(APIWire.Error.init(json:))
+        return DrowseError(status: status, code: e?.code ?? "http_\(status)", message: e?.message ?? "HTTP \(status)")
     }
 }

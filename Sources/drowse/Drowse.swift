@@ -79,7 +79,7 @@ struct GlobalOptions: ParsableArguments {
         }
         guard let json = r.json else { throw CLIError("drowsed answered HTTP \(r.status) with a body that is not JSON") }
         guard (200..<300).contains(r.status) else {
-            throw CLIError(json["error"]?["message"]?.stringValue ?? "HTTP \(r.status)")
+            throw CLIError(APIWire.Error(json: json).message ?? "HTTP \(r.status)")
         }
         return json
     }

@@ -27,10 +27,11 @@ struct Deactivate: ParsableCommand {
 }
 
 private func changeState(_ global: GlobalOptions, _ id: String, _ verb: String, json: Bool) throws {
-    let a = try global.call("POST", "/v1/apps/\(id)/\(verb)")
-    if json { printJSON(a); return }
-    let reason = a["state_reason"]?.stringValue.map { " (\($0))" } ?? ""
-    say("\(a["id"]?.stringValue ?? id): \(a["state"]?.stringValue ?? "?")\(reason)")
+    let answer = try global.call("POST", "/v1/apps/\(id)/\(verb)")
+    if json { printJSON(answer); return }
+    let a = APIWire.StateAnswer(json: answer)
+    let reason = a.state.reason.map { " (\($0))" } ?? ""
+    say("\(a.id ?? id): \(a.state.state ?? "?")\(reason)")
 }
 
 /// Finite background tasks (iOS's beginBackgroundTask) for scripts and operators.
@@ -49,7 +50,7 @@ struct TaskCommand: ParsableCommand {
 
         func run() throws {
             let t = try global.call("POST", "/v1/apps/\(app)/tasks", body: .object(name.map { [("name", .string($0))] } ?? []))
-            if json { printJSON(t) } else { say(t["id"]?.stringValue ?? "") }
+            if json { printJSON(t) } else { say(APIWire.Task(json: t).id ?? "") }
         }
     }
 
@@ -63,7 +64,7 @@ struct TaskCommand: ParsableCommand {
 
         func run() throws {
             let t = try global.call("POST", "/v1/apps/\(app)/tasks/\(task)/end")
-            if json { printJSON(t) } else { say("\(task): \(t["state"]?.stringValue ?? "?")") }
+            if json { printJSON(t) } else { say("\(task): \(APIWire.Task(json: t).state ?? "?")") }
         }
     }
 
@@ -76,13 +77,14 @@ struct TaskCommand: ParsableCommand {
         @Flag(help: "Print JSON.") var json = false
 
         func run() throws {
-            let t = try global.call("GET", "/v1/apps/\(app)/tasks/\(task)")
-            if json { printJSON(t); return }
-            for key in ["id", "app", "name", "state"] {
-                if let v = t[key]?.stringValue { say("\(key):".padded(11) + v) }
+            let answer = try global.call("GET", "/v1/apps/\(app)/tasks/\(task)")
+            if json { printJSON(answer); return }
+            let t = APIWire.Task(json: answer)
+            for (label, value) in [("id", t.id), ("app", t.app), ("name", t.name), ("state", t.state)] {
+                if let v = value { say("\(label):".padded(11) + v) }
             }
-            say("expires:".padded(11) + Human.when(t["expires_at"]?.doubleValue))
-            if let r = t["time_remaining"]?.doubleValue { say("remaining:".padded(11) + seconds(r)) }
+            say("expires:".padded(11) + Human.when(t.expiresAt))
+            if let r = t.timeRemaining { say("remaining:".padded(11) + seconds(r)) }
         }
     }
 
@@ -108,10 +110,10 @@ struct TaskCommand: ParsableCommand {
             guard let path = resolveInPath(program, env: env) else { throw CLIError("'\(program)' not found in PATH") }
 
             let label = name ?? String(program.split(separator: "/").last ?? "")
-            let t = try global.call("POST", "/v1/apps/\(app)/tasks", body: .object([("name", .string(label))]))
-            guard let task = t["id"]?.stringValue else { throw CLIError("drowsed answered a task without an id") }
+            let t = APIWire.Task(json: try global.call("POST", "/v1/apps/\(app)/tasks", body: .object([("name", .string(label))])))
+            guard let task = t.id else { throw CLIError("drowsed answered a task without an id") }
             // Enforced on the monotonic clock; `time_remaining` says how long from now.
-            var deadline = WallClock.monotonic() + max(0, t["time_remaining"]?.doubleValue ?? 0)
+            var deadline = WallClock.monotonic() + max(0, t.timeRemaining ?? 0)
 
             let child: Child
             do { child = try Child.spawn(path: path, argv: argv, env: env) } catch {
@@ -122,8 +124,8 @@ struct TaskCommand: ParsableCommand {
             var expired = false
             while !child.wait(timeout: deadline - WallClock.monotonic()) {
                 // Time is up by our clock: ask drowsed before acting (the answer is the truth).
-                if let now = try? global.call("GET", "/v1/apps/\(app)/tasks/\(task)"), now["state"]?.stringValue == "open",
-                    let left = now["time_remaining"]?.doubleValue, left > 0
+                if let now = (try? global.call("GET", "/v1/apps/\(app)/tasks/\(task)")).map(APIWire.Task.init(json:)), now.state == "open",
+                    let left = now.timeRemaining, left > 0
                 {
                     deadline = WallClock.monotonic() + left
                     continue

@@ -14,7 +14,7 @@ struct MetricsCommand: ParsableCommand {
             throw CLIError(error.description)
         }
         guard (200..<300).contains(r.status) else {
-            throw CLIError(r.json?["error"]?["message"]?.stringValue ?? "drowsed answered HTTP \(r.status)")
+            throw CLIError(r.json.flatMap { APIWire.Error(json: $0).message } ?? "drowsed answered HTTP \(r.status)")
         }
         // Line by line, escaped: Prometheus text holds no control characters, a forged one is shown.
         var text = String(decoding: r.body, as: UTF8.self)

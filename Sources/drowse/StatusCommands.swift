@@ -69,7 +69,8 @@ struct Fetch: ParsableCommand {
     func run() throws {
         let r = try global.call("POST", "/v1/apps/\(id)/fetch")
         if json { printJSON(r); return }
-        say("\(id): \(r["result"]?.stringValue ?? "?") (\(r["ending"]?.stringValue ?? ""))")
+        let end = APIWire.FetchResult(json: r).end
+        say("\(id): \(end.result ?? "?") (\(end.ending ?? ""))")
     }
 }
 
@@ -88,6 +89,6 @@ struct Quit: ParsableCommand {
 
     func run() throws {
         let r = try global.call("POST", "/v1/apps/\(id)/quit")
-        say("\(id): cancelled \(r["cancelled_transfers"]?.intValue ?? 0) transfer(s)")
+        say("\(id): cancelled \(APIWire.QuitAnswer(json: r).cancelledTransfers ?? 0) transfer(s)")
     }
 }

@@ -74,12 +74,17 @@ struct TransferCommand: ParsableCommand {
         @Flag(help: "Print JSON.") var json = false
 
         func run() throws {
-            let t = try global.call("GET", "/v1/transfers/\(id)")
-            if json { printJSON(t); return }
-            for key in ["id", "app", "session", "kind", "state", "url", "reason", "location"] {
-                if let v = t[key]?.stringValue { say("\(key):".padded(10) + v) }
+            let answer = try global.call("GET", "/v1/transfers/\(id)")
+            if json { printJSON(answer); return }
+            let t = APIWire.Transfer(json: answer)
+            let shown = [
+                ("id", t.id), ("app", t.app), ("session", t.session), ("kind", t.kind), ("state", t.state), ("url", t.url),
+                ("reason", t.reason), ("location", t.location),
+            ]
+            for (label, value) in shown {
+                if let v = value { say("\(label):".padded(10) + v) }
             }
-            say("bytes:".padded(10) + "\(Human.bytes(t["bytes_done"]?.int64Value)) of \(Human.bytes(t["bytes_total"]?.int64Value))")
+            say("bytes:".padded(10) + "\(Human.bytes(t.bytesDone)) of \(Human.bytes(t.bytesTotal))")
         }
     }
 
@@ -89,8 +94,8 @@ struct TransferCommand: ParsableCommand {
         @Argument var id: String
 
         func run() throws {
-            let t = try global.call("POST", "/v1/transfers/\(id)/cancel")
-            say("\(id): \(t["state"]?.stringValue ?? "?")")
+            let t = APIWire.Transfer(json: try global.call("POST", "/v1/transfers/\(id)/cancel"))
+            say("\(id): \(t.state ?? "?")")
         }
     }
 
@@ -115,10 +120,10 @@ struct TransferCommand: ParsableCommand {
                 let left = limit.map { max(0, $0 - (WallClock.monotonic() - start)) }
                 let wait = min(tty ? 1 : 30, left ?? 30)
                 let asked = WallClock.monotonic()
-                let t = try global.call("GET", "/v1/transfers/\(id)?wait=\(wait)")
-                let state = t["state"]?.stringValue ?? "?"
-                let done = t["bytes_sent"]?.int64Value ?? t["bytes_done"]?.int64Value ?? 0
-                let total = t["bytes_total"]?.int64Value
+                let t = APIWire.Transfer(json: try global.call("GET", "/v1/transfers/\(id)?wait=\(wait)"))
+                let state = t.state ?? "?"
+                let done = t.bytesSent ?? t.bytesDone ?? 0
+                let total = t.bytesTotal
                 let line: String
                 if tty, let total, total > 0 {
                     let width = 30
@@ -126,14 +131,14 @@ struct TransferCommand: ParsableCommand {
                     line = "[" + String(repeating: "#", count: min(width, filled)) + String(repeating: " ", count: max(0, width - filled)) + "] "
                         + "\(Human.bytes(done)) / \(Human.bytes(total)) \(state)"
                 } else {
-                    line = "\(state) \(Human.bytes(done)) of \(Human.bytes(total))" + (t["reason"]?.stringValue.map { " (\($0))" } ?? "")
+                    line = "\(state) \(Human.bytes(done)) of \(Human.bytes(total))" + (t.reason.map { " (\($0))" } ?? "")
                 }
                 if tty { StandardStream.output("\r\u{1B}[K" + LogText.escape(line)) } else if line != lastLine { say(line) }
                 lastLine = line
                 if ["completed", "failed", "cancelled"].contains(state) {
                     if tty { say("") }
                     if state != "completed" {
-                        StandardStream.error(LogText.escape("\(id): \(state)\(t["reason"]?.stringValue.map { ": \($0)" } ?? "")") + "\n")
+                        StandardStream.error(LogText.escape("\(id): \(state)\(t.reason.map { ": \($0)" } ?? "")") + "\n")
                         throw ExitCode(1)
                     }
                     return
@@ -179,7 +184,7 @@ extension Transfers {
             let list = try global.call("GET", "/v1/transfers" + query)
             guard let items = list.arrayValue else { throw CLIError("drowsed answered a transfer list that is not a list") }
             all += items
-            guard items.count == page, let last = items.last?["id"]?.stringValue, last != after else { return all }
+            guard items.count == page, let last = items.last.flatMap({ APIWire.Transfer(json: $0).id }), last != after else { return all }
             after = last
         }
     }
@@ -224,6 +229,6 @@ struct ConditionFlags: ParsableArguments {
 
 /// Creates the transfer and prints its id alone on a line (with --json: {"id"}).
 func queueTransfer(_ body: JSON, global: GlobalOptions, json: Bool) throws {
-    let t = try global.call("POST", "/v1/transfers", body: body)
-    if json { printJSON(.object([("id", t["id"] ?? nil)])) } else { say(t["id"]?.stringValue ?? "") }
+    let id = APIWire.Transfer(json: try global.call("POST", "/v1/transfers", body: body)).id
+    if json { printJSON(.object([("id", JSON(id))])) } else { say(id ?? "") }
 }
