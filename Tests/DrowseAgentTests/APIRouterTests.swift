@@ -133,6 +133,9 @@ struct APIRouterTests {
         (TransferService.Refusal.app(.noApp("x")), 404, "not_found"), (TransferService.Refusal.badRequest("why"), 400, "bad_request"),
         (TransferService.Refusal.noSuchUser(app: "a", user: "u"), 409, "no_such_user"), (TransferService.Refusal.forbidden("why"), 403, "forbidden"),
         (TransferService.Refusal.tooMany(app: "a", unfinished: 256), 429, "too_many_transfers"),
+        (TransferService.Refusal.noTransfer("t1"), 404, "not_found"), (TransferService.Refusal.noPageStart("t9"), 400, "bad_request"),
+        (FetchService.Refusal.noFetchCommand("a"), 409, "no_fetch_command"), (FetchService.Refusal.stopping, 409, "busy"),
+        (MQTTLink.Refusal.store("disk full"), 500, "internal"),
     ] as [(any APIRefusal, Int, String)])
     func refusals(refusal: any APIRefusal, status: Int, code: String) {
         #expect(refusal.answer.status == status && refusal.answer.code == code)
