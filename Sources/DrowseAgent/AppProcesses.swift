@@ -266,8 +266,8 @@ import Logging
     func handlerStarting(_ app: String) { lifecycle { $0.handlerStarting(app) } }
 
     /// A resident app's event: on its stream; `run` ends with the app's completion.
-    func deliver(_ app: String, kind: AppLifecycle.EventKind, members: [(String, JSON)], run: HandlerRun) {
-        lifecycle { $0.deliver(app, kind: kind, members: members, run: run) }
+    func deliver(_ app: String, _ body: APIWire.Event.Body, attempt: Int, run: HandlerRun) {
+        lifecycle { $0.deliver(app, body, attempt: attempt, run: run) }
     }
 
     func handlerStarted(_ app: String, _ run: HandlerRun, leaf: String?) {

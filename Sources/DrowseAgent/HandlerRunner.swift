@@ -206,7 +206,7 @@ struct RunJob: Sendable {
         switch job.run {
         case .notification(_, _, let payload, _): stdin = payload
         case .fetch(_, let trigger, _):
-            stdin = Array(JSON.object([("event", "fetch"), ("app", .string(app.id)), ("reason", .string(trigger.rawValue))]).serialized.utf8)
+            stdin = Array(APIWire.FetchInput(app: app.id, reason: trigger.rawValue).json.serialized.utf8)
         case .transfers(_, let body, _): stdin = body
         }
         let started = start(app, event: job.run.event, stdin: stdin, trigger: job.run.trigger, attempt: attempt)
@@ -249,9 +249,8 @@ struct RunJob: Sendable {
         if app.isResident {
             // A resident app gets its events on its stream; `run` ends with its completion.
             let run = HandlerRun()
-            let kind: AppLifecycle.EventKind = event == .fetch ? .fetch : event == .notification ? .notification : .transfers
             running += 1
-            processes.deliver(app.id, kind: kind, members: Self.eventMembers(event, stdin: stdin) + [("attempt", JSON(attempt))], run: run)
+            processes.deliver(app.id, Self.eventBody(event, stdin: stdin), attempt: attempt, run: run)
             logger.info("delivered \(event.rawValue) event to the resident app", metadata: ["app.id": "\(app.id)", "trigger": "\(trigger.rawValue)"])
             return Started(app: app, event: event, trigger: trigger, run: run, counted: true, delivered: true)
         }
@@ -328,15 +327,18 @@ struct RunJob: Sendable {
 
     private func ended() { running -= 1 }
 
-    /// A resident app's event, as its stream line's members (besides event, id and deadline).
-    static func eventMembers(_ event: HandlerEvent, stdin: [UInt8]) -> [(String, JSON)] {
+    /// A resident app's event, read from what a handler would get on its standard input
+    /// (docs/handlers.md, "Standard input"): its stream line carries the same.
+    nonisolated static func eventBody(_ event: HandlerEvent, stdin: [UInt8]) -> APIWire.Event.Body {
         let parsed = try? JSON.parse(bytes: stdin)
         switch event {
         case .notification:
-            return [("payload", parsed ?? .string(String(decoding: stdin, as: UTF8.self)))]
-        default:
-            guard case .object(let m)? = parsed else { return [] }
-            return m.filter { $0.0 != "event" && $0.0 != "app" }
+            return .notification(payload: parsed ?? .string(String(decoding: stdin, as: UTF8.self)))
+        case .fetch:
+            return .fetch(reason: parsed.flatMap { APIWire.FetchInput(json: $0).reason } ?? "")
+        case .transfers, .resident:  // a process is not an event: never delivered
+            let doc = parsed.map(APIWire.TransfersInput.init(json:))
+            return .transfers(session: doc?.session ?? "", transfers: doc?.transfers ?? [])
         }
     }
 

@@ -33,9 +33,11 @@ package protocol EventSink: AnyObject, Sendable {
     let clock: AgentClock
     let logger: Logger
     var sinks: [String: EventSink] = [:]
-    /// Delivered or waiting events of resident apps: what to send, and the run it finishes.
+    /// Delivered or waiting events of resident apps: what to send (its line is built when it is
+    /// sent, with its id and deadline), and the run it finishes.
     struct Pending {
-        var members: [(String, JSON)]
+        var body: APIWire.Event.Body
+        var attempt: Int
         var run: HandlerRun
         var sentAt: Double?
     }
@@ -78,10 +80,10 @@ package protocol EventSink: AnyObject, Sendable {
 
     /// A resident app's event: sent now or when its stream opens. `run` finishes when the app
     /// completes it, or fails at its deadline.
-    package func deliver(_ app: String, kind: AppLifecycle.EventKind, members: [(String, JSON)], run: HandlerRun) {
+    package func deliver(_ app: String, _ body: APIWire.Event.Body, attempt: Int, run: HandlerRun) {
         let now = self.now()
-        let (id, actions) = machine.deliver(app, kind: kind, now: now)
-        events[id] = Pending(members: members, run: run)
+        let (id, actions) = machine.deliver(app, kind: body.kind, now: now)
+        events[id] = Pending(body: body, attempt: attempt, run: run)
         carryOut(actions)
     }
 
@@ -111,7 +113,7 @@ package protocol EventSink: AnyObject, Sendable {
         if let old = sinks[app], old !== sink { old.close() }
         sinks[app] = sink
         let s = machine.state(of: app)
-        sink.send(JSON.object([("event", "hello"), ("app", .string(app)), ("state", JSON(s?.state.rawValue))]).serialized)
+        sink.send(APIWire.Event.hello(app: app, state: s?.state.rawValue).json.serialized)
         drive { $0.streamOpened(app, now: now()) }
     }
 
@@ -205,19 +207,30 @@ package protocol EventSink: AnyObject, Sendable {
 
     private func send(_ app: String, _ event: AppLifecycle.Event) {
         guard let sink = sinks[app] else { return }
-        var members: [(String, JSON)] = [("event", .string(event.kind.rawValue)), ("id", .string(event.id))]
+        let line: APIWire.Event
         if event.kind == .taskExpiring {
-            if let tid = event.task, let t = machine.task(tid, app: app) {
-                let now = self.now()
-                members += [("task", .string(tid)), ("expires_at", .number(clock.timeline.wall(t.expiresAt))), ("time_remaining", .number(t.timeRemaining(now: now)))]
-            }
+            let t = event.task.flatMap { tid in machine.task(tid, app: app).map { (tid, $0) } }
+            let now = self.now()
+            line = .taskExpiring(id: event.id, task: t.map { ($0.0, clock.timeline.wall($0.1.expiresAt), $0.1.timeRemaining(now: now)) })
         } else if var e = events[event.id] {
             e.sentAt = now()
             events[event.id] = e
-            members.append(("deadline", JSON(event.deadline.map(clock.timeline.wall))))
-            members += e.members
+            line = .delivered(id: event.id, deadline: event.deadline.map(clock.timeline.wall), e.body, attempt: e.attempt)
+        } else {
+            return
         }
-        sink.send(JSON.object(members).serialized)
+        sink.send(line.json.serialized)
+    }
+}
+
+extension APIWire.Event.Body {
+    /// The lifecycle's kind of the event.
+    var kind: AppLifecycle.EventKind {
+        switch self {
+        case .fetch: .fetch
+        case .notification: .notification
+        case .transfers: .transfers
+        }
     }
 }
 

@@ -431,10 +431,8 @@ package final class SystemTransferFiles: TransferFiles {
         case .removeFile(let path):
             if let e = files.remove(path, as: nil) { logger.warning("file left: \(e)") }
         case let .deliverSession(appID, session, batch):
-            let doc = JSON.object([
-                ("event", "transfers"), ("app", .string(appID)), ("session", .string(session)),
-                ("transfers", .array(batch.map { [skew = clock.timeline.skew] in $0.json(wall: skew) })),
-            ])
+            let skew = clock.timeline.skew
+            let doc = APIWire.TransfersInput(app: appID, session: session, transfers: batch.map { $0.wire(wall: skew) }).json
             runs.enqueue(.transfers(session: SessionKey(app: appID, session: session), stdin: Array(doc.serialized.utf8), batch: batch), owner: self)
         case .radioBusy:
             events.post(.radioUsed)

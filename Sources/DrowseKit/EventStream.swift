@@ -13,19 +13,22 @@ package enum EventLine: Equatable {
         if bytes.allSatisfy({ $0 == 0x20 || $0 == 0x09 || $0 == 0x0D }) { return .skipped("empty line") }
         let j: JSON
         do { j = try JSON.parse(bytes: bytes) } catch { return .skipped(error.description) }
-        guard case .object = j, let name = j["event"]?.stringValue else { return .skipped("not an event object") }
-        if name == "hello" { return .hello(app: j["app"]?.stringValue, state: j["state"]?.stringValue) }
+        guard case .object = j else { return .skipped("not an event object") }
+        let line = APIWire.Event(json: j)
+        guard let name = line.event else { return .skipped("not an event object") }
+        if name == "hello" { return .hello(app: line.app, state: line.state) }
         guard let kind = DrowseEvent.Kind(rawValue: name) else { return .skipped("unknown event '\(name)'") }
-        guard let id = j["id"]?.stringValue else { return .skipped("\(name) event without an id") }
+        guard let id = line.id else { return .skipped("\(name) event without an id") }
         var e = DrowseEvent(kind: kind, id: id, json: DrowseJSON(j))
-        e.deadline = j["deadline"]?.doubleValue
-        e.reason = j["reason"]?.stringValue
-        e.payload = j["payload"].map(DrowseJSON.init)
-        e.session = j["session"]?.stringValue
-        e.transfers = (j["transfers"]?.arrayValue ?? []).compactMap(DrowseTransfer.init)
-        e.task = j["task"]?.stringValue.map(BackgroundTaskID.init)
-        e.expiresAt = j["expires_at"]?.doubleValue
-        e.timeRemaining = j["time_remaining"]?.doubleValue
+        e.deadline = line.deadline
+        e.reason = line.reason
+        e.payload = line.payload.map(DrowseJSON.init)
+        e.session = line.session
+        // Each transfer read through the API's `Transfer`, and kept whole as drowsed sent it.
+        e.transfers = zip(line.transfers ?? [], j["transfers"]?.arrayValue ?? []).compactMap { DrowseTransfer($0, $1) }
+        e.task = line.task.map(BackgroundTaskID.init)
+        e.expiresAt = line.expiresAt
+        e.timeRemaining = line.timeRemaining
         if kind == .taskExpiring && e.task == nil { return .skipped("task-expiring event without a task") }
         return .event(e)
     }

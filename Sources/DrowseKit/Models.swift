@@ -87,8 +87,10 @@ public struct DrowseTransfer: Sendable, Equatable {
     public var json: DrowseJSON
 
     /// Read through the API's `Transfer` (`APIWire`); nil without an id.
-    init?(_ j: JSON) {
-        let t = APIWire.Transfer(json: j)
+    init?(_ j: JSON) { self.init(APIWire.Transfer(json: j), j) }
+
+    /// `t` as read from `j`; nil without an id.
+    init?(_ t: APIWire.Transfer, _ j: JSON) {
         guard let id = t.id else { return nil }
         self.id = id
         app = t.app ?? ""

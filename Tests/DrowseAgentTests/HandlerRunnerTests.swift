@@ -101,3 +101,25 @@ import Testing
         #expect(first.calls == ["starting(a)", "ending(new-data)", "ended"])
     }
 }
+
+/// A resident app's event line carries what a handler gets on standard input, as drowsed sent
+/// it before the wire types wrote it (docs/api.md, "Event stream").
+@Suite("Handler runner: resident event lines")
+struct ResidentEventLineTests {
+    static func line(_ event: HandlerEvent, _ stdin: String) -> String {
+        APIWire.Event.delivered(id: "e1", deadline: 1_764_110_430.5, HandlerRunner.eventBody(event, stdin: Array(stdin.utf8)), attempt: 2).json.serialized
+    }
+
+    @Test("fetch, notification (JSON or not) and transfers, key for key")
+    func lines() {
+        let fetch = APIWire.FetchInput(app: "weather", reason: "manual").json.serialized
+        #expect(Self.line(.fetch, fetch) == #"{"event":"fetch","id":"e1","deadline":1764110430.5,"reason":"manual","attempt":2}"#)
+        #expect(Self.line(.notification, #"{"aps":{"content-available":1},"z":[1,2.5,null]}"#)
+            == #"{"event":"notification","id":"e1","deadline":1764110430.5,"payload":{"aps":{"content-available":1},"z":[1,2.5,null]},"attempt":2}"#)
+        #expect(Self.line(.notification, "plain text") == #"{"event":"notification","id":"e1","deadline":1764110430.5,"payload":"plain text","attempt":2}"#)
+        let t = Transfer(id: "t1", app: "updater", session: "updates", kind: .download, url: "https://example.org/f", destination: nil, sha256: nil, createdAt: 1_764_110_400.5)
+        let doc = APIWire.TransfersInput(app: "updater", session: "updates", transfers: [t.wire(wall: 0)]).json.serialized
+        #expect(Self.line(.transfers, doc)
+            == #"{"event":"transfers","id":"e1","deadline":1764110430.5,"session":"updates","transfers":["# + t.json(wall: 0).serialized + #"],"attempt":2}"#)
+    }
+}

@@ -80,7 +80,7 @@ import Testing
         rig.clock.step(by: 3600)
         _ = rig.clock.timeline.resync()
         let run = HandlerRun()
-        rig.drive { $0.deliver("res", kind: .fetch, members: [("reason", "scheduled")], run: run) }
+        rig.drive { $0.deliver("res", .fetch(reason: "scheduled"), attempt: 1, run: run) }
         let sink = Sink()
         rig.drive { $0.openStream("res", sink: sink) }
         let events = sink.events
@@ -103,7 +103,7 @@ import Testing
         let sink = Sink()
         rig.drive { $0.openStream("res", sink: sink) }
         let run = HandlerRun()
-        rig.drive { $0.deliver("res", kind: .notification, members: [("payload", .object([]))], run: run) }
+        rig.drive { $0.deliver("res", .notification(payload: .object([])), attempt: 1, run: run) }
         await rig.advance(by: 9)
         #expect(run.peek == nil, "not before its deadline")
         await rig.advance(by: 2)
@@ -135,7 +135,7 @@ import Testing
         await rig.advance(by: 1.5)
         #expect(rig.orders.last == .freeze("res"), "suspended after the grace")
         let lines = sink.events.count
-        rig.service.deliver("res", kind: .fetch, members: [], run: HandlerRun())
+        rig.service.deliver("res", .fetch(reason: "manual"), attempt: 1, run: HandlerRun())
         #expect(sink.events.count == lines, "nothing sent before the owner carries out the orders")
         let orders = rig.service.takeOrders()
         let thaw = try #require(orders.firstIndex(of: .thaw("res")))
@@ -149,7 +149,7 @@ import Testing
         let sink = Sink()
         rig.drive { $0.openStream("res", sink: sink) }
         let run = HandlerRun()
-        rig.drive { $0.deliver("res", kind: .fetch, members: [], run: run) }
+        rig.drive { $0.deliver("res", .fetch(reason: "manual"), attempt: 1, run: run) }
         rig.stop()
         #expect(sink.closed)
         let outcome = await run.outcome()

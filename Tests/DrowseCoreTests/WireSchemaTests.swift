@@ -102,6 +102,18 @@ struct WireSchemaTests {
             APIWire.Task(id: "k-1", app: "news", name: nil, state: "expired", expiresAt: 1_700_000_030, timeRemaining: 0).json,
         ],
         "Transfer": [transfer(full: true).json, transfer(full: false).json],
+        // One line of the event stream: per kind, fully populated, then minimal.
+        "Event": [
+            APIWire.Event.hello(app: "news", state: "suspended").json, APIWire.Event.hello(app: "news", state: nil).json,
+            APIWire.Event.delivered(id: "e1", deadline: 1_700_000_030.5, .fetch(reason: "scheduled"), attempt: 2).json,
+            APIWire.Event.delivered(id: "e1", deadline: nil, .fetch(reason: "manual"), attempt: 1).json,
+            APIWire.Event.delivered(id: "e2", deadline: 1_700_000_030, .notification(payload: .object([("aps", .object([("content-available", 1)]))])), attempt: 1).json,
+            APIWire.Event.delivered(id: "e2", deadline: nil, .notification(payload: "not json"), attempt: 1).json,
+            APIWire.Event.delivered(id: "e3", deadline: 1_700_000_030, .transfers(session: "photos", transfers: [transfer(full: true), transfer(full: false)]), attempt: 3).json,
+            APIWire.Event.delivered(id: "e3", deadline: nil, .transfers(session: "default", transfers: []), attempt: 1).json,
+            APIWire.Event.taskExpiring(id: "e4", task: ("k-1", 1_700_000_030, 4.5)).json,
+            APIWire.Event.taskExpiring(id: "e4", task: ("k-1", 1_700_000_030, 0)).json,
+        ],
     ]
 
     @Test("docs/openapi.json is read")
