@@ -22,9 +22,12 @@ package struct FleetStatus: Sendable, Equatable {
     package var time: Double?
     /// What each app reported of itself (`drowse report`), by app: e.g. its version.
     package var reports: [String: [String: String]] = [:]
+    /// Each package's newest update through the daemon (docs/updates.md), by package.
+    package var updates: [String: UpdateReport] = [:]
 
     package init(online: Bool, apps: [String] = [], version: String? = nil, lastWindow: Double? = nil, appCount: Int? = nil,
-                 failedApps: [String] = [], groups: [String] = [], time: Double? = nil, reports: [String: [String: String]] = [:]) {
+                 failedApps: [String] = [], groups: [String] = [], time: Double? = nil, reports: [String: [String: String]] = [:],
+                 updates: [String: UpdateReport] = [:]) {
         self.online = online
         self.apps = apps
         self.version = version
@@ -34,6 +37,7 @@ package struct FleetStatus: Sendable, Equatable {
         self.groups = groups
         self.time = time
         self.reports = reports
+        self.updates = updates
     }
 
     /// The last will's payload with nothing known about the device.
@@ -57,6 +61,7 @@ package struct FleetStatus: Sendable, Equatable {
             ("failed_apps", .array(failedApps.map { .string($0) })), ("groups", .array(groups.map { .string($0) })),
             ("time", JSON(time)),
             ("reports", .object(reports.keys.sorted().map { ($0, AppReport.json(reports[$0]!)) })),
+            ("updates", .object(updates.keys.sorted().map { ($0, updates[$0]!.json) })),
         ])
     }
 
@@ -80,10 +85,15 @@ package struct FleetStatus: Sendable, Equatable {
         if case .object(let members)? = json["reports"] {
             for (app, r) in members { reports[app] = AppReport.parse(r) }
         }
+        var updates: [String: UpdateReport] = [:]
+        if case .object(let members)? = json["updates"] {
+            for (package, u) in members { updates[package] = UpdateReport.parse(u) }
+        }
         return FleetStatus(
             online: online, apps: apps, version: json["version"]?.stringValue, lastWindow: json["last_window"]?.doubleValue,
             appCount: json["app_count"]?.intValue ?? (json["apps"]?.arrayValue != nil ? apps.count : nil),
-            failedApps: strings("failed_apps"), groups: strings("groups"), time: json["time"]?.doubleValue, reports: reports)
+            failedApps: strings("failed_apps"), groups: strings("groups"), time: json["time"]?.doubleValue, reports: reports,
+            updates: updates)
     }
 }
 
@@ -106,6 +116,7 @@ package struct FleetListing: Sendable, Equatable {
                 ("failed_apps", .array(status.failedApps.map { .string($0) })),
                 ("groups", .array(status.groups.map { .string($0) })), ("app_count", JSON(status.appCount)),
                 ("reports", .object(status.reports.keys.sorted().map { ($0, AppReport.json(status.reports[$0]!)) })),
+                ("updates", .object(status.updates.keys.sorted().map { ($0, status.updates[$0]!.json) })),
             ])
         }
     }

@@ -10,7 +10,7 @@ struct FleetStatusTests {
     @Test("the online status keeps online and apps first and adds the fleet keys")
     func json() throws {
         let text = Self.full.json.serialized
-        #expect(text == #"{"online":true,"apps":["news","weather"],"version":"0.1.0","last_window":1700000000,"app_count":2,"failed_apps":["weather","broken"],"groups":["eu","beta"],"time":1700000100,"reports":{}}"#)
+        #expect(text == #"{"online":true,"apps":["news","weather"],"version":"0.1.0","last_window":1700000000,"app_count":2,"failed_apps":["weather","broken"],"groups":["eu","beta"],"time":1700000100,"reports":{},"updates":{}}"#)
         var none = Self.full
         none.lastWindow = nil
         #expect(try JSON.parse(none.json.serialized)["last_window"]?.isNull == true)
@@ -36,6 +36,20 @@ struct FleetStatusTests {
         // An old drowsed's status: only online and apps.
         let old = FleetStatus.parse(Array(#"{"online": true, "apps": ["a"]}"#.utf8))
         #expect(old == FleetStatus(online: true, apps: ["a"], appCount: 1))
+    }
+
+    @Test("a package's update rides the status and parses back; a report without id or known state is dropped")
+    func updates() throws {
+        var s = Self.full
+        s.updates["drowse"] = UpdateReport(
+            id: "u1", from: "1.0", to: "1.1", state: .rolledBack, reason: "drowsed.service not active",
+            times: [.downloading: 10, .installing: 20, .rolledBack: 30])
+        let text = s.json.serialized
+        #expect(text.hasSuffix(#""updates":{"drowse":{"id":"u1","from":"1.0","to":"1.1","state":"rolled-back","reason":"drowsed.service not active","times":{"downloading":10,"installing":20,"rolled-back":30}}}}"#))
+        #expect(FleetStatus.parse(Array(text.utf8)) == s)
+        let odd = #"{"online":true,"updates":{"a":{"id":"x","state":"exploded"},"b":{"state":"failed"},"c":{"id":"y","state":"waiting"}}}"#
+        #expect(FleetStatus.parse(Array(odd.utf8))?.updates == ["c": UpdateReport(id: "y", state: .waiting)])
+        #expect(UpdateState.allCases.filter(\.isFailure) == [.rolledBack, .failed])
     }
 
     @Test("what is not a status is refused", arguments: ["", "[]", "{}", #"{"online": "yes"}"#, "not json"])
