@@ -15,6 +15,9 @@ struct FleetStatusState {
     var published: FleetStatus?
     /// Each app's report (`drowse report`), as stored: read with the app files, kept here after.
     var reports: [String: [String: String]] = [:]
+    /// Each package's newest update (docs/updates.md), read from the updates' directories at
+    /// start and at every reload (the installer asks for one at each step).
+    var updates: [String: UpdateReport] = [:]
 }
 
 /// The MQTT side of the daemon: the persistent session (libmosquitto on its own thread), the
@@ -74,6 +77,10 @@ struct FleetStatusState {
         }
     }
 
+    func loadUpdates() {
+        fleet.updates = UpdateFiles.newestByPackage(in: UpdateFiles.directory(stateDir: config.stateDir))
+    }
+
     /// What each app last reported of itself: shown by `drowse apps show` and in the fleet status.
     func loadReports() {
         fleet.reports = Dictionary(uniqueKeysWithValues: registry.ids.map { ($0, (try? store.report(app: $0)) ?? [:]) })
@@ -83,6 +90,7 @@ struct FleetStatusState {
     /// retries on its own thread) on the network the conditions part read.
     package func start() {
         loadReports()
+        loadUpdates()
         connect(online: conditions.current.network != .none, path: conditions.current.networkKey)
     }
 
@@ -172,6 +180,7 @@ struct FleetStatusState {
     /// A reload: subscriptions follow the apps; removed apps leave the status.
     func appsReloaded() {
         for id in fleet.lastRunFailed.keys where registry[id] == nil { fleet.lastRunFailed[id] = nil }
+        loadUpdates()
         guard let m = config.mqtt, let session else { return }
         session.setSubscriptions(subscriptions(m))
         loadFailedApps()
@@ -186,7 +195,7 @@ struct FleetStatusState {
         return FleetStatus(
             online: true, apps: ids, version: Agent.version, lastWindow: timeline.wall(fleet.lastWindow), appCount: ids.count,
             failedApps: failed, groups: config.mqtt?.groups ?? [], time: timeline.wall(timeline.now()),
-            reports: fleet.reports.filter { registry[$0.key] != nil && !$0.value.isEmpty })
+            reports: fleet.reports.filter { registry[$0.key] != nil && !$0.value.isEmpty }, updates: fleet.updates)
     }
 
     /// The last results the store remembers (fetches), before any run of this daemon's.

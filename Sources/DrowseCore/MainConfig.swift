@@ -29,6 +29,18 @@ package struct MainConfig: Sendable, Equatable {
     }
     /// `[limits]`: every app's limits unless its app file sets its own (`AppLimits`).
     package var limits = AppLimits.defaults
+    package var updates = UpdatesConfig()
+
+    /// `[updates]`: when `drowse update` may install (docs/updates.md).
+    package struct UpdatesConfig: Sendable, Equatable {
+        /// The local times of day at which installs may start; empty: any time.
+        package var window = MaintenanceWindow.always
+        /// The health check's defaults, when an update names none.
+        package var healthFor: Duration = .seconds(30)
+        package var checkWithin: Duration = .seconds(300)
+
+        package init() {}
+    }
 
     /// `[metrics]`: where node_exporter's textfile collector reads drowsed's counters.
     package struct MetricsConfig: Sendable, Equatable {
@@ -336,11 +348,28 @@ package struct MainConfig: Sendable, Equatable {
             limits = try l.limits().resolved(defaults: limits)
             try l.rejectUnknown()
         }
+        var updates = UpdatesConfig()
+        if var u = try r.table("updates") {
+            if let texts = try u.stringArray("window") {
+                switch MaintenanceWindow.parse(texts) {
+                case .success(let w): updates.window = w
+                case .failure(let e): throw u.error("window", e.description)
+                }
+            }
+            updates.healthFor = try u.duration("health_for") ?? updates.healthFor
+            updates.checkWithin = try u.duration("check_within", minimum: .seconds(1)) ?? updates.checkWithin
+            guard updates.checkWithin > updates.healthFor else {
+                throw u.error("check_within", "must be longer than health_for (\(DurationText.format(updates.healthFor)))")
+            }
+            try u.rejectUnknown()
+        }
         try r.rejectUnknown()
-        return MainConfig(
+        var config = MainConfig(
             file: file, deviceID: deviceID, stateDir: stateDir, appsDir: appsDir, socket: socket, mqtt: mqtt,
             conditions: conditions, radioModel: radioModel, radioTail: radioTail, scheduler: scheduler, transfers: transfers,
             notifications: notifications, lifecycle: lifecycle, metrics: metrics, api: api, limits: limits)
+        config.updates = updates
+        return config
     }
 }
 

@@ -59,6 +59,7 @@ struct Drowse: ParsableCommand {
         subcommands: [
             Status.self, Apps.self, Fetch.self, Used.self, ConditionsCommand.self, Push.self, TransferCommand.self,
             Transfers.self, Quit.self, Activate.self, Deactivate.self, TaskCommand.self, Keygen.self, Simulate.self, MetricsCommand.self,
+            UpdateCommand.self,
             FleetCommand.self, Report.self, Payload.self, TimelineCommand.self, RadioCommand.self,
         ])
 }

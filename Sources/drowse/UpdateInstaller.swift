@@ -1,0 +1,281 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import DrowseCore
+import DrowseSystem
+
+/// The installer of `drowse update apply` (docs/updates.md): prepare (keep the installed
+/// version's package), install (dpkg, then the service restarts), check (the service active for
+/// `health_for`, then the check command), then commit, or roll back to the kept version. Each
+/// step is written to `state.json` before it starts, and every step can run again: a power cut
+/// anywhere resumes at the step written (`drowse update resume`, before drowsed starts).
+struct UpdateInstaller {
+    let files: UpdateFiles
+
+    static let environment = ["PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C", "DEBIAN_FRONTEND=noninteractive"]
+
+    /// Starts `drowse update apply` for `files` as the transient unit `drowse-update-<id>.service`,
+    /// outside drowsed's cgroup: stopping or restarting drowsed does not stop it. An installer
+    /// already running for the update is fine (ok).
+    static func launch(_ files: UpdateFiles) -> (ok: Bool, reason: String) {
+        let unit = "drowse-update-\(files.id).service"
+        guard FileSystem.isDirectory("/run/systemd/system") else { return (false, "systemd is not running: an update needs it") }
+        let running = runCommand(["/usr/bin/systemctl", "is-active", "--quiet", unit], timeout: 10)
+        if running.status == 0 { return (true, "running") }
+        let me = Self.ownPath()
+        let r = runCommand([
+            "/usr/bin/systemd-run", "--quiet", "--collect", "--unit", unit, "--description", "drowse update \(files.id)",
+            "-p", "TimeoutStopSec=60", "--", me, "update", "apply", "--dir", files.dir,
+        ], timeout: 30)
+        if r.status == 0 { return (true, "started") }
+        // Started by another caller in between: the unit is there.
+        if runCommand(["/usr/bin/systemctl", "is-active", "--quiet", unit], timeout: 10).status == 0 { return (true, "running") }
+        return (false, "systemd-run: \(r.lastLine)")
+    }
+
+    /// This program's path (the installed binary, so the unit runs what was installed).
+    static func ownPath() -> String {
+        var buf = [CChar](repeating: 0, count: 4096)
+        let n = readlink("/proc/self/exe", &buf, buf.count - 1)
+        guard n > 0 else { return "/usr/bin/drowse" }
+        let path = String(decoding: buf[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        // Replaced by dpkg while running: the kernel says "(deleted)"; the name is the new one.
+        return path.hasSuffix(" (deleted)") ? String(path.dropLast(10)) : path
+    }
+
+    func run() throws {
+        let lock: Int32
+        do { lock = try Sys.open(files.dir + "/lock", O_RDWR | O_CREAT | O_CLOEXEC, mode: 0o600) } catch { throw CLIError("\(error)") }
+        guard flock(lock, LOCK_EX | LOCK_NB) == 0 else {
+            say("update \(files.id): another installer has it")
+            return
+        }
+        let request: UpdateRequest
+        do { request = try files.request() } catch { throw CLIError("\(error)") }
+        guard var p = try files.progress() else { throw CLIError("\(files.statePath): missing") }
+        while p.step != .done {
+            let next = step(p, request)
+            do { try files.save(next) } catch { throw CLIError("\(error)") }
+            if next.report.state != p.report.state { tellDrowsed() }
+            p = next
+        }
+        say("update \(files.id): \(p.report.state.rawValue)\(p.report.reason.map { " (\($0))" } ?? "")")
+    }
+
+    /// One step from `p`: the progress to write next.
+    func step(_ p: UpdateProgress, _ request: UpdateRequest) -> UpdateProgress {
+        var p = p
+        let now = WallClock.now()
+        switch p.step {
+        case .prepare:
+            finishInterrupted()
+            guard let package = debField("Package"), let to = debField("Version") else {
+                p.enter(.failed, at: now, reason: "\(files.packagePath) is not a readable package")
+                p.step = .done
+                return p
+            }
+            p.package = package
+            p.report.to = to
+            p.report.from = installedVersion(package)
+            if let from = p.report.from, from != to, !FileSystem.exists(files.kept(package, from)) {
+                if let why = keep(package, from) {
+                    p.enter(.failed, at: now, reason: "the installed \(package) \(from) could not be kept for a rollback: \(why)")
+                    p.step = .done
+                    return p
+                }
+            }
+            p.step = .install
+        case .install:
+            guard let package = p.package, let to = p.report.to else { p.step = .prepare; return p }
+            finishInterrupted()
+            let service = request.service ?? UpdateRequest.defaultService(forPackage: package)
+            let startedBefore = service.map(mainStart)
+            if installedVersion(package) != to {
+                let r = runCommand(["/usr/bin/dpkg", "--force-confdef", "--force-confold", "-i", files.packagePath],
+                                   environment: Self.environment, timeout: 1800)
+                if r.status != 0 {
+                    finishInterrupted()
+                    p.report.reason = "dpkg -i failed (\(r.status.map(String.init) ?? "killed")): \(r.lastLine)"
+                    p.step = .rollback
+                    return p
+                }
+            }
+            // A package whose scripts did not restart its service would be checked on the old code.
+            if let service, mainStart(service) == startedBefore ?? "" {
+                _ = runCommand(["/usr/bin/systemctl", "restart", service], timeout: 120)
+            }
+            p.enter(.checking, at: WallClock.now())
+            p.step = .check
+        case .check:
+            if let reason = check(request, package: p.package ?? "") {
+                p.report.reason = reason
+                p.step = .rollback
+            } else {
+                commit(p)
+                p.enter(.committed, at: WallClock.now())
+                p.step = .done
+            }
+        case .rollback:
+            p.enter(.installing, at: now)
+            finishInterrupted()
+            let reason = p.report.reason ?? "rolled back"
+            if let why = rollBack(p, request) {
+                p.enter(.failed, at: WallClock.now(), reason: "\(reason); the rollback failed too: \(why)")
+            } else {
+                p.enter(.rolledBack, at: WallClock.now(), reason: reason)
+            }
+            p.step = .done
+        case .done:
+            break
+        }
+        return p
+    }
+
+    // MARK: the steps' parts
+
+    /// The service active for `health_for` without a break, within `check_within`; then the
+    /// check command. nil: healthy; else why not.
+    func check(_ request: UpdateRequest, package: String) -> String? {
+        let start = WallClock.monotonic()
+        if let service = request.service ?? UpdateRequest.defaultService(forPackage: package) {
+            var watch = HealthWatch(service: service, healthFor: request.healthFor, start: start, within: request.checkWithin)
+            watching: while true {
+                let state = runCommand(["/usr/bin/systemctl", "is-active", service], timeout: 10).output
+                    .split(whereSeparator: { $0 == "\n" }).first.map(String.init) ?? "unknown"
+                switch watch.observe(state, at: WallClock.monotonic()) {
+                case .wait: usleep(1_000_000)
+                case .healthy: break watching
+                case .unhealthy(let why): return why
+                }
+            }
+        }
+        guard !request.check.isEmpty else { return nil }
+        let left = max(10, request.checkWithin - (WallClock.monotonic() - start))
+        let r = runCommand(request.check, environment: Self.environment, timeout: left)
+        guard r.status == 0 else {
+            return "the check command \(r.status.map { "exited \($0)" } ?? "did not finish"): \(LogText.clip(r.lastLine))"
+        }
+        return nil
+    }
+
+    /// The new version stays: its package file becomes the kept one (the next update's rollback).
+    func commit(_ p: UpdateProgress) {
+        guard let package = p.package, let to = p.report.to else { return }
+        try? FileSystem.makeDirectories(files.keptDir, mode: 0o755)
+        let target = files.kept(package, to)
+        if FileSystem.exists(files.packagePath) {
+            do { try FileSystem.rename(files.packagePath, to: target) } catch { StandardStream.error("drowse: \(error)\n") }
+        }
+        for name in FileSystem.listDirectory(files.keptDir) where name.hasPrefix(package + "_") && files.keptDir + "/" + name != target {
+            _ = try? FileSystem.remove(files.keptDir + "/" + name)
+        }
+    }
+
+    /// Installs the kept version again (or removes a package that was not installed before), and
+    /// restarts the service on it. nil: done.
+    func rollBack(_ p: UpdateProgress, _ request: UpdateRequest) -> String? {
+        guard let package = p.package else { return nil }
+        let r: CommandResult
+        if let from = p.report.from {
+            if installedVersion(package) == from { return restart(request, package) }
+            r = runCommand(["/usr/bin/dpkg", "--force-confdef", "--force-confold", "--force-downgrade", "-i", files.kept(package, from)],
+                           environment: Self.environment, timeout: 1800)
+        } else {
+            r = runCommand(["/usr/bin/dpkg", "--purge", package], environment: Self.environment, timeout: 1800)
+        }
+        guard r.status == 0 else { return "dpkg (\(r.status.map(String.init) ?? "killed")): \(r.lastLine)" }
+        return restart(request, package)
+    }
+
+    func restart(_ request: UpdateRequest, _ package: String) -> String? {
+        guard let service = request.service ?? UpdateRequest.defaultService(forPackage: package) else { return nil }
+        let r = runCommand(["/usr/bin/systemctl", "restart", service], timeout: 120)
+        return r.status == 0 ? nil : "systemctl restart \(service): \(r.lastLine)"
+    }
+
+    /// dpkg's own recovery: a run cut short is configured now (each step begins with it).
+    func finishInterrupted() {
+        _ = runCommand(["/usr/bin/dpkg", "--configure", "-a"], environment: Self.environment, timeout: 1800)
+    }
+
+    func debField(_ name: String) -> String? {
+        let r = runCommand(["/usr/bin/dpkg-deb", "-f", files.packagePath, name], timeout: 60, mergeErrors: false)
+        let v = r.output.trimmingSpaces()
+        return r.status == 0 && !v.isEmpty ? String(v) : nil
+    }
+
+    /// The version dpkg has installed (fully: "ii"), or nil.
+    func installedVersion(_ package: String) -> String? {
+        let r = runCommand(["/usr/bin/dpkg-query", "-W", "-f", "${db:Status-Abbrev} ${Version}", package], timeout: 60, mergeErrors: false)
+        guard r.status == 0 else { return nil }
+        let parts = r.output.split(separator: " ", omittingEmptySubsequences: true)
+        guard parts.count == 2, parts[0].hasPrefix("ii") else { return nil }
+        return String(parts[1])
+    }
+
+    /// When the service's main process last started (systemd's monotonic microseconds).
+    func mainStart(_ service: String) -> String {
+        runCommand(["/usr/bin/systemctl", "show", "-p", "ExecMainStartTimestampMonotonic", "--value", service], timeout: 10).output
+    }
+
+    /// The status drowsed publishes carries the updates: a reload makes it read them again.
+    func tellDrowsed() {
+        _ = runCommand(["/usr/bin/systemctl", "--no-block", "try-reload-or-restart", "drowsed.service"], timeout: 10)
+    }
+
+    /// Builds the installed `package` at `version` back into a package file in the kept folder,
+    /// from dpkg's database: its files as they are on disk, its control fields and maintainer
+    /// scripts. nil: done; else why not.
+    func keep(_ package: String, _ version: String) -> String? {
+        let work = files.dir + "/repack"
+        _ = runCommand(["/bin/rm", "-rf", "--", work], timeout: 120)
+        defer { _ = runCommand(["/bin/rm", "-rf", "--", work], timeout: 120) }
+        do {
+            try FileSystem.makeDirectories(work + "/root/DEBIAN", mode: 0o755)
+            try FileSystem.makeDirectories(files.keptDir, mode: 0o755)
+        } catch { return "\(error)" }
+        let listed = runCommand(["/usr/bin/dpkg-query", "-L", package], timeout: 60, mergeErrors: false)
+        guard listed.status == 0 else { return "dpkg-query -L: \(listed.lastLine)" }
+        let paths = listed.output.split(whereSeparator: { $0 == "\n" }).map(String.init).filter { $0.hasPrefix("/") && $0 != "/." }
+            .filter { var st = stat(); return lstat($0, &st) == 0 }
+        do { try FileSystem.writeAtomically(work + "/files", Array((paths.map { "." + $0 }.joined(separator: "\n") + "\n").utf8), durable: false) } catch {
+            return "\(error)"
+        }
+        let copy = runCommand([
+            "/bin/sh", "-c", "tar -C / --no-recursion -cf - -T \"$1\" | tar -C \"$2\" -xpf -", "sh", work + "/files", work + "/root",
+        ], timeout: 1800)
+        guard copy.status == 0 else { return "tar: \(copy.lastLine)" }
+        // The control file as dpkg has it, without what only the database holds.
+        let status = runCommand(["/usr/bin/dpkg-query", "-s", package], timeout: 60, mergeErrors: false)
+        guard status.status == 0 else { return "dpkg-query -s: \(status.lastLine)" }
+        var control: [Substring] = []
+        var skipping = false
+        for line in status.output.split(separator: "\n", omittingEmptySubsequences: false) {
+            if line.first == " " || line.first == "\t" {
+                if !skipping { control.append(line) }
+                continue
+            }
+            let field = line.split(separator: ":", maxSplits: 1).first ?? ""
+            skipping = ["Status", "Config-Version", "Conffiles"].contains(field) || line.isEmpty
+            if !skipping { control.append(line) }
+        }
+        do { try FileSystem.writeAtomically(work + "/root/DEBIAN/control", Array((control.joined(separator: "\n") + "\n").utf8), durable: false) } catch {
+            return "\(error)"
+        }
+        let scripts = runCommand(["/usr/bin/dpkg-query", "--control-path", package], timeout: 60, mergeErrors: false)
+        let kinds = ["preinst", "postinst", "prerm", "postrm", "config", "templates", "triggers", "conffiles", "shlibs", "symbols"]
+        for path in scripts.output.split(separator: "\n").map(String.init) {
+            guard let dot = path.lastIndex(of: "."), kinds.contains(String(path[path.index(after: dot)...])) else { continue }
+            let kind = String(path[path.index(after: dot)...])
+            let mode = ["preinst", "postinst", "prerm", "postrm", "config"].contains(kind) ? "0755" : "0644"
+            let r = runCommand(["/usr/bin/install", "-m", mode, "--", path, work + "/root/DEBIAN/" + kind], timeout: 60)
+            guard r.status == 0 else { return "\(path): \(r.lastLine)" }
+        }
+        let out = files.kept(package, version)
+        let built = runCommand(["/usr/bin/dpkg-deb", "--build", work + "/root", out + ".part"], timeout: 1800)
+        guard built.status == 0 else { return "dpkg-deb --build: \(built.lastLine)" }
+        _ = runCommand(["/bin/sync", "--", out + ".part"], timeout: 600)
+        do { try FileSystem.rename(out + ".part", to: out) } catch { return "\(error)" }
+        return nil
+    }
+}
