@@ -34,3 +34,21 @@ package func localUTCOffset() -> Int {
     guard localtime_r(&t, &tmv) != nil else { return 0 }
     return tmv.tm_gmtoff
 }
+
+/// Minutes after local midnight at Unix time `t` (the maintenance window's clock); nil when the
+/// time cannot be broken down.
+package func localMinuteOfDay(at t: Double) -> Int? {
+    var s = time_t(t.rounded(.down))
+    var tmv = tm()
+    guard localtime_r(&s, &tmv) != nil else { return nil }
+    return Int(tmv.tm_hour) * 60 + Int(tmv.tm_min)
+}
+
+/// Unix time `t` as systemd's calendar takes one moment: "2026-12-02 05:40:00 UTC".
+package func utcCalendarText(_ t: Double) -> String? {
+    var s = time_t(t.rounded(.up))
+    var tmv = tm()
+    guard gmtime_r(&s, &tmv) != nil else { return nil }
+    func two(_ v: Int32) -> String { v < 10 ? "0\(v)" : "\(v)" }
+    return "\(tmv.tm_year + 1900)-\(two(tmv.tm_mon + 1))-\(two(tmv.tm_mday)) \(two(tmv.tm_hour)):\(two(tmv.tm_min)):\(two(tmv.tm_sec)) UTC"
+}

@@ -68,21 +68,31 @@ package struct UpdateFiles: Sendable {
         try FileSystem.writeAtomically(statePath, Array(progress.json.serialized.utf8), mode: 0o644)
     }
 
-    /// A new update: the directory, the package file copied in and synced, the request, and its
-    /// first state (`installing`, step `prepare`), in that order, so a cut leaves either no state
-    /// (nothing to resume) or everything the installer needs.
-    package func create(request: UpdateRequest, package: String, now: Double) throws(SystemError) {
+    /// A new update: its directory, the request, then its first state, in that order, so a cut
+    /// leaves either no state (nothing to resume) or a whole update.
+    package func begin(request: UpdateRequest, state: UpdateState, step: UpdateProgress.Step, now: Double) throws(SystemError) {
         try FileSystem.makeDirectories(dir, mode: 0o755)
+        try FileSystem.writeAtomically(requestPath, Array(request.json.serialized.utf8), mode: 0o644)
+        var p = UpdateProgress(report: UpdateReport(id: request.id, state: state), package: request.package, step: step)
+        p.enter(state, at: now)
+        try save(p)
+    }
+
+    /// Copies the package file in and syncs it (a copy, then a rename: whole or absent).
+    package func adoptPackage(from path: String) throws(SystemError) {
         let partial = packagePath + ".part"
-        let copied = runCommand(["/bin/cp", "--", package, partial], timeout: 600)
-        guard copied.status == 0 else { throw SystemError("copying \(package) to \(partial): \(copied.lastLine)", errno: EIO) }
+        let copied = runCommand(["/bin/cp", "--", path, partial], timeout: 600)
+        guard copied.status == 0 else { throw SystemError("copying \(path) to \(partial): \(copied.lastLine)", errno: EIO) }
         let synced = runCommand(["/bin/sync", "--", partial], timeout: 600)
         guard synced.status == 0 else { throw SystemError("sync \(partial): \(synced.lastLine)", errno: EIO) }
         try FileSystem.rename(partial, to: packagePath)
-        try FileSystem.writeAtomically(requestPath, Array(request.json.serialized.utf8), mode: 0o644)
-        var p = UpdateProgress(report: UpdateReport(id: request.id, state: .installing), step: .prepare)
-        p.enter(.installing, at: now)
-        try save(p)
+    }
+
+    /// A new update of a package file at hand: the file copied in, then `begin`.
+    package func create(request: UpdateRequest, package: String, now: Double) throws(SystemError) {
+        try FileSystem.makeDirectories(dir, mode: 0o755)
+        try adoptPackage(from: package)
+        try begin(request: request, state: .installing, step: .prepare, now: now)
     }
 
     /// Every update under `root` with a readable state, oldest first (by the time it began).

@@ -11,27 +11,63 @@ import DrowseSystem
 /// anywhere resumes at the step written (`drowse update resume`, before drowsed starts).
 struct UpdateInstaller {
     let files: UpdateFiles
+    /// `[updates] window`: an update held for it starts only inside it (or after `install_by`).
+    let window: MaintenanceWindow
 
     static let environment = ["PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C", "DEBIAN_FRONTEND=noninteractive"]
+
+    static func unit(_ files: UpdateFiles) -> String { "drowse-update-\(files.id)" }
 
     /// Starts `drowse update apply` for `files` as the transient unit `drowse-update-<id>.service`,
     /// outside drowsed's cgroup: stopping or restarting drowsed does not stop it. An installer
     /// already running for the update is fine (ok).
-    static func launch(_ files: UpdateFiles) -> (ok: Bool, reason: String) {
-        let unit = "drowse-update-\(files.id).service"
+    static func launch(_ files: UpdateFiles, config: String) -> (ok: Bool, reason: String) {
+        let service = unit(files) + ".service"
         guard FileSystem.isDirectory("/run/systemd/system") else { return (false, "systemd is not running: an update needs it") }
-        let running = runCommand(["/usr/bin/systemctl", "is-active", "--quiet", unit], timeout: 10)
-        if running.status == 0 { return (true, "running") }
-        let me = Self.ownPath()
-        let r = runCommand([
-            "/usr/bin/systemd-run", "--quiet", "--collect", "--unit", unit, "--description", "drowse update \(files.id)",
-            "-p", "TimeoutStopSec=60", "--", me, "update", "apply", "--dir", files.dir,
-        ], timeout: 30)
+        if isActive(service) { return (true, "running") }
+        // Made with a timer (waiting for the window): the unit is there, start it.
+        if systemctl(["show", "-p", "LoadState", "--value", service]).output.hasPrefix("loaded") {
+            let r = systemctl(["start", "--no-block", service])
+            return r.status == 0 ? (true, "started") : (false, "systemctl start \(service): \(r.lastLine)")
+        }
+        let r = runCommand(["/usr/bin/systemd-run", "--quiet", "--collect", "--unit", unit(files), "--description", "drowse update \(files.id)",
+                            "-p", "TimeoutStopSec=60", "--"] + applyCommand(files, config: config), timeout: 30)
         if r.status == 0 { return (true, "started") }
         // Started by another caller in between: the unit is there.
-        if runCommand(["/usr/bin/systemctl", "is-active", "--quiet", unit], timeout: 10).status == 0 { return (true, "running") }
+        if isActive(service) { return (true, "running") }
         return (false, "systemd-run: \(r.lastLine)")
     }
+
+    /// An update that may be installed now starts now; else a systemd timer starts it when the
+    /// window opens or `install_by` comes, whichever is first. systemd follows every step of the
+    /// wall clock (a board's first time sync among them) and a change of time zone.
+    static func schedule(_ files: UpdateFiles, config: String, window: MaintenanceWindow) -> (ok: Bool, reason: String) {
+        guard let request = try? files.request(), let p = try? files.progress() else { return (false, "\(files.dir): unreadable") }
+        let now = WallClock.now()
+        guard p.step == .hold, !window.allowsInstall(atMinute: localMinuteOfDay(at: now) ?? 0, now: now, installBy: request.installBy) else {
+            return launch(files, config: config)
+        }
+        guard FileSystem.isDirectory("/run/systemd/system") else { return (false, "systemd is not running: an update needs it") }
+        let timer = unit(files) + ".timer"
+        if isActive(timer) { return (true, "waiting for the window (\(window.description))") }
+        var events = window.calendarEvents
+        if let by = request.installBy, let text = utcCalendarText(by) { events.append(text) }
+        let r = runCommand(["/usr/bin/systemd-run", "--quiet", "--unit", unit(files), "--description", "drowse update \(files.id)",
+                            "--timer-property=AccuracySec=1s"] + events.map { "--on-calendar=\($0)" }
+                           + ["-p", "TimeoutStopSec=60", "--"] + applyCommand(files, config: config), timeout: 30)
+        if r.status == 0 || isActive(timer) {
+            return (true, "waiting for the window (\(window.description))\(request.installBy.map { ", or until \(utcCalendarText($0) ?? "\($0)")" } ?? "")")
+        }
+        return (false, "systemd-run --on-calendar: \(r.lastLine)")
+    }
+
+    static func applyCommand(_ files: UpdateFiles, config: String) -> [String] {
+        [ownPath(), "update", "apply", "--config", config, "--dir", files.dir]
+    }
+
+    static func isActive(_ unit: String) -> Bool { systemctl(["is-active", "--quiet", unit]).status == 0 }
+
+    static func systemctl(_ args: [String]) -> CommandResult { runCommand(["/usr/bin/systemctl"] + args, timeout: 30, mergeErrors: false) }
 
     /// This program's path (the installed binary, so the unit runs what was installed).
     static func ownPath() -> String {
@@ -53,12 +89,29 @@ struct UpdateInstaller {
         let request: UpdateRequest
         do { request = try files.request() } catch { throw CLIError("\(error)") }
         guard var p = try files.progress() else { throw CLIError("\(files.statePath): missing") }
+        if p.step == .download {
+            say("update \(files.id): still downloading")
+            return
+        }
+        if p.step == .hold {
+            let now = WallClock.now()
+            guard window.allowsInstall(atMinute: localMinuteOfDay(at: now) ?? 0, now: now, installBy: request.installBy) else {
+                say("update \(files.id): waiting for the window (\(window.description))")
+                return
+            }
+            p.step = .prepare
+            p.enter(.installing, at: now)
+            do { try files.save(p) } catch { throw CLIError("\(error)") }
+            Self.tellDrowsed()
+        }
         while p.step != .done {
             let next = step(p, request)
             do { try files.save(next) } catch { throw CLIError("\(error)") }
-            if next.report.state != p.report.state { tellDrowsed() }
+            if next.report.state != p.report.state { Self.tellDrowsed() }
             p = next
         }
+        // Over: a timer that waited for the window has nothing left to start.
+        _ = Self.systemctl(["stop", "--no-block", Self.unit(files) + ".timer"])
         say("update \(files.id): \(p.report.state.rawValue)\(p.report.reason.map { " (\($0))" } ?? "")")
     }
 
@@ -71,6 +124,11 @@ struct UpdateInstaller {
             finishInterrupted()
             guard let package = debField("Package"), let to = debField("Version") else {
                 p.enter(.failed, at: now, reason: "\(files.packagePath) is not a readable package")
+                p.step = .done
+                return p
+            }
+            if let expected = request.package, expected != package {
+                p.enter(.failed, at: now, reason: "the file holds \(package), not \(expected)")
                 p.step = .done
                 return p
             }
@@ -125,8 +183,9 @@ struct UpdateInstaller {
                 p.enter(.rolledBack, at: WallClock.now(), reason: reason)
             }
             p.step = .done
-        case .done:
-            break
+        case .done, .download, .hold:
+            // `run` takes an update out of download and hold before the loop.
+            p.step = .done
         }
         return p
     }
@@ -219,7 +278,7 @@ struct UpdateInstaller {
     }
 
     /// The status drowsed publishes carries the updates: a reload makes it read them again.
-    func tellDrowsed() {
+    static func tellDrowsed() {
         _ = runCommand(["/usr/bin/systemctl", "--no-block", "try-reload-or-restart", "drowsed.service"], timeout: 10)
     }
 
