@@ -107,7 +107,7 @@ def test_groups_across_bridge_dedupe_and_fleet(workdir, request, make_drowse):
             return by_id if ok else None
         by_id = wait_until(listing, 30, interval=0.5, what="every device's status, a1 failing, in drowse fleet --json")
         for dev, e in by_id.items():
-            assert set(e) == {"device_id", "online", "version", "last_seen", "last_window", "failed_apps", "groups", "app_count", "reports"}, e
+            assert set(e) == {"device_id", "online", "version", "last_seen", "last_window", "failed_apps", "groups", "app_count", "reports", "updates"}, e
             assert e["online"] is True, e
             assert e["version"] == "0.1.0" and e["app_count"] == 1, e
             assert e["groups"] == groups[dev], e
