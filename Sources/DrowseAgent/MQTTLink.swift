@@ -40,6 +40,9 @@ struct FleetStatusState {
     /// What the session's thread reports, in its order (`serve`); finished when the thread ends.
     let reports = Reports<MQTTSessionEvent>()
     var fleet = FleetStatusState()
+    /// When this daemon started (wall time), in every status and the will: copies of the status
+    /// from several brokers are ordered by it (docs/fleets.md, "Newest wins").
+    lazy var started = timeline.wall(timeline.now())
 
     package nonisolated var partName: String { "mqtt" }
 
@@ -108,7 +111,7 @@ struct FleetStatusState {
         var options = MQTTSessionOptions(
             host: m.host, port: m.port, clientID: m.clientID, keepalive: m.keepalive.seconds, tls: m.tls,
             username: m.username, password: password, caFile: m.caFile, certFile: m.certFile, keyFile: m.keyFile,
-            will: (statusTopic, Array(FleetStatus.offlineJSON(apps: registry.ids, version: Agent.version, groups: m.groups).serialized.utf8)),
+            will: (statusTopic, Array(FleetStatus.offlineJSON(apps: registry.ids, version: Agent.version, groups: m.groups, started: started).serialized.utf8)),
             moreBrokers: m.brokers.dropFirst().map { ($0.host, $0.port) })
         options.maxPacket = MQTTSessionOptions.packetBound(maxPayload: config.notifications.maxPayload)
         options.maxKeepalive = Int(m.maxKeepalive.seconds)
@@ -149,6 +152,7 @@ struct FleetStatusState {
 
     func subscriptions(_ m: MainConfig.MQTTConfig) -> [String] {
         registry.ids.flatMap { Topics.notifyTopics(prefix: m.topicPrefix, device: config.deviceID, groups: m.groups, app: $0) }
+            + (m.rollCall ? [Topics.rollCall(prefix: m.topicPrefix)] : [])
     }
 
     func sessionEvent(_ event: MQTTSessionEvent) {
@@ -167,6 +171,11 @@ struct FleetStatusState {
             // Kept for the next start: a restart need not find the path's interval again. Written
             // with the next commit, or at the stop: idle, drowsed writes nothing of its own.
             store.keepKeepalivePath(network, held: learned.held, failed: learned.failed, at: timeline.now())
+        case .message(let topic, _, let receipt) where config.mqtt?.rollCall == true && topic == config.mqtt.map({ Topics.rollCall(prefix: $0.topicPrefix) }):
+            // A roll call (`drowse fleet`): the status again, live, whatever it holds.
+            receipt.acknowledge()
+            fleet.published = nil
+            republishStatusIfChanged()
         case .message(let topic, let payload, let receipt):
             // The PUBACK leaves only after the record is on disk (or a refusal, which is final).
             notifications.settle(notifications.receive(topic: topic, payload: payload, redelivered: receipt.redelivered)) {
@@ -195,7 +204,7 @@ struct FleetStatusState {
         return FleetStatus(
             online: true, apps: ids, version: Agent.version, lastWindow: timeline.wall(fleet.lastWindow), appCount: ids.count,
             failedApps: failed, groups: config.mqtt?.groups ?? [], time: timeline.wall(timeline.now()),
-            reports: fleet.reports.filter { registry[$0.key] != nil && !$0.value.isEmpty }, updates: fleet.updates)
+            reports: fleet.reports.filter { registry[$0.key] != nil && !$0.value.isEmpty }, updates: fleet.updates, started: started)
     }
 
     /// The last results the store remembers (fetches), before any run of this daemon's.

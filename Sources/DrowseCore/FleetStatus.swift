@@ -3,11 +3,13 @@
 /// `drowse fleet`").
 ///
 /// Online: `{"online": true, "apps": [...], "version", "last_window", "app_count", "failed_apps",
-/// "groups", "time", "reports"}`. The last will (and the status at a clean stop) is `{"online": false}` with
-/// what does not change while the daemon runs (`apps`, `version`, `app_count`, `groups`): it
-/// replaces the retained status, and a listing by group must still find a dead device. The
-/// broker publishes it for a device that vanished, so it holds no `time`, `last_window` or
-/// `failed_apps`; `drowse fleet` shows those from the device's last status when it saw both.
+/// "groups", "time", "started", "reports", "updates"}`. The last will (and the status at a clean stop) is
+/// `{"online": false}` with what does not change while the daemon runs (`apps`, `version`,
+/// `app_count`, `groups`, `started`): it replaces the retained status, and a listing by group must
+/// still find a dead device. The broker publishes it for a device that vanished, so it holds no
+/// `time`, `last_window` or `failed_apps`; `drowse fleet` shows those from the device's last
+/// status when it saw both. `started` (when the daemon started) orders copies of a device's
+/// status from several brokers: newest wins (`FleetListing.Freshness`, docs/fleets.md).
 package struct FleetStatus: Sendable, Equatable {
     package var online: Bool
     package var apps: [String] = []
@@ -20,6 +22,8 @@ package struct FleetStatus: Sendable, Equatable {
     package var groups: [String] = []
     /// Unix time the message was published.
     package var time: Double?
+    /// Unix time the daemon that published it started: a later run's status is newer.
+    package var started: Double?
     /// What each app reported of itself (`drowse report`), by app: e.g. its version.
     package var reports: [String: [String: String]] = [:]
     /// Each package's newest update through the daemon (docs/updates.md), by package.
@@ -27,7 +31,7 @@ package struct FleetStatus: Sendable, Equatable {
 
     package init(online: Bool, apps: [String] = [], version: String? = nil, lastWindow: Double? = nil, appCount: Int? = nil,
                  failedApps: [String] = [], groups: [String] = [], time: Double? = nil, reports: [String: [String: String]] = [:],
-                 updates: [String: UpdateReport] = [:]) {
+                 updates: [String: UpdateReport] = [:], started: Double? = nil) {
         self.online = online
         self.apps = apps
         self.version = version
@@ -38,6 +42,7 @@ package struct FleetStatus: Sendable, Equatable {
         self.time = time
         self.reports = reports
         self.updates = updates
+        self.started = started
     }
 
     /// The last will's payload with nothing known about the device.
@@ -45,21 +50,24 @@ package struct FleetStatus: Sendable, Equatable {
 
     /// The last will (and clean-stop) payload of a device: offline, with the fields that stay the
     /// same while its daemon runs.
-    package static func offlineJSON(apps: [String], version: String, groups: [String]) -> JSON {
+    package static func offlineJSON(apps: [String], version: String, groups: [String], started: Double? = nil) -> JSON {
         .object([
             ("online", false), ("apps", .array(apps.map { .string($0) })), ("version", .string(version)),
             ("app_count", JSON(apps.count)), ("groups", .array(groups.map { .string($0) })),
-        ])
+        ] + (started.map { [("started", JSON($0))] } ?? []))
     }
 
     /// The message's JSON. Keys docs/contract.md named first (`online`, `apps`) keep their place.
     package var json: JSON {
-        guard online else { return .object([("online", false)] + (time.map { [("time", JSON($0))] } ?? [])) }
+        guard online else {
+            return .object([("online", false)] + (time.map { [("time", JSON($0))] } ?? []) + (started.map { [("started", JSON($0))] } ?? []))
+        }
         return .object([
             ("online", true), ("apps", .array(apps.map { .string($0) })), ("version", JSON(version)),
             ("last_window", JSON(lastWindow)), ("app_count", JSON(appCount ?? apps.count)),
             ("failed_apps", .array(failedApps.map { .string($0) })), ("groups", .array(groups.map { .string($0) })),
             ("time", JSON(time)),
+        ] + (started.map { [("started", JSON($0))] } ?? []) + [
             ("reports", .object(reports.keys.sorted().map { ($0, AppReport.json(reports[$0]!)) })),
             ("updates", .object(updates.keys.sorted().map { ($0, updates[$0]!.json) })),
         ])
@@ -93,7 +101,7 @@ package struct FleetStatus: Sendable, Equatable {
             online: online, apps: apps, version: json["version"]?.stringValue, lastWindow: json["last_window"]?.doubleValue,
             appCount: json["app_count"]?.intValue ?? (json["apps"]?.arrayValue != nil ? apps.count : nil),
             failedApps: strings("failed_apps"), groups: strings("groups"), time: json["time"]?.doubleValue, reports: reports,
-            updates: updates)
+            updates: updates, started: json["started"]?.doubleValue)
     }
 }
 
@@ -121,23 +129,87 @@ package struct FleetListing: Sendable, Equatable {
         }
     }
 
+    /// How new a copy of a device's status is. A device's status may be seen more than once: a
+    /// cluster's nodes each keep their own retained copy, and a device answers a roll call
+    /// (`Topics.rollCall`) live. Copies a broker kept are ordered by what they carry: a later
+    /// run of the daemon (`started`) beats an earlier one; within a run the offline status (the
+    /// will, or the status at a clean stop) is the last one; then the later `time`. A message
+    /// received live (not retained) was published after every kept copy, and among live ones
+    /// the later arrival wins. A payload of an older drowsed carries no `started`: older than
+    /// any that does.
+    package struct Freshness: Sendable, Equatable, Comparable {
+        package var live: UInt64?
+        package var started: Double?
+        package var offline: Bool
+        package var time: Double?
+
+        package init(_ s: FleetStatus, live: UInt64?) {
+            self.live = live
+            started = s.started
+            offline = !s.online
+            time = s.time
+        }
+
+        package static func < (a: Freshness, b: Freshness) -> Bool {
+            switch (a.live, b.live) {
+            case (let x?, let y?): return x < y
+            case (nil, .some): return true
+            case (.some, nil): return false
+            case (nil, nil): break
+            }
+            if a.started != b.started { return (a.started ?? -.infinity) < (b.started ?? -.infinity) }
+            if a.offline != b.offline { return b.offline }
+            return (a.time ?? -.infinity) < (b.time ?? -.infinity)
+        }
+    }
+
     package private(set) var devices: [String: Device] = [:]
+    private var freshness: [String: Freshness] = [:]
+    /// The newest online status seen of each device: an offline one shows what it said last.
+    private var lastOnline: [String: (FleetStatus, Freshness)] = [:]
+    private var arrivals: UInt64 = 0
 
     package init() {}
 
-    /// A message on `topic` arrived; messages that are not a device's status are ignored. An
-    /// offline status keeps what the device said before it (from an earlier message).
+    package static func == (a: FleetListing, b: FleetListing) -> Bool { a.devices == b.devices }
+
+    /// A message on `topic` arrived (`retained`: a copy the broker kept; false: published now);
+    /// messages that are not a device's status are ignored, and so is a copy older than one
+    /// already seen (`Freshness`). An offline status keeps what the device said before it (from
+    /// the newest online one seen of the same run, or of any run when the offline one has no
+    /// `started`).
     @discardableResult
-    package mutating func received(topic: String, payload: [UInt8], prefix: String) -> Bool {
+    package mutating func received(topic: String, payload: [UInt8], prefix: String, retained: Bool = true) -> Bool {
         guard let id = Topics.device(inStatusTopic: topic, prefix: prefix), let s = FleetStatus.parse(payload) else { return false }
-        if !s.online, var known = devices[id]?.status {
-            known.online = false
-            known.time = s.time ?? known.time
-            devices[id] = Device(id: id, status: known)
-        } else {
-            devices[id] = Device(id: id, status: s)
+        var live: UInt64?
+        if !retained {
+            arrivals += 1
+            live = arrivals
         }
+        let f = Freshness(s, live: live)
+        if s.online, lastOnline[id].map({ $0.1 < f }) ?? true { lastOnline[id] = (s, f) }
+        if let known = freshness[id], f < known {
+            // An older copy: only an online one can tell what the newest (offline) one lacks.
+            if let d = devices[id], !d.status.online { devices[id] = Device(id: id, status: Self.filled(d.status, from: lastOnline[id]?.0)) }
+            return true
+        }
+        freshness[id] = f
+        devices[id] = Device(id: id, status: s.online ? s : Self.filled(s, from: lastOnline[id]?.0))
         return true
+    }
+
+    /// An offline status with what the device's last online one said (same run, or any when
+    /// unknown): the offline message carries only what never changes during a run.
+    private static func filled(_ offline: FleetStatus, from last: FleetStatus?) -> FleetStatus {
+        guard var known = last, offline.started == nil || known.started == offline.started || known.started == nil else { return offline }
+        known.online = false
+        known.time = offline.time ?? known.time
+        known.started = offline.started ?? known.started
+        if !offline.apps.isEmpty { known.apps = offline.apps }
+        if offline.version != nil { known.version = offline.version }
+        if !offline.groups.isEmpty { known.groups = offline.groups }
+        if offline.appCount != nil { known.appCount = offline.appCount }
+        return known
     }
 
     /// The devices sorted by id; with `group`, only those that report being in it.

@@ -93,6 +93,10 @@ package struct MainConfig: Sendable, Equatable {
         /// `max_keepalive`: the longest interval the keepalive adapts to on a path that holds it
         /// (docs/design.md, "The adaptive keepalive"); default 7 × `keepalive` (28 min for 4 min).
         package var maxKeepalive: Duration = .seconds(1680)
+        /// `roll_call`: subscribe to `<prefix>/rollcall` and publish the status again on each
+        /// message there (`drowse fleet` on a broker that keeps retained messages per node;
+        /// docs/brokers.md). Off by default: the broker must let the device read that topic.
+        package var rollCall = false
         package var clientID: String
         package var username: String?
         package var passwordFile: String?
@@ -251,6 +255,7 @@ package struct MainConfig: Sendable, Equatable {
             if maxKeepalive > .seconds(65535) { throw m.error("max_keepalive", "must be at most 65535s") }
             if maxKeepalive < mqtt!.keepalive { throw m.error("max_keepalive", "must be at least keepalive (\(Int(mqtt!.keepalive.seconds))s)") }
             mqtt!.maxKeepalive = maxKeepalive
+            mqtt!.rollCall = try m.bool("roll_call") ?? false
             try m.rejectUnknown()
         }
 

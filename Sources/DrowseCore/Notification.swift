@@ -122,6 +122,11 @@ package enum Topics {
     /// The filter matching every device's retained status (`drowse fleet`).
     package static func allStatuses(prefix: String) -> String { "\(prefix)/+/status" }
 
+    /// The roll call: every online device that receives a message here publishes its status
+    /// again, so `drowse fleet` sees it live where a broker does not hand out retained statuses
+    /// to a wildcard (docs/brokers.md, "RabbitMQ"). Two levels: no device topic has fewer than three.
+    package static func rollCall(prefix: String) -> String { "\(prefix)/rollcall" }
+
     /// The device id in a status topic, if it is one.
     package static func device(inStatusTopic topic: String, prefix: String) -> String? {
         let head = "\(prefix)/"

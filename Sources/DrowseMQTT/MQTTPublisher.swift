@@ -5,7 +5,7 @@ import CMosquitto
 import DrowseCore
 import DrowseSystem
 
-/// The provider side (`drowse push`): connect, publish one QoS 1 message, wait for PUBACK.
+/// The provider side (`drowse push`): connect, publish QoS 1 messages, wait for their PUBACKs.
 package enum MQTTPublisher {
     package struct Failure: Error, CustomStringConvertible {
         package var description: String
@@ -14,7 +14,7 @@ package enum MQTTPublisher {
     final class State {
         var connected = false
         var connackError: Int32?
-        var published = false
+        var published = 0
     }
 
     /// A one-shot client (`drowse push`, `drowse fleet`): libmosquitto initialised, a clean
@@ -46,6 +46,15 @@ package enum MQTTPublisher {
         host: String, port: Int, tls: Bool, caFile: String?, certFile: String?, keyFile: String?,
         username: String?, password: String?, topic: String, payload: [UInt8], retain: Bool = false, timeout: Double = 10
     ) throws(Failure) {
+        try publish(host: host, port: port, tls: tls, caFile: caFile, certFile: certFile, keyFile: keyFile, username: username,
+                    password: password, messages: [(topic, payload)], retain: retain, timeout: timeout)
+    }
+
+    /// Every message over one connection; returns once the broker acknowledged them all.
+    package static func publish(
+        host: String, port: Int, tls: Bool, caFile: String?, certFile: String?, keyFile: String?,
+        username: String?, password: String?, messages: [(topic: String, payload: [UInt8])], retain: Bool = false, timeout: Double = 10
+    ) throws(Failure) {
         // Every failure below is the one-shot's failure: nothing was published (or nothing is known
         // to be), so the command says why and exits non-zero.
         let state = State()
@@ -57,7 +66,7 @@ package enum MQTTPublisher {
             if rc == 0 { s.connected = true } else { s.connackError = rc }
         }
         mosquitto_publish_callback_set(mosq) { _, obj, _ in
-            Unmanaged<State>.fromOpaque(obj!).takeUnretainedValue().published = true
+            Unmanaged<State>.fromOpaque(obj!).takeUnretainedValue().published += 1
         }
         if let e = MosquittoError(rc: mosquitto_connect(mosq, host, Int32(port), 30), call: "mosquitto_connect") {
             throw Failure(description: "cannot connect to \(host):\(port): \(e.detail)")
@@ -72,13 +81,15 @@ package enum MQTTPublisher {
                 throw Failure(description: e.detail)
             }
         }
-        let rc = payload.withUnsafeBytes { mosquitto_publish(mosq, nil, topic, Int32($0.count), $0.baseAddress, 1, retain) }
-        if let e = MosquittoError(rc: rc, call: "mosquitto_publish") { throw Failure(description: "publish: \(e.detail)") }
-        while !state.published {
+        for (topic, payload) in messages {
+            let rc = payload.withUnsafeBytes { mosquitto_publish(mosq, nil, topic, Int32($0.count), $0.baseAddress, 1, retain) }
+            if let e = MosquittoError(rc: rc, call: "mosquitto_publish") { throw Failure(description: "publish: \(e.detail)") }
+        }
+        while state.published < messages.count {
             guard WallClock.monotonic() < end else { throw Failure(description: "timed out waiting for PUBACK") }
             if let e = MosquittoError(rc: mosquitto_loop(mosq, 200, 1), call: "mosquitto_loop") { throw Failure(description: e.detail) }
         }
-        // PUBACK came: the message is the broker's. A failed goodbye loses nothing.
+        // The PUBACKs came: the messages are the broker's. A failed goodbye loses nothing.
         if MosquittoError.tolerated(mosquitto_disconnect(mosq), "mosquitto_disconnect") {
             MosquittoError.tolerated(mosquitto_loop(mosq, 100, 1), "mosquitto_loop")
         }

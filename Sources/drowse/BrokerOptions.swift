@@ -1,5 +1,6 @@
 import ArgumentParser
 import DrowseCore
+import DrowseMQTT
 import DrowseSystem
 
 /// The broker and its credentials, as `drowse push` and `drowse fleet` take them.
@@ -25,5 +26,22 @@ struct BrokerOptions: ParsableArguments {
     func password() throws -> String? {
         guard let f = passwordFile else { return nil }
         return String(try FileSystem.readText(f).trimmingSpaces())
+    }
+
+    /// The devices' statuses as the broker has them now (`drowse fleet`, `drowse push --stages`):
+    /// the retained ones, and with `rollCall` the online devices' answers; newest wins.
+    func fleetListing(target: MainConfig.BrokerAddress, password: String?, rollCall: Bool, timeout: Double) throws -> FleetListing {
+        let messages: [MQTTRetainedReader.Message]
+        do {
+            messages = try MQTTRetainedReader.collect(
+                host: target.host, port: target.port, tls: target.tls, caFile: cafile, certFile: cert, keyFile: key,
+                username: username, password: password, filter: Topics.allStatuses(prefix: prefix),
+                rollCall: rollCall ? Topics.rollCall(prefix: prefix) : nil, quiet: rollCall ? 1 : 0.5, timeout: timeout)
+        } catch {
+            throw CLIError(error.description)
+        }
+        var listing = FleetListing()
+        for m in messages { listing.received(topic: m.topic, payload: m.payload, prefix: prefix, retained: m.retained) }
+        return listing
     }
 }

@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import ArgumentParser
 import DrowseCore
 import DrowseMQTT
@@ -22,6 +25,11 @@ struct Push: ParsableCommand {
     @Option(help: "A whole JSON payload instead of building one.") var payload: String?
     @Flag(help: "Print the payload that would be published, and publish nothing.") var dryRun = false
     @Option(help: "Sign with this private key (from `drowse keygen`): the payload becomes a JWS (EdDSA).") var sign: String?
+    @Option(help: "With --group: a rollout in stages, cumulative shares of the group's devices, e.g. 5%,100%; each stage is sent to its devices' own topics once the one before is over (every device's update final, or --stage-timeout).") var stages: String?
+    @Option(help: "With --stages: stop when this many devices of a stage report the update failed or rolled-back.") var abortAfter = 1
+    @Option(help: "With --stages: how long a stage may take before the next one starts anyway (e.g. 1h).") var stageTimeout = "1h"
+    @Option(help: "With --stages: how often to read the devices' statuses (e.g. 5s).") var checkEvery = "5s"
+    @Flag(help: "With --stages: find the devices with a roll call too (see `drowse fleet --roll-call`).") var rollCall = false
 
     func validate() throws {
         guard (device == nil) != (group == nil) else { throw ValidationError("give one of --device and --group") }
@@ -29,13 +37,29 @@ struct Push: ParsableCommand {
         // A whole payload is sent as given: a spread left out of it silently would start the
         // whole fleet at once, the load spike it is there to prevent.
         if payload != nil, spread != nil { throw ValidationError("--spread goes with the payload options, not --payload: put \"spread\" in the payload") }
+        if let stages {
+            guard group != nil else { throw ValidationError("--stages goes with --group") }
+            guard RolloutPlan.parseShares(stages) != nil else { throw ValidationError("--stages '\(stages)' is not increasing percentages ending at 100%, e.g. 5%,100%") }
+            guard abortAfter >= 1 else { throw ValidationError("--abort-after must be at least 1") }
+            for (name, text) in [("--stage-timeout", stageTimeout), ("--check-every", checkEvery)] where (DurationText.parse(text) ?? .zero) <= .zero {
+                throw ValidationError("\(name) '\(text)' is not a duration")
+            }
+        }
     }
 
     func run() throws {
         let target = try connection.address()
         var body: [UInt8]
+        // A staged rollout matches the devices' update reports to the push by its id.
+        var rolloutID: String?
         if let payload {
             body = Array(payload.utf8)
+            if stages != nil {
+                guard let given = (try? JSON.parse(payload))?["id"]?.stringValue, !given.isEmpty else {
+                    throw CLIError("--stages needs the payload's \"id\": the devices' update reports name it")
+                }
+                rolloutID = given
+            }
         } else {
             var members: [(String, JSON)] = []
             if silent { members.append(("aps", .object([("content-available", 1)]))) }
@@ -47,7 +71,11 @@ struct Push: ParsableCommand {
                 if let parsed = try? JSON.parse(v), !(parsed.arrayValue != nil) || v.hasPrefix("[") { value = parsed } else { value = .string(v) }
                 members.append((k, value))
             }
-            if let id { members.append(("id", .string(id))) }
+            if stages != nil {
+                rolloutID = id ?? "rollout-" + String(UInt64.random(in: 0...UInt64.max), radix: 16)
+                if id == nil { say("rollout id \(rolloutID!)") }
+            }
+            if let id = rolloutID ?? id { members.append(("id", .string(id))) }
             if let collapseId { members.append(("collapse-id", .string(collapseId))) }
             if let priority { members.append(("priority", JSON(priority))) }
             if let expiration { members.append(("expiration", .number(expiration))) }
@@ -70,6 +98,10 @@ struct Push: ParsableCommand {
             return
         }
         let password = try connection.password()
+        if let stages, let group, let rolloutID, let shares = RolloutPlan.parseShares(stages) {
+            try rollout(target: target, password: password, group: group, id: rolloutID, shares: shares, body: body)
+            return
+        }
         let topic = group.map { Topics.groupNotify(prefix: connection.prefix, group: $0, app: app) }
             ?? Topics.notify(prefix: connection.prefix, device: device ?? "", app: app)
         do {
@@ -80,6 +112,55 @@ struct Push: ParsableCommand {
             throw CLIError(error.description)
         }
         say("published \(body.count) bytes to \(topic)")
+    }
+}
+
+extension Push {
+    /// `--stages`: the group's devices (from their fleet statuses) in stages, each stage published
+    /// to its devices' own topics and watched in their statuses until it is over (`RolloutPlan`).
+    func rollout(target: MainConfig.BrokerAddress, password: String?, group: String, id: String, shares: [Double], body: [UInt8]) throws {
+        let limit = DurationText.parse(stageTimeout)!.seconds
+        let every = DurationText.parse(checkEvery)!.seconds
+        let devices = try connection.fleetListing(target: target, password: password, rollCall: rollCall, timeout: 10).list(group: group).map(\.id)
+        guard !devices.isEmpty else { throw CLIError("no device reports being in group '\(group)': nothing to roll out") }
+        let plan = RolloutPlan(id: id, devices: devices, shares: shares, abortAfter: abortAfter)
+        say("rollout \(id): \(devices.count) devices in group \(group), stages of \(plan.stages.map { String($0.count) }.joined(separator: ", "))")
+        for (i, stage) in plan.stages.enumerated() {
+            do {
+                try MQTTPublisher.publish(
+                    host: target.host, port: target.port, tls: target.tls, caFile: connection.cafile, certFile: connection.cert,
+                    keyFile: connection.key, username: connection.username, password: password,
+                    messages: stage.map { (Topics.notify(prefix: connection.prefix, device: $0, app: app), body) }, timeout: 30)
+            } catch {
+                throw CLIError("stage \(i + 1): \(error.description)")
+            }
+            say("stage \(i + 1) of \(plan.stages.count): published to \(stage.count) devices: \(stage.joined(separator: " "))")
+            let end = WallClock.monotonic() + limit
+            while true {
+                let listing = try connection.fleetListing(target: target, password: password, rollCall: rollCall, timeout: 10)
+                var reports: [String: UpdateReport] = [:]
+                for d in stage { reports[d] = plan.report(in: listing.devices[d]?.status) }
+                switch plan.decide(stage: i, reports: reports, timedOut: WallClock.monotonic() >= end) {
+                case .wait:
+                    usleep(UInt32(min(every, 60) * 1_000_000))
+                    continue
+                case .next(let silent), .done(let silent):
+                    let failed = stage.filter { reports[$0]?.state.isFailure == true }
+                    say("stage \(i + 1) over: \(stage.count - failed.count - silent.count) committed, \(failed.count) failed or rolled back"
+                        + (silent.isEmpty ? "" : ", no final state from \(silent.joined(separator: " "))"))
+                case .abort(let failed):
+                    let why = failed.map { d in
+                        let r = reports[d]!
+                        return "\(d): \(r.state.rawValue)" + (r.reason.map { " (\($0))" } ?? "")
+                    }
+                    let left = plan.untouched(after: i)
+                    throw CLIError("rollout \(id) stopped at stage \(i + 1) of \(plan.stages.count): \(failed.count) devices failed or rolled back (--abort-after \(abortAfter)): "
+                        + why.joined(separator: "; ") + "; \(left.count) devices received nothing")
+                }
+                break
+            }
+        }
+        say("rollout \(id) done")
     }
 }
 

@@ -106,3 +106,58 @@ struct FleetStatusTests {
         #expect(lines[3].hasPrefix("c ") && lines[3].contains("offline"))
     }
 }
+
+@Suite("FleetListing newest wins")
+struct FleetListingFreshnessTests {
+    static func status(_ online: Bool, started: Double?, time: Double?, version: String = "1") -> [UInt8] {
+        var s = FleetStatus(online: online, apps: ["a"], version: version, failedApps: online ? ["a"] : [], groups: ["eu"], time: time)
+        s.started = started
+        return Array((online ? s.json : FleetStatus.offlineJSON(apps: ["a"], version: version, groups: ["eu"], started: started)).serialized.utf8)
+    }
+
+    static func newest(_ copies: [(payload: [UInt8], retained: Bool)]) -> FleetStatus? {
+        var l = FleetListing()
+        for c in copies { l.received(topic: "drowse/d/status", payload: c.payload, prefix: "drowse", retained: c.retained) }
+        return l.devices["d"]?.status
+    }
+
+    @Test("started rides the status and the will and parses back; old payloads still parse")
+    func started() throws {
+        let will = FleetStatus.offlineJSON(apps: ["a"], version: "1", groups: [], started: 1_700_000_000)
+        #expect(will["started"]?.doubleValue == 1_700_000_000)
+        #expect(FleetStatus.parse(Self.status(true, started: 5, time: 6))?.started == 5)
+        #expect(FleetStatus.parse(Array(#"{"online":false}"#.utf8))?.started == nil)
+    }
+
+    @Test("kept copies in any order: a later run wins, the will is last in its run, then the later time")
+    func order() {
+        let earlyRun = Self.status(true, started: 100, time: 900, version: "old")
+        let willOfEarly = Self.status(false, started: 100, time: nil, version: "old")
+        let lateRun1 = Self.status(true, started: 200, time: 210, version: "new")
+        let lateRun2 = Self.status(true, started: 200, time: 220, version: "new")
+        let all = [earlyRun, willOfEarly, lateRun1, lateRun2]
+        for perm in [all, all.reversed(), [lateRun2, earlyRun, lateRun1, willOfEarly]] {
+            let s = Self.newest(perm.map { ($0, true) })
+            #expect(s?.online == true && s?.time == 220 && s?.version == "new")
+        }
+        // The dead device: its will beats the statuses of its run, whichever node kept which.
+        for perm in [[earlyRun, willOfEarly], [willOfEarly, earlyRun]] {
+            let s = Self.newest(perm.map { ($0, true) })
+            // What the will lacks comes from the last online status of the same run.
+            #expect(s?.online == false && s?.time == 900 && s?.failedApps == ["a"])
+        }
+        // An old drowsed's payload (no started) is older than one that has it.
+        let s = Self.newest([(Self.status(true, started: 100, time: 1), true), (Array(#"{"online":false}"#.utf8), true)])
+        #expect(s?.online == true)
+    }
+
+    @Test("a live message (a roll call's answer, a will published now) beats every kept copy")
+    func live() {
+        let kept = Self.status(false, started: 300, time: nil)
+        let answer = Self.status(true, started: 100, time: 50)
+        #expect(Self.newest([(answer, false), (kept, true)])?.online == true)
+        #expect(Self.newest([(kept, true), (answer, false)])?.online == true)
+        // Among live ones, the later arrival.
+        #expect(Self.newest([(answer, false), (Self.status(false, started: 100, time: nil), false)])?.online == false)
+    }
+}

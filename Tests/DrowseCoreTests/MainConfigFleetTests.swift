@@ -27,6 +27,13 @@ struct MainConfigFleetTests {
         #expect(m.groups == ["eu", "beta", "Ünïcode ok", "a.b-c"])
     }
 
+    @Test("roll_call: off by default, a boolean")
+    func rollCall() throws {
+        #expect(try #require(try parse("[mqtt]").mqtt).rollCall == false)
+        #expect(try #require(try parse("[mqtt]\nroll_call = true").mqtt).rollCall == true)
+        #expect(refusal("[mqtt]\nroll_call = 'yes'") != nil)
+    }
+
     @Test("a group name that cannot be one topic level is refused, naming the file and key", arguments: [
         "''", "'eu/west'", "'+'", "'beta#'", "\"a\\u0000b\"",
     ])

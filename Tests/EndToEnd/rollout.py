@@ -329,7 +329,7 @@ def check_fleet(fleet: Fleet, killed: list[Drowse], version: str | None = None) 
         extra, missing = sorted(set(ids) - set(want)), sorted(set(want) - set(ids))
         problems.append(f"listed {len(ids)} devices, expected {len(want)} (missing {missing}, extra {extra}, "
                         f"duplicates {sorted({i for i in ids if ids.count(i) > 1})})")
-    keys = {"device_id", "online", "version", "last_seen", "last_window", "failed_apps", "groups", "app_count", "reports"}
+    keys = {"device_id", "online", "version", "last_seen", "last_window", "failed_apps", "groups", "app_count", "reports", "updates"}
     for e in doc:
         dev = e["device_id"]
         if set(e) != keys:

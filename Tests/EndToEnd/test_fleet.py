@@ -5,8 +5,9 @@ import json
 import signal
 import subprocess
 import time
+from pathlib import Path
 
-from drowse_e2e import DROWSE, DROWSED, REPO, Broker, notify_topic, wait_until
+from drowse_e2e import DROWSE, DROWSED, MOSQUITTO_PUB, REPO, Broker, notify_topic, wait_until
 
 
 def run_cli(*args, timeout=60):
@@ -107,7 +108,7 @@ def test_groups_across_bridge_dedupe_and_fleet(workdir, request, make_drowse):
             return by_id if ok else None
         by_id = wait_until(listing, 30, interval=0.5, what="every device's status, a1 failing, in drowse fleet --json")
         for dev, e in by_id.items():
-            assert set(e) == {"device_id", "online", "version", "last_seen", "last_window", "failed_apps", "groups", "app_count", "reports"}, e
+            assert set(e) == {"device_id", "online", "version", "last_seen", "last_window", "failed_apps", "groups", "app_count", "reports", "updates"}, e
             assert e["online"] is True, e
             assert e["version"] == "0.1.0" and e["app_count"] == 1, e
             assert e["groups"] == groups[dev], e
@@ -260,3 +261,50 @@ def test_generated_acl_gives_a_device_its_groups_only(workdir, request, make_dro
         assert listed == {"acl-in", "acl-out"}
     finally:
         b.stop()
+
+
+def retained_status(broker, device_id):
+    """The retained status the broker keeps for the device (mosquitto_sub, first message)."""
+    sub = str(Path(MOSQUITTO_PUB).with_name("mosquitto_sub"))
+    r = subprocess.run([sub, "-h", "127.0.0.1", "-p", str(broker.port), "-t", f"drowse/{device_id}/status", "-C", "1",
+                        "-W", "10"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_the_status_and_the_will_carry_the_run_and_a_roll_call_gets_the_status_again(broker, make_drowse):
+    """Every status and the last will carry `started` (newest wins across copies, docs/fleets.md);
+    with [mqtt] roll_call a message on <prefix>/rollcall makes the device publish its status again,
+    live, and `drowse fleet --roll-call` lists it."""
+    d = make_drowse(broker=broker, name="rc", device_id="rc-dev")
+    d.set_mqtt(groups=["eu"], roll_call=True)
+    d.add_app("news", notification=d.recorder("news"))
+    d.start()
+    broker.wait_subscribed("drowse/rollcall")
+    first = wait_until(lambda: (lambda s: s if s.get("online") else None)(retained_status(broker, "rc-dev")), 20,
+                       what="the online status")
+    assert isinstance(first.get("started"), (int, float)) and first["started"] <= first["time"], first
+
+    sub = str(Path(MOSQUITTO_PUB).with_name("mosquitto_sub"))
+    # -R: only what is published from now on, not the retained copy.
+    live = subprocess.Popen([sub, "-h", "127.0.0.1", "-p", str(broker.port), "-t", "drowse/rc-dev/status", "-R", "-C", "1",
+                             "-W", "20"], stdout=subprocess.PIPE, text=True)
+    try:
+        broker.wait_subscribed("drowse/rc-dev/status")
+        time.sleep(1.1)  # a later `time` than the first status's (whole seconds are enough to tell)
+        broker.publish("drowse/rollcall", b"roll call")
+        answer = json.loads(live.communicate(timeout=30)[0])
+    finally:
+        live.kill()
+    assert answer["online"] is True and answer["started"] == first["started"] and answer["time"] > first["time"], answer
+
+    r = run_cli("fleet", "--broker", broker.url, "--roll-call", "--json", "--timeout", "10s")
+    assert r.returncode == 0, r.stderr
+    listed = json.loads(r.stdout)
+    assert [(e["device_id"], e["online"]) for e in listed] == [("rc-dev", True)], listed
+    assert listed[0]["last_seen"] > first["time"], listed
+
+    d.stop(signal.SIGKILL)
+    will = wait_until(lambda: (lambda s: s if not s.get("online") else None)(retained_status(broker, "rc-dev")), 30,
+                      what="the last will")
+    assert will["started"] == first["started"] and will["groups"] == ["eu"] and "time" not in will, will
