@@ -83,13 +83,15 @@ fi
 
 # The unit, pointed at the packaged binary and man pages (deploy/drowsed.service stays the one
 # source; deploy/install.sh installs it as it is).
-sed -e 's|/usr/local/bin/drowsed|/usr/bin/drowsed|g' \
+sed -e 's|/usr/local/bin/drowsed|/usr/bin/drowsed|g' -e 's|/usr/local/bin/drowse |/usr/bin/drowse |g' \
     -e 's|^Documentation=.*|Documentation=man:drowsed(8) man:drowse(1) file:///usr/share/doc/drowse/README.md.gz|' \
     -e 's|^# Drowse background-execution agent. Installed by deploy/install.sh as$|# Drowse background-execution agent. Installed by the drowse package as|' \
     -e 's|^# /etc/systemd/system/drowsed.service. Adjust|# /usr/lib/systemd/system/drowsed.service. Adjust|' \
     deploy/drowsed.service >"$ROOT/usr/lib/systemd/system/drowsed.service"
 grep -qx 'ExecStart=/usr/bin/drowsed --config /etc/drowse/drowse.toml' "$ROOT/usr/lib/systemd/system/drowsed.service" ||
     die "deploy/drowsed.service: its ExecStart line is not the one this script rewrites"
+grep -qx 'ExecStartPre=-/usr/bin/drowse update resume --config /etc/drowse/drowse.toml' "$ROOT/usr/lib/systemd/system/drowsed.service" ||
+    die "deploy/drowsed.service: its ExecStartPre line is not the one this script rewrites"
 chmod 0644 "$ROOT/usr/lib/systemd/system/drowsed.service"
 
 install -m 0644 deploy/drowse.toml "$ROOT/etc/drowse/drowse.toml"

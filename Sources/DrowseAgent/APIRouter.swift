@@ -14,7 +14,7 @@ package struct APIRequest: Sendable {
 package enum APIRoute: String, CaseIterable, Sendable {
     case status, conditions, refreshConditions, apps, app, fetch, used, report, quit, activate, deactivate
     case events, completeEvent, beginTask, task, endTask, endTaskByDelete
-    case transfers, createTransfer, transfer, cancelTransfer, cancelTransferByDelete, metrics
+    case transfers, createTransfer, transfer, cancelTransfer, cancelTransferByDelete, metrics, refreshUpdates
 
     package var method: String {
         switch self {
@@ -47,6 +47,7 @@ package enum APIRoute: String, CaseIterable, Sendable {
         case .transfer, .cancelTransferByDelete: "/v1/transfers/{transfer}"
         case .cancelTransfer: "/v1/transfers/{transfer}/cancel"
         case .metrics: "/v1/metrics"
+        case .refreshUpdates: "/v1/updates/refresh"
         }
     }
 
@@ -172,6 +173,9 @@ package struct APIRouter: Sendable {
             return await agent.conditions(refresh: req.query["refresh"] == "1" || req.query["refresh"] == "true")
         case .refreshConditions:
             return await agent.conditions(refresh: true)
+        case .refreshUpdates:
+            guard caller.isAdmin else { throw .forbidden("updates are for root and the drowse group") }
+            return await agent.refreshUpdates()
         case .apps:
             return await agent.appsList(caller: caller)
         case .app:

@@ -85,6 +85,9 @@ extension Agent {
         return appWire(app, plan: plan, history: true).json
     }
 
+    /// `POST /v1/updates/refresh`: read the updates' steps again (the installer asks at each).
+    package func refreshUpdates() -> JSON { APIWire.Updates(parts.mqtt.refreshUpdates()).json }
+
     static func journalWire(_ s: (syncs: Int, maxWait: Double, lastWait: Double)) -> APIWire.Status.Journal {
         func ms(_ t: Double) -> Double { (t * 1000 * 10).rounded() / 10 }
         return APIWire.Status.Journal(syncs: s.syncs, maxWaitMS: ms(s.maxWait), lastWaitMS: ms(s.lastWait))

@@ -84,6 +84,13 @@ struct FleetStatusState {
         fleet.updates = UpdateFiles.newestByPackage(in: UpdateFiles.directory(stateDir: config.stateDir))
     }
 
+    /// `POST /v1/updates/refresh`: the installer wrote a step; the status says it.
+    package func refreshUpdates() -> [String: UpdateReport] {
+        loadUpdates()
+        republishStatusIfChanged()
+        return fleet.updates
+    }
+
     /// What each app last reported of itself: shown by `drowse apps show` and in the fleet status.
     func loadReports() {
         fleet.reports = Dictionary(uniqueKeysWithValues: registry.ids.map { ($0, (try? store.report(app: $0)) ?? [:]) })

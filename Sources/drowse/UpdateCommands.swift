@@ -70,16 +70,22 @@ struct UpdateInstall: ParsableCommand {
         let request = UpdateRequest(
             id: updateID, service: service, check: check.map { ["/bin/sh", "-c", $0] } ?? [], healthFor: health.seconds,
             checkWithin: within.seconds)
+        var created = false
         do {
             if try files.progress() == nil {
                 try files.create(request: request, package: file, now: WallClock.now())
+                created = true
             }
         } catch {
             throw CLIError("\(error)")
         }
         let started = UpdateInstaller.launch(files, config: place.path)
         guard let progress = try? files.progress() else { throw CLIError("\(files.dir): no state") }
-        if !started.ok && !progress.report.state.isFinal { throw CLIError("could not start the installer: \(started.reason)") }
+        if !started.ok && !progress.report.state.isFinal {
+            // Nothing was done: an update made by this call leaves nothing to resume.
+            if created { _ = runCommand(["/bin/rm", "-rf", "--", files.dir], timeout: 60) }
+            throw CLIError("could not start the installer: \(started.reason)")
+        }
         say("update \(updateID): \(progress.report.state.rawValue)")
         guard wait else { return }
         var last = progress
@@ -126,7 +132,8 @@ struct UpdateApply: ParsableCommand {
 
     func run() throws {
         guard let files = UpdateFiles(dir: dir) else { throw CLIError("\(dir) is not an update's directory") }
-        try UpdateInstaller(files: files, window: try place.load().updates.window).run()
+        let config = try place.load()
+        try UpdateInstaller(files: files, window: config.updates.window, socket: config.socket).run()
     }
 }
 
@@ -178,7 +185,7 @@ struct UpdateNotified: ParsableCommand {
         do {
             if try files.progress() == nil {
                 try files.begin(request: note.request, state: .downloading, step: .download, now: WallClock.now())
-                UpdateInstaller.tellDrowsed()
+                UpdateInstaller.tellDrowsed(socket: config.socket)
             }
         } catch { throw CLIError("\(error)") }
         let body = JSON.object([
@@ -225,7 +232,7 @@ struct UpdateDownloaded: ParsableCommand {
                 failed = true
                 continue
             }
-            UpdateInstaller.tellDrowsed()
+            UpdateInstaller.tellDrowsed(socket: config.socket)
             guard p.step == .hold else { continue }
             let r = UpdateInstaller.schedule(files, config: place.path, window: config.updates.window)
             say("update \(id): \(r.reason)")

@@ -13,6 +13,8 @@ struct UpdateInstaller {
     let files: UpdateFiles
     /// `[updates] window`: an update held for it starts only inside it (or after `install_by`).
     let window: MaintenanceWindow
+    /// drowsed's API socket, to tell it of each step.
+    let socket: String
 
     static let environment = ["PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C", "DEBIAN_FRONTEND=noninteractive"]
 
@@ -102,12 +104,12 @@ struct UpdateInstaller {
             p.step = .prepare
             p.enter(.installing, at: now)
             do { try files.save(p) } catch { throw CLIError("\(error)") }
-            Self.tellDrowsed()
+            Self.tellDrowsed(socket: socket)
         }
         while p.step != .done {
             let next = step(p, request)
             do { try files.save(next) } catch { throw CLIError("\(error)") }
-            if next.report.state != p.report.state { Self.tellDrowsed() }
+            if next.report.state != p.report.state { Self.tellDrowsed(socket: socket) }
             p = next
         }
         // Over: a timer that waited for the window has nothing left to start.
@@ -277,9 +279,10 @@ struct UpdateInstaller {
         runCommand(["/usr/bin/systemctl", "show", "-p", "ExecMainStartTimestampMonotonic", "--value", service], timeout: 10).output
     }
 
-    /// The status drowsed publishes carries the updates: a reload makes it read them again.
-    static func tellDrowsed() {
-        _ = runCommand(["/usr/bin/systemctl", "--no-block", "try-reload-or-restart", "drowsed.service"], timeout: 10)
+    /// The status drowsed publishes carries the updates: it reads them again when asked. A
+    /// drowsed that is not running (restarting for its own update) reads them at its start.
+    static func tellDrowsed(socket: String) {
+        _ = try? UnixHTTPClient.request(socket: socket, method: "POST", path: "/v1/updates/refresh", timeout: 10)
     }
 
     /// Builds the installed `package` at `version` back into a package file in the kept folder,
@@ -331,7 +334,8 @@ struct UpdateInstaller {
             guard r.status == 0 else { return "\(path): \(r.lastLine)" }
         }
         let out = files.kept(package, version)
-        let built = runCommand(["/usr/bin/dpkg-deb", "--build", work + "/root", out + ".part"], timeout: 1800)
+        // Fast compression: it is built on the board, and rarely installed.
+        let built = runCommand(["/usr/bin/dpkg-deb", "-Zgzip", "-z1", "--build", work + "/root", out + ".part"], timeout: 1800)
         guard built.status == 0 else { return "dpkg-deb --build: \(built.lastLine)" }
         _ = runCommand(["/bin/sync", "--", out + ".part"], timeout: 600)
         do { try FileSystem.rename(out + ".part", to: out) } catch { return "\(error)" }

@@ -145,9 +145,9 @@ def configured(board, broker):
 
 
 # One VM for the whole session: the install check first, then the tests that only read, the
-# power cuts (which reboot it) last: the updater's one, then test_power's, then the clock's reboot.
+# power cuts (which reboot it) last: test_power's, then the clock's reboot.
 ORDER = ("test_systemd", "test_idle", "test_link", "test_ssh_driver", "test_conditions", "test_lifecycle", "test_getting_started",
-         "test_updater",
+         "test_updates",
          "test_power", "test_power_streams", "test_clock")
 
 

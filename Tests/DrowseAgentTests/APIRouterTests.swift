@@ -100,6 +100,22 @@ struct APIRouterTests {
         #expect(detail["report"]?["version"]?.stringValue == "1.2")
     }
 
+    @Test("updates: refreshed from their directories for admins only, and carried by the fleet status")
+    func updates() async throws {
+        let (r, f) = try await router()
+        let (denied, error) = await call(r, "POST", "/v1/updates/refresh", as: Self.stranger)
+        #expect(denied == 403 && errorCode(error) == "forbidden")
+        let (s0, none) = await call(r, "POST", "/v1/updates/refresh")
+        #expect(s0 == 200 && none.serialized == #"{"updates":{}}"#)
+        let files = UpdateFiles(root: UpdateFiles.directory(stateDir: f.dir + "/state"), id: "u1")
+        try files.begin(request: UpdateRequest(id: "u1", package: "hello"), state: .downloading, step: .download, now: 1000)
+        let (s1, one) = await call(r, "POST", "/v1/updates/refresh")
+        #expect(s1 == 200 && APIWire.Updates(json: one).updates == ["hello": UpdateReport(id: "u1", state: .downloading, times: [.downloading: 1000])])
+        let agent = f.agent
+        let published = await Task { @DaemonActor in agent.parts.mqtt.fleetStatus().updates["hello"]?.id }.value
+        #expect(published == "u1")
+    }
+
     @Test("tasks: begun, read, ended; an unknown task is 404")
     func tasks() async throws {
         let (r, f) = try await router()

@@ -19,6 +19,9 @@ struct WireSchemaTests {
     static let requestBodies: Set<String> = ["TransferRequest", "Completion", "TaskRequest"]
 
     static let report = APIWire.Report(["battery": "ok", "version": "2.1"])
+    static let update = UpdateReport(
+        id: "u1", from: "0.1.0-1", to: "0.2.0-1", state: .rolledBack, reason: "drowsed.service was not active",
+        times: [.downloading: 1_700_000_000, .installing: 1_700_000_100.5, .rolledBack: 1_700_000_400])
     static let limits = APIWire.Limits(processes: 64, memory: 268_435_456, memoryText: "256M", processesEnforcedBy: "cgroup", memoryEnforcedBy: "rlimit")
     static let noLimits = APIWire.Limits(processes: nil, memory: nil, memoryText: "unlimited", processesEnforcedBy: "rlimit", memoryEnforcedBy: "rlimit")
     static let run = APIWire.Run(event: "fetch", trigger: "scheduled", end: end)
@@ -95,6 +98,8 @@ struct WireSchemaTests {
         "FetchResult": [APIWire.FetchResult(id: "news", end: end).json],
         "Recorded": [APIWire.Recorded(id: "news").json],
         "ReportAnswer": [APIWire.ReportAnswer(id: "news", report: report).json, APIWire.ReportAnswer(id: "news", report: APIWire.Report([:])).json],
+        "UpdateReport": [update.json, UpdateReport(id: "u2", state: .downloading).json],
+        "Updates": [APIWire.Updates(["drowse": update, "hello": UpdateReport(id: "u2", state: .waiting)]).json, APIWire.Updates([:]).json],
         "QuitAnswer": [APIWire.QuitAnswer(id: "news", cancelledTransfers: 2).json],
         "StateAnswer": [APIWire.StateAnswer(id: "news", state: state).json, APIWire.StateAnswer(id: "news", state: APIWire.AppState(state: nil, reason: nil, since: nil)).json],
         "Task": [

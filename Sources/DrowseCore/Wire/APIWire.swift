@@ -114,6 +114,24 @@ extension APIWire {
         }
     }
 
+    /// `Updates`: `POST /v1/updates/refresh`, each package's newest update as the fleet status
+    /// carries it (docs/updates.md).
+    package struct Updates: WireBody, Sendable, Equatable {
+        package var updates: [String: UpdateReport]
+
+        package init(_ updates: [String: UpdateReport]) { self.updates = updates }
+
+        package var json: JSON { .object([("updates", .object(updates.keys.sorted().map { ($0, updates[$0]!.json) }))]) }
+
+        package init(json: JSON) {
+            var out: [String: UpdateReport] = [:]
+            if case .object(let members)? = json["updates"] {
+                for (k, v) in members { out[k] = UpdateReport.parse(v) }
+            }
+            updates = out
+        }
+    }
+
     /// `ReportAnswer`: `POST /v1/apps/ID/report`.
     package struct ReportAnswer: WireBody, Sendable, Equatable {
         package var id: String?

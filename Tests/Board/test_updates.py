@@ -1,0 +1,291 @@
+"""Updates a fleet can trust, on the board (docs/updates.md): the updates app of
+deploy/apps/updates installed as its header says, notifications signed on the host and published
+through the host's broker, packages on the host's nginx.
+
+- drowse updates itself (N -> N+1) from a notification: drowsed downloads the .deb, the install
+  runs in a unit of its own through drowsed's restart, the health check passes and the fleet
+  status shows every step;
+- a drowse whose daemon does not start is rolled back to the version before it by that unit;
+- a package whose service fails, and one whose check command fails, are rolled back to the
+  version kept on the device (the first one rebuilt from dpkg's database);
+- a maintenance window holds the install (not the download) until it opens, and a notification's
+  install_by overrides it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import hashlib
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from board import HOST_IN_GUEST
+from conftest import DEVICE, REPO, figure
+from test_power import wait_for
+
+APP = "updates"
+APP_FILE = REPO / "deploy" / "apps" / "updates" / "updates.toml"
+SVC = "drowse-board-svc"
+STATUS = f"drowse/{DEVICE}/status"
+
+
+def b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def build_svc(workdir: Path, version: str, exec_start: str) -> Path:
+    """A package with a systemd service (started by its postinst, as Debian's packages are)."""
+    root = workdir / f"svc-{version}"
+    (root / "DEBIAN").mkdir(parents=True)
+    unit = root / "usr" / "lib" / "systemd" / "system" / f"{SVC}.service"
+    unit.parent.mkdir(parents=True)
+    unit.write_text(f"[Unit]\nDescription=Drowse board test service {version}\n[Service]\nExecStart={exec_start}\n"
+                    "Restart=on-failure\nRestartSec=1\n[Install]\nWantedBy=multi-user.target\n")
+    (root / "usr" / "share" / SVC).mkdir(parents=True)
+    (root / "usr" / "share" / SVC / "VERSION").write_text(version + "\n")
+    (root / "DEBIAN" / "control").write_text(
+        f"Package: {SVC}\nVersion: {version}\nArchitecture: all\nMaintainer: Drowse tests <tests@localhost>\n"
+        "Description: a service the Drowse board tests update and roll back\n")
+    postinst = root / "DEBIAN" / "postinst"
+    postinst.write_text(f"#!/bin/sh\nset -e\nif [ \"$1\" = configure ]; then systemctl daemon-reload; "
+                        f"systemctl enable {SVC}.service; systemctl restart {SVC}.service || true; fi\nexit 0\n")
+    postinst.chmod(0o755)
+    prerm = root / "DEBIAN" / "prerm"
+    prerm.write_text(f"#!/bin/sh\nset -e\n[ \"$1\" = remove ] && systemctl stop {SVC}.service || true\nexit 0\n")
+    prerm.chmod(0o755)
+    out = workdir / f"{SVC}_{version}_all.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "--build", str(root), str(out)], check=True, capture_output=True)
+    return out
+
+
+def reversion(deb: Path, workdir: Path, version: str, broken: bool = False) -> Path:
+    """The drowse package under another version; `broken`: its drowsed.service cannot start."""
+    root = workdir / f"drowse-{version}"
+    subprocess.run(["dpkg-deb", "-R", str(deb), str(root)], check=True, capture_output=True)
+    control = root / "DEBIAN" / "control"
+    control.write_text("".join(f"Version: {version}\n" if line.startswith("Version:") else line
+                               for line in control.read_text().splitlines(keepends=True)))
+    if broken:
+        unit = root / "usr" / "lib" / "systemd" / "system" / "drowsed.service"
+        unit.write_text(unit.read_text().replace("ExecStart=/usr/bin/drowsed", "ExecStart=/bin/false /usr/bin/drowsed"))
+    arch = subprocess.run(["dpkg-deb", "-f", str(deb), "Architecture"], check=True, capture_output=True, text=True).stdout.strip()
+    out = workdir / f"drowse_{version}_{arch}.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(out)], check=True, capture_output=True)
+    return out
+
+
+class StatusLog:
+    """Every status the board publishes, as the fleet sees them (a live subscription)."""
+
+    def __init__(self, port: int):
+        self.lines: list[dict] = []
+        self.proc = subprocess.Popen(["mosquitto_sub", "-h", "127.0.0.1", "-p", str(port), "-t", STATUS],
+                                     stdout=subprocess.PIPE, text=True)
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            try:
+                self.lines.append(json.loads(line))
+            except ValueError:
+                pass
+
+    def states(self, package: str, update_id: str) -> list[str]:
+        """The states of one update, in the order the statuses showed them (repeats folded)."""
+        out: list[str] = []
+        for s in self.lines:
+            u = (s.get("updates") or {}).get(package)
+            if u and u.get("id") == update_id and (not out or out[-1] != u["state"]):
+                out.append(u["state"])
+        return out
+
+    def report(self, package: str) -> dict | None:
+        for s in reversed(self.lines):
+            u = (s.get("updates") or {}).get(package)
+            if u:
+                return u
+        return None
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+class Provider:
+    """The update server's side: the key, the packages on nginx, the signed push."""
+
+    def __init__(self, broker, nginx):
+        self.key = Ed25519PrivateKey.generate()
+        self.public = base64.b64encode(self.key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)).decode()
+        self.broker, self.nginx = broker, nginx
+
+    def offer(self, deb: Path) -> tuple[str, str]:
+        shutil.copyfile(deb, self.nginx.www / "files" / deb.name)
+        (self.nginx.www / "files" / deb.name).chmod(0o644)
+        return f"http://{HOST_IN_GUEST}:{self.nginx.port}/files/{deb.name}", hashlib.sha256(deb.read_bytes()).hexdigest()
+
+    def push(self, update_id: str, deb: Path, **fields) -> None:
+        """As `drowse push --silent --sign KEY --id ID -d url=… -d sha256=…` does: a compact JWS (EdDSA)."""
+        url, sha = self.offer(deb)
+        payload = json.dumps({"aps": {"content-available": 1}, "id": update_id, "url": url, "sha256": sha, **fields})
+        signing_input = b64url(b'{"alg":"EdDSA","typ":"JWT"}') + "." + b64url(payload.encode())
+        jws = signing_input + "." + b64url(self.key.sign(signing_input.encode()))
+        self.broker.publish(f"drowse/{DEVICE}/apps/{APP}/notify", jws.encode())
+
+
+def installed(b, package: str) -> str | None:
+    rc, out, _ = b.run(f"dpkg-query -W -f '${{db:Status-Abbrev}} ${{Version}}' {package}")
+    status, _, version = out.partition(" ")
+    return version.strip() if rc == 0 and status.startswith("ii") else None
+
+
+def audit_clean(b) -> None:
+    """dpkg's database is consistent: nothing half-installed or half-configured."""
+    rc, out, err = b.run("dpkg --audit")
+    assert rc == 0 and not out.strip(), out + err
+
+
+def final(log: StatusLog, b, package: str, update_id: str, timeout: float) -> dict:
+    def done():
+        u = log.report(package)
+        return u if u and u["id"] == update_id and u["state"] in ("committed", "rolled-back", "failed") else None
+    try:
+        return wait_for(b, f"update {update_id} over", done, timeout)
+    except AssertionError:
+        print(b.run(f"drowse update list; journalctl -u drowse-update-{update_id} --no-pager | tail -40")[1])
+        raise
+
+
+@pytest.fixture
+def updates(configured, broker, nginx, workdir):
+    b = configured
+    provider = Provider(broker, nginx)
+    toml = APP_FILE.read_text().replace("REPLACE WITH THE CONTENTS OF updates.key.pub", provider.public)
+    assert provider.public in toml
+    b.write_file(f"/etc/drowse/apps.d/{APP}.toml", toml)
+    b.sh("sync && systemctl reload drowsed")
+    broker.wait_subscribed(f"drowse/{DEVICE}/apps/{APP}/notify", timeout=60)
+    log = StatusLog(broker.port)
+    d = workdir / "updates"
+    d.mkdir(exist_ok=True)
+    yield b, provider, log, d
+    log.close()
+
+
+def test_a_broken_drowse_rolls_back_and_a_good_one_updates_itself(updates):
+    b, provider, log, d = updates
+    base = Path(os.environ["BOARD_DEB"])
+    before = installed(b, "drowse")
+    assert before
+
+    # First a drowse whose daemon cannot start: the unit of its own rolls it back to the version
+    # apt installed, whose package it rebuilt from dpkg's database before installing.
+    broken = reversion(base, d, before + "+up1", broken=True)
+    start = time.monotonic()
+    provider.push("drowse-up1", broken, package="drowse", health_for=10, check_within=40)
+    u = final(log, b, "drowse", "drowse-up1", 400)
+    assert (u["state"], u["from"], u["to"]) == ("rolled-back", before, before + "+up1"), u
+    assert "drowsed.service was not active for 10 s within 40 s" in u["reason"], u
+    assert installed(b, "drowse") == before
+    wait_for(b, "drowsed active again", lambda: b.run("systemctl is-active drowsed")[1].strip() == "active", 60)
+    assert "ExecStart=/usr/bin/drowsed" in b.sh("systemctl cat drowsed")
+    audit_clean(b)
+    figure("self-update to a drowse that cannot start: notification to rolled back (s)", f"{time.monotonic() - start:.0f}")
+
+    # Then N -> N+1: drowsed downloads it, the install outlives drowsed's restart, the check passes.
+    pid = b.sh("systemctl show -p MainPID --value drowsed").strip()
+    good = reversion(base, d, before + "+up2")
+    start = time.monotonic()
+    provider.push("drowse-up2", good, package="drowse", health_for=10, check_within=120)
+    u = final(log, b, "drowse", "drowse-up2", 400)
+    assert (u["state"], u["from"], u["to"]) == ("committed", before, before + "+up2"), u
+    assert installed(b, "drowse") == before + "+up2"
+    assert b.sh("systemctl is-active drowsed").strip() == "active"
+    assert b.sh("systemctl show -p MainPID --value drowsed").strip() != pid, "drowsed was not restarted on the new version"
+    states = log.states("drowse", "drowse-up2")
+    assert states[0] == "downloading" and states[-2:] == ["checking", "committed"], states
+    assert set(u["times"]) >= {"downloading", "waiting", "installing", "checking", "committed"}, u
+    audit_clean(b)
+    # The kept package is the version now installed: the next update's rollback.
+    assert b.sh("ls /var/lib/drowse/updates/kept/").split() == [f"drowse_{before}+up2.deb".replace(":", "%3a")]
+    figure("self-update N -> N+1: notification to committed (s)", f"{time.monotonic() - start:.0f}")
+
+
+def test_a_failing_service_or_check_rolls_back_to_the_kept_version(updates):
+    b, provider, log, d = updates
+    good = build_svc(d, "1.0", "/bin/sleep infinity")
+    provider.push("svc-1", good, health_for=5, check_within=60, service=f"{SVC}.service")
+    u = final(log, b, SVC, "svc-1", 240)
+    assert (u["state"], u["from"], u["to"]) == ("committed", None, "1.0"), u
+    assert b.sh(f"systemctl is-active {SVC}").strip() == "active"
+
+    # 2.0's service exits at once: not active for 5 s within 20 s.
+    bad = build_svc(d, "2.0", "/bin/false")
+    provider.push("svc-2", bad, health_for=5, check_within=20, service=f"{SVC}.service")
+    u = final(log, b, SVC, "svc-2", 240)
+    assert (u["state"], u["from"], u["to"]) == ("rolled-back", "1.0", "2.0"), u
+    assert f"{SVC}.service was not active for 5 s within 20 s" in u["reason"], u
+    assert installed(b, SVC) == "1.0"
+    assert b.sh(f"cat /usr/share/{SVC}/VERSION") == "1.0\n"
+    wait_for(b, f"{SVC} active on 1.0", lambda: b.run(f"systemctl is-active {SVC}")[1].strip() == "active", 30)
+
+    # 3.0 runs, but the update's own check fails.
+    checked = build_svc(d, "3.0", "/bin/sleep infinity")
+    provider.push("svc-3", checked, health_for=3, check_within=30, service=f"{SVC}.service",
+                  check=f"grep -q 4.0 /usr/share/{SVC}/VERSION")
+    u = final(log, b, SVC, "svc-3", 240)
+    assert (u["state"], u["to"]) == ("rolled-back", "3.0"), u
+    assert "the check command exited 1" in u["reason"], u
+    assert installed(b, SVC) == "1.0"
+    audit_clean(b)
+    b.run(f"dpkg --purge {SVC}")
+
+
+def test_the_window_holds_the_install_and_install_by_overrides_it(updates):
+    b, provider, log, d = updates
+    # A window that opens at the guest's next full minute at least 40 s away.
+    now = int(b.sh("date +%s"))
+    opens = (now + 40 + 59) // 60 * 60
+    start_hm = b.sh(f"date -d @{opens} +%H:%M").strip()
+    end_hm = b.sh(f"date -d @{opens + 3600} +%H:%M").strip()
+    b.sh(f"printf '\\n[updates]\\nwindow = [\"{start_hm}-{end_hm}\"]\\n' >>/etc/drowse/drowse.toml")
+    try:
+        first = build_svc(d, "5.0", "/bin/sleep infinity")
+        provider.push("svc-5", first, health_for=3, check_within=30)
+        wait_for(b, "svc-5 downloaded and waiting", lambda: (log.report(SVC) or {}).get("state") == "waiting"
+                 and log.report(SVC)["id"] == "svc-5", 120)
+        assert installed(b, SVC) != "5.0"
+        assert b.run(f"systemctl is-active drowse-update-svc-5.timer")[1].strip() == "active"
+        left = opens - int(b.sh("date +%s"))
+        if left > 5:
+            time.sleep(left - 5)
+            assert (log.report(SVC) or {}).get("state") == "waiting", "installed before the window opened"
+            assert installed(b, SVC) != "5.0"
+        u = final(log, b, SVC, "svc-5", 180)
+        assert u["state"] == "committed", u
+        assert u["times"]["installing"] >= opens - 1, (u, opens)
+        figure("window: seconds from the window's opening to the install", f"{u['times']['installing'] - opens:.1f}")
+
+        # Outside the window (it closes an hour later; the next opens tomorrow), install_by wins.
+        b.sh(f"sed -i 's/^window = .*/window = [\"{b.sh(f'date -d @{opens + 7200} +%H:%M').strip()}-{b.sh(f'date -d @{opens + 7260} +%H:%M').strip()}\"]/' /etc/drowse/drowse.toml")
+        by = int(b.sh("date +%s")) + 45
+        second = build_svc(d, "6.0", "/bin/sleep infinity")
+        provider.push("svc-6", second, health_for=3, check_within=30, install_by=by)
+        wait_for(b, "svc-6 waiting", lambda: (log.report(SVC) or {}).get("id") == "svc-6"
+                 and log.report(SVC)["state"] == "waiting", 120)
+        u = final(log, b, SVC, "svc-6", 180)
+        assert u["state"] == "committed", u
+        assert u["times"]["installing"] >= by - 1, (u, by)
+        assert installed(b, SVC) == "6.0"
+    finally:
+        b.sh("sed -i '/^\\[updates\\]$/,$d' /etc/drowse/drowse.toml")
+        b.run(f"dpkg --purge {SVC}")
