@@ -220,8 +220,18 @@ struct UpdateDownloaded: ParsableCommand {
             do {
                 if t.state == "completed", let location = t.location {
                     try files.adoptPackage(from: location)
-                    p.enter(.waiting, at: now)
-                    p.step = .hold
+                    // The fleet status shows the update under its package from now on.
+                    let package = UpdateInstaller.field("Package", of: files.packagePath)
+                    let expected = try? files.request().package
+                    if let package, expected == nil || expected == package {
+                        p.package = package
+                        p.report.to = UpdateInstaller.field("Version", of: files.packagePath)
+                        p.enter(.waiting, at: now)
+                        p.step = .hold
+                    } else {
+                        p.enter(.failed, at: now, reason: package.map { "the file holds \($0), not \(expected ?? "")" } ?? "the file is not a package")
+                        p.step = .done
+                    }
                 } else {
                     p.enter(.failed, at: now, reason: "the download \(t.state ?? "ended"): \(t.reason ?? "no reason given")")
                     p.step = .done

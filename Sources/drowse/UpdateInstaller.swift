@@ -259,8 +259,11 @@ struct UpdateInstaller {
         _ = runCommand(["/usr/bin/dpkg", "--configure", "-a"], environment: Self.environment, timeout: 1800)
     }
 
-    func debField(_ name: String) -> String? {
-        let r = runCommand(["/usr/bin/dpkg-deb", "-f", files.packagePath, name], timeout: 60, mergeErrors: false)
+    func debField(_ name: String) -> String? { Self.field(name, of: files.packagePath) }
+
+    /// A control field of a package file, or nil when it is not a readable package.
+    static func field(_ name: String, of path: String) -> String? {
+        let r = runCommand(["/usr/bin/dpkg-deb", "-f", path, name], timeout: 60, mergeErrors: false)
         let v = r.output.trimmingSpaces()
         return r.status == 0 && !v.isEmpty ? String(v) : nil
     }

@@ -67,10 +67,28 @@ def build_svc(workdir: Path, version: str, exec_start: str) -> Path:
     return out
 
 
+# A maintainer script that finds this file stops itself there, after saying so in STOPPED: the
+# host then cuts the power at that exact step of the install.
+CUT = "/run/drowse-test-cut-{}"
+STOPPED = "/run/drowse-test-stopped"
+
+
+def stop_here(step: str) -> str:
+    return f'if [ -e {CUT.format(step)} ]; then echo {step} >{STOPPED}; kill -STOP $$; fi\n'
+
+
 def reversion(deb: Path, workdir: Path, version: str, broken: bool = False) -> Path:
-    """The drowse package under another version; `broken`: its drowsed.service cannot start."""
+    """The drowse package under another version; `broken`: its drowsed.service cannot start.
+    Its preinst (the unpack's first step) and postinst (the configuration's) can stop for a cut."""
     root = workdir / f"drowse-{version}"
     subprocess.run(["dpkg-deb", "-R", str(deb), str(root)], check=True, capture_output=True)
+    preinst = root / "DEBIAN" / "preinst"
+    if not preinst.exists():
+        preinst.write_text("#!/bin/sh\nset -e\nexit 0\n")
+    preinst.chmod(0o755)
+    for script, step in ((preinst, "unpacking"), (root / "DEBIAN" / "postinst", "configuring")):
+        head, _, rest = script.read_text().partition("\n")
+        script.write_text(head + "\n" + stop_here(step) + rest)
     control = root / "DEBIAN" / "control"
     control.write_text("".join(f"Version: {version}\n" if line.startswith("Version:") else line
                                for line in control.read_text().splitlines(keepends=True)))
@@ -134,8 +152,11 @@ class Provider:
         return f"http://{HOST_IN_GUEST}:{self.nginx.port}/files/{deb.name}", hashlib.sha256(deb.read_bytes()).hexdigest()
 
     def push(self, update_id: str, deb: Path, **fields) -> None:
-        """As `drowse push --silent --sign KEY --id ID -d url=… -d sha256=…` does: a compact JWS (EdDSA)."""
         url, sha = self.offer(deb)
+        self.push_payload(update_id, url, sha, **fields)
+
+    def push_payload(self, update_id: str, url: str, sha: str, **fields) -> None:
+        """As `drowse push --silent --sign KEY --id ID -d url=… -d sha256=…` does: a compact JWS (EdDSA)."""
         payload = json.dumps({"aps": {"content-available": 1}, "id": update_id, "url": url, "sha256": sha, **fields})
         signing_input = b64url(b'{"alg":"EdDSA","typ":"JWT"}') + "." + b64url(payload.encode())
         jws = signing_input + "." + b64url(self.key.sign(signing_input.encode()))
@@ -154,15 +175,26 @@ def audit_clean(b) -> None:
     assert rc == 0 and not out.strip(), out + err
 
 
+def diagnose(b, log: StatusLog, update_id: str) -> None:
+    """What the board says of an update that did not get where a test waited for it."""
+    print("statuses seen:", json.dumps([s.get("updates") for s in log.lines][-8:]))
+    print(b.run(f"drowse update list; tail -n 5 /etc/drowse/drowse.toml; systemctl list-timers --all --no-pager | grep drowse; "
+                f"journalctl -u drowse-update-{update_id} --no-pager | tail -n 40; journalctl -u drowsed --no-pager | tail -n 40")[1])
+
+
+def waiting_for(b, log: StatusLog, update_id: str, what: str, pred, timeout: float):
+    try:
+        return wait_for(b, what, pred, timeout)
+    except AssertionError:
+        diagnose(b, log, update_id)
+        raise
+
+
 def final(log: StatusLog, b, package: str, update_id: str, timeout: float) -> dict:
     def done():
         u = log.report(package)
         return u if u and u["id"] == update_id and u["state"] in ("committed", "rolled-back", "failed") else None
-    try:
-        return wait_for(b, f"update {update_id} over", done, timeout)
-    except AssertionError:
-        print(b.run(f"drowse update list; journalctl -u drowse-update-{update_id} --no-pager | tail -40")[1])
-        raise
+    return waiting_for(b, log, update_id, f"update {update_id} over", done, timeout)
 
 
 @pytest.fixture
@@ -261,8 +293,8 @@ def test_the_window_holds_the_install_and_install_by_overrides_it(updates):
     try:
         first = build_svc(d, "5.0", "/bin/sleep infinity")
         provider.push("svc-5", first, health_for=3, check_within=30)
-        wait_for(b, "svc-5 downloaded and waiting", lambda: (log.report(SVC) or {}).get("state") == "waiting"
-                 and log.report(SVC)["id"] == "svc-5", 120)
+        waiting_for(b, log, "svc-5", "svc-5 downloaded and waiting", lambda: (log.report(SVC) or {}).get("state") == "waiting"
+                    and log.report(SVC)["id"] == "svc-5", 120)
         assert installed(b, SVC) != "5.0"
         assert b.run(f"systemctl is-active drowse-update-svc-5.timer")[1].strip() == "active"
         left = opens - int(b.sh("date +%s"))
@@ -280,8 +312,8 @@ def test_the_window_holds_the_install_and_install_by_overrides_it(updates):
         by = int(b.sh("date +%s")) + 45
         second = build_svc(d, "6.0", "/bin/sleep infinity")
         provider.push("svc-6", second, health_for=3, check_within=30, install_by=by)
-        wait_for(b, "svc-6 waiting", lambda: (log.report(SVC) or {}).get("id") == "svc-6"
-                 and log.report(SVC)["state"] == "waiting", 120)
+        waiting_for(b, log, "svc-6", "svc-6 waiting", lambda: (log.report(SVC) or {}).get("id") == "svc-6"
+                    and log.report(SVC)["state"] == "waiting", 120)
         u = final(log, b, SVC, "svc-6", 180)
         assert u["state"] == "committed", u
         assert u["times"]["installing"] >= by - 1, (u, by)
@@ -289,3 +321,71 @@ def test_the_window_holds_the_install_and_install_by_overrides_it(updates):
     finally:
         b.sh("sed -i '/^\\[updates\\]$/,$d' /etc/drowse/drowse.toml")
         b.run(f"dpkg --purge {SVC}")
+
+
+@pytest.mark.vm  # power cuts: not on a board over ssh
+def test_power_cuts_at_each_step_of_a_self_update(updates, broker):
+    """A power cut while drowsed downloads the package, while dpkg unpacks it, while it configures
+    it, while drowsed restarts on it, during the health check, and during a rollback: each ends
+    with a working drowsed, one version installed and dpkg's database consistent."""
+    b, provider, log, d = updates
+    base = Path(os.environ["BOARD_DEB"])
+    # drowsed's start can stop for a cut too (as root, outside its sandbox: "+").
+    b.sh("mkdir -p /etc/systemd/system/drowsed.service.d")
+    b.write_file("/etc/systemd/system/drowsed.service.d/cut.conf",
+                 f"[Service]\nExecStartPre=+/bin/sh -c '{stop_here('restarting').strip()}'\n")
+    b.sh("systemctl daemon-reload")
+    seen: list[str] = []
+
+    def step_of(update_id: str) -> str | None:
+        rc, out, _ = b.run(f"cat /var/lib/drowse/updates/{update_id}/state.json")
+        return json.loads(out)["step"] if rc == 0 and out.strip() else None
+
+    def cut_and_boot() -> None:
+        b.power_cut()
+        b.boot()
+
+    try:
+        for n, (stage, broken) in enumerate([("downloading", False), ("unpacking", False), ("configuring", False),
+                                             ("restarting", False), ("checking", False), ("rolling back", True)]):
+            before = installed(b, "drowse")
+            version = f"{before.split('+')[0]}+cut{n}"
+            uid = f"drowse-cut{n}"
+            deb = reversion(base, d, version, broken=broken)
+            start = time.monotonic()
+            if stage in ("unpacking", "configuring", "restarting"):
+                b.sh(f"touch {CUT.format(stage)}")
+            if stage == "downloading":
+                # From /slow/ (384 KiB/s): the download is under way for seconds.
+                slow = provider.nginx.www / "slow" / deb.name
+                shutil.copyfile(deb, slow)
+                slow.chmod(0o644)
+                url = f"http://{HOST_IN_GUEST}:{provider.nginx.port}/slow/{deb.name}"
+                sha = hashlib.sha256(deb.read_bytes()).hexdigest()
+                provider.push_payload(uid, url, sha, package="drowse", health_for=5, check_within=120)
+
+                def running():
+                    ts = json.loads(b.sh(f"drowse transfers --app {APP} --json"))
+                    return any(t["session"] == f"update-{uid}" and t["state"] == "running" and (t["bytes_done"] or 0) > 0 for t in ts)
+                wait_for(b, "the download under way", running, 120)
+            else:
+                provider.push(uid, deb, package="drowse", health_for=5, check_within=40 if broken else 120)
+                if stage in ("unpacking", "configuring", "restarting"):
+                    wait_for(b, f"the install stopped at {stage}", lambda: b.run(f"cat {STOPPED}")[1].strip() == stage, 240)
+                elif stage == "checking":
+                    wait_for(b, "the check under way", lambda: step_of(uid) == "check", 240)
+                else:
+                    wait_for(b, "the rollback under way", lambda: step_of(uid) == "rollback", 300)
+            cut_and_boot()
+            u = final(log, b, "drowse", uid, 400)
+            want = ("rolled-back", before) if broken else ("committed", version)
+            assert (u["state"], installed(b, "drowse")) == want, (stage, u, installed(b, "drowse"))
+            wait_for(b, "drowsed active", lambda: b.run("systemctl is-active drowsed")[1].strip() == "active", 90)
+            audit_clean(b)
+            assert b.sh("dpkg-query -W -f '${Version}\\n' drowse").split() == [want[1]]
+            rc, out, _ = b.run("sqlite3 /var/lib/drowse/state.db 'pragma integrity_check'")
+            assert (rc, out.strip()) == (0, "ok"), out
+            seen.append(f"{stage}: {u['state']} in {time.monotonic() - start:.0f} s")
+    finally:
+        b.run(f"rm -f /etc/systemd/system/drowsed.service.d/cut.conf {CUT.format('*')} {STOPPED}; systemctl daemon-reload")
+        figure("self-update power cuts (stage: outcome, seconds from push)", "; ".join(seen))

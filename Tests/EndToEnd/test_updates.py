@@ -87,15 +87,17 @@ def test_a_signed_update_is_downloaded_recorded_and_shown_to_the_fleet(broker, n
     failed = fleet_updates(broker)[PACKAGE]
     assert failed["id"] == "bad-sha" and "the download failed" in failed["reason"], failed
 
-    # The good one: downloading, then the verified file is the update's, waiting for its install.
-    push("hello-1.0", health_for="5s")
+    # The good one, without `package`: downloading (under its id), then the verified file is the
+    # update's, shown under the package it holds, waiting for its install.
+    push("hello-1.0", health_for="5s", package=None)
     wait_until(lambda: (fleet_updates(broker).get(PACKAGE) or {}).get("id") == "hello-1.0"
                and fleet_updates(broker)[PACKAGE]["state"] == "waiting", 60, what="hello-1.0 waiting")
     u = fleet_updates(broker)[PACKAGE]
     assert set(u["times"]) == {"downloading", "waiting"} and u["times"]["downloading"] <= u["times"]["waiting"], u
+    assert (u["from"], u["to"]) == (None, "1.0"), u
     assert hashlib.sha256((updates / "hello-1.0" / "package.deb").read_bytes()).hexdigest() == sha
     request = json.loads((updates / "hello-1.0" / "update.json").read_text())
-    assert (request["package"], request["health_for"]) == (PACKAGE, 5), request
+    assert (request["package"], request["health_for"]) == (None, 5), request
     [t] = [t for t in d.json("transfers", "--app", "updates") if t["session"] == "update-hello-1.0"]
     assert t["state"] == "completed" and t["url"] == url, t
     listed = json.loads(d.cli_ok("update", "list", "--config", str(d.config), "--json").stdout)
