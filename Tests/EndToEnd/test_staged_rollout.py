@@ -2,8 +2,8 @@
 20 real drowsed on one mosquitto: the command reads the group's devices from their fleet statuses,
 publishes each stage to its devices' own topics, and stops when a stage's devices report failures.
 
-The device side of updates is simulated here; the daemon's own updates are tested in the board
-suite. A device's update report (`updates.<package>` in its status, matched by the push's id) is
+In the first test the device side of updates is simulated; in the last, real devices run the
+updates app and report a real failure. A device's update report (`updates.<package>` in its status, matched by the push's id) is
 published by this test with mosquitto_pub, retained, on the device's status topic, once the real
 drowsed ran the push's handler: the first two devices to run it report `rolled-back` or `failed`
 in the rollout meant to fail, every device reports `committed` in the one meant to succeed. The
@@ -12,9 +12,13 @@ which would hide the report until the next one).
 """
 
 import json
+import os
 import subprocess
 import threading
 import time
+from pathlib import Path
+
+import pytest
 
 from drowse_e2e import DROWSE, MOSQUITTO_PUB
 from rollout import notification_counts
@@ -104,3 +108,47 @@ def test_a_staged_rollout_stops_at_a_failing_first_stage_and_a_healthy_one_reach
     assert "stage 2 of 2: published to 16 devices" in r.stdout, r.stdout
     for d in devices:
         assert [x.json().get("id") for x in d.runs(APP)].count("good-1") == 1, d.device_id
+
+
+def test_a_rollout_stops_on_the_failures_real_devices_report(broker, nginx, make_drowse, workdir):
+    """The same stop with nothing simulated: 10 drowsed run the updates app (deploy/apps/updates),
+    and the signed update names a file whose sha256 is not the one given. Each device of the first
+    stage downloads it, drowsed refuses it, and the device's own fleet status reports the update
+    `failed`; the rollout stops there and the other devices receive nothing."""
+    if os.geteuid() != 0:
+        pytest.skip("the updates app runs as root, as installing packages needs")
+    app_file = Path(__file__).resolve().parents[2] / "deploy" / "apps" / "updates" / "updates.toml"
+    key = workdir / "updates.key"
+    subprocess.run([str(DROWSE), "keygen", str(key)], check=True, capture_output=True)
+    blob = nginx.www / "files" / "not-the-package.deb"
+    blob.write_bytes(b"x" * 4096)
+    blob.chmod(0o644)
+    devices = []
+    for i in range(10):
+        d = make_drowse(broker=broker, name=f"r{i:02d}", device_id=f"real-{i:02d}", handler_deadline="10s")
+        d.set_mqtt(groups=["real"])
+        text = app_file.read_text().replace("REPLACE WITH THE CONTENTS OF updates.key.pub", (workdir / "updates.key.pub").read_text().strip())
+        for handler in ("notified", "downloaded"):
+            text = text.replace(f'"/usr/bin/drowse", "update", "{handler}"]', f'"{DROWSE}", "update", "{handler}", "--config", "{d.config}"]')
+        d.add_app("updates", raw=text)
+        devices.append(d)
+    for d in devices:
+        d.start(wait=False)
+    for d in devices:
+        d.wait_ready(timeout=60)
+        d.wait_mqtt_connected(True, timeout=60)
+    r = subprocess.run([str(DROWSE), "push", "--broker", broker.url, "--group", "real", "--app", "updates", "--silent",
+                        "--sign", str(key), "--id", "real-1", "-d", f"url={nginx.url('/files/not-the-package.deb')}",
+                        "-d", "sha256=" + "0" * 64, "-d", "package=demo", "--stages", "20%,100%", "--abort-after", "2",
+                        "--stage-timeout", "60s", "--check-every", "1s"], capture_output=True, text=True, timeout=180)
+    print(f"\n[staged] real-1: exit {r.returncode}\n{r.stdout}{r.stderr}")
+    assert r.returncode != 0 and "stopped at stage 1 of 2" in r.stderr and "8 devices received nothing" in r.stderr, r.stdout + r.stderr
+    updated = [d for d in devices if (Path(d.state_dir) / "updates" / "real-1").exists()]
+    assert len(updated) == 2, [d.device_id for d in updated]
+    for d in updated:
+        state = json.loads((Path(d.state_dir) / "updates" / "real-1" / "state.json").read_text())
+        assert state["report"]["state"] == "failed" and d.device_id in r.stderr, (d.device_id, state)
+    time.sleep(2)
+    for d in devices:
+        if d not in updated:
+            assert notification_counts(d).get("received", 0) == 0, f"{d.device_id} got a notification"
