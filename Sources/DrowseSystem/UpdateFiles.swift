@@ -71,6 +71,7 @@ package struct UpdateFiles: Sendable {
     /// A new update: its directory, the request, then its first state, in that order, so a cut
     /// leaves either no state (nothing to resume) or a whole update.
     package func begin(request: UpdateRequest, state: UpdateState, step: UpdateProgress.Step, now: Double) throws(SystemError) {
+        Self.prune(in: root)
         try FileSystem.makeDirectories(dir, mode: 0o755)
         try FileSystem.writeAtomically(requestPath, Array(request.json.serialized.utf8), mode: 0o644)
         var p = UpdateProgress(report: UpdateReport(id: request.id, state: state), package: request.package, step: step)
@@ -100,6 +101,22 @@ package struct UpdateFiles: Sendable {
         FileSystem.listDirectory(root).filter { $0 != keptName && UpdateRequest.isValidID($0) }
             .compactMap { try? UpdateFiles(root: root, id: $0).progress() }
             .sorted { ($0.report.times.values.min() ?? 0, $0.report.id) < ($1.report.times.values.min() ?? 0, $1.report.id) }
+    }
+
+    /// How many finished updates of one package stay on disk (their `update.json` and
+    /// `state.json`; the package file goes when an update ends).
+    package static let keptPerPackage = 3
+
+    /// Removes the oldest finished updates of each package beyond `keptPerPackage`; unfinished
+    /// ones stay whatever their age.
+    package static func prune(in root: String) {
+        var byPackage: [String: [UpdateProgress]] = [:]
+        for p in all(in: root) where p.report.state.isFinal && p.step == .done { byPackage[p.package ?? p.report.id, default: []].append(p) }
+        for (_, done) in byPackage where done.count > keptPerPackage {
+            for p in done.dropLast(keptPerPackage) {
+                _ = runCommand(["/bin/rm", "-rf", "--", UpdateFiles(root: root, id: p.report.id).dir], timeout: 120)
+            }
+        }
     }
 
     /// Each package's newest update, for the fleet status.

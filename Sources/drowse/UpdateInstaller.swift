@@ -112,8 +112,10 @@ struct UpdateInstaller {
             if next.report.state != p.report.state { Self.tellDrowsed(socket: socket) }
             p = next
         }
-        // Over: a timer that waited for the window has nothing left to start.
+        // Over: a timer that waited for the window has nothing left to start, and a package
+        // that was not committed (a commit moved it to the kept folder) is of no more use.
         _ = Self.systemctl(["stop", "--no-block", Self.unit(files) + ".timer"])
+        _ = try? FileSystem.remove(files.packagePath)
         say("update \(files.id): \(p.report.state.rawValue)\(p.report.reason.map { " (\($0))" } ?? "")")
     }
 

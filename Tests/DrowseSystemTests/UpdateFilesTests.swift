@@ -49,5 +49,11 @@ struct UpdateFilesTests {
         let newest = UpdateFiles.newestByPackage(in: root)
         #expect(newest.mapValues(\.id) == ["hello": "a2", "drowse": "b1"])
         #expect(UpdateFiles.newestByPackage(in: tmp + "/none").isEmpty)
+
+        // Finished updates beyond the newest three of a package go; unfinished ones stay.
+        for i in 3...6 { try put("h\(i)", "hello", .committed, at: Double(100 + i)) }
+        try put("h7", "hello", .waiting, at: 1)
+        UpdateFiles.prune(in: root)
+        #expect(Set(UpdateFiles.all(in: root).map(\.report.id)) == ["h4", "h5", "h6", "h7", "b1"])
     }
 }
