@@ -47,7 +47,7 @@ struct UpdateInstall: ParsableCommand {
 
     @OptionGroup var place: UpdatesPlace
     @Argument(help: "The package file (.deb).") var file: String
-    @Option(help: "The update's id (1 to 64 of A-Z a-z 0-9 . _ -; default: from the time).") var id: String?
+    @Option(help: "The update's id (1 to 56 of A-Z a-z 0-9 . _ -; default: from the time).") var id: String?
     @Option(help: "The systemd unit that must stay active (default: drowsed.service for the drowse package, else none).") var service: String?
     @Option(help: "A shell command that must exit 0 once the service has been healthy.") var check: String?
     @Option(help: "How long the service must stay active without a break (default: [updates] health_for, 30s).") var healthFor: String?
@@ -65,7 +65,7 @@ struct UpdateInstall: ParsableCommand {
         }
         if let service, !UpdateRequest.isValidUnit(service) { throw CLIError("--service '\(service)' is not a unit name") }
         let updateID = id ?? "u\(Int(WallClock.now()))-\(getpid())"
-        guard UpdateRequest.isValidID(updateID) else { throw CLIError("--id '\(updateID)': 1 to 64 of A-Z a-z 0-9 . _ - please") }
+        guard UpdateRequest.isValidID(updateID) else { throw CLIError("--id '\(updateID)': 1 to 56 of A-Z a-z 0-9 . _ - please") }
         let files = UpdateFiles(root: UpdateFiles.directory(stateDir: config.stateDir), id: updateID)
         let request = UpdateRequest(
             id: updateID, service: service, check: check.map { ["/bin/sh", "-c", $0] } ?? [], healthFor: health.seconds,
@@ -89,11 +89,17 @@ struct UpdateInstall: ParsableCommand {
         say("update \(updateID): \(progress.report.state.rawValue)")
         guard wait else { return }
         var last = progress
+        var idle = 0
         while !last.report.state.isFinal {
             usleep(500_000)
             if let p = try? files.progress() {
                 if p.report.state != last.report.state { say("update \(updateID): \(p.report.state.rawValue)") }
                 last = p
+            }
+            // An installer that is gone with the update unfinished (stopped by hand) ends the wait.
+            idle = UpdateInstaller.isActive(UpdateInstaller.unit(files) + ".service") ? 0 : idle + 1
+            if idle >= 20, !last.report.state.isFinal, (try? files.progress())?.report.state.isFinal != true {
+                throw CLIError("the installer is not running and update \(updateID) is \(last.report.state.rawValue): `drowse update resume` carries it on")
             }
         }
         if let reason = last.report.reason { say("reason: \(reason)") }
