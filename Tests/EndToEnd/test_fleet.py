@@ -291,7 +291,7 @@ def test_the_status_and_the_will_carry_the_run_and_a_roll_call_gets_the_status_a
                              "-W", "20"], stdout=subprocess.PIPE, text=True)
     try:
         broker.wait_subscribed("drowse/rc-dev/status")
-        time.sleep(1.1)  # a later `time` than the first status's (whole seconds are enough to tell)
+        # Its `time` is later than the first status's: times are fractional seconds.
         broker.publish("drowse/rollcall", b"roll call")
         answer = json.loads(live.communicate(timeout=30)[0])
     finally:

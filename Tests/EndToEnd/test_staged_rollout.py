@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from drowse_e2e import DROWSE, MOSQUITTO_PUB
+from drowse_e2e import DROWSE, MOSQUITTO_PUB, wait_until
 from rollout import notification_counts
 
 GROUP = "canary"
@@ -64,6 +64,15 @@ class Simulator:
         self.thread.join(timeout=30)
 
 
+def nothing_but_a_probe(d, app: str) -> None:
+    """Checks that `d` received no notification until now, without sleeping: a probe published on
+    its own topic after the rollout's publisher finished is delivered after anything the broker
+    took before it (one session, in order), so once the probe is in, it is the only one."""
+    d.push(app, "--id", f"probe-{d.device_id}")
+    wait_until(lambda: notification_counts(d).get("received", 0) >= 1, 30, what=f"the probe at {d.device_id}")
+    assert notification_counts(d).get("received", 0) == 1, f"{d.device_id} got a notification of the rollout"
+
+
 def push_stages(broker, nid, *extra):
     return subprocess.run([str(DROWSE), "push", "--broker", broker.url, "--group", GROUP, "--app", APP, "--silent",
                            "--id", nid, "--stages", "20%,100%", "--stage-timeout", "40s", "--check-every", "1s", *extra],
@@ -94,11 +103,11 @@ def test_a_staged_rollout_stops_at_a_failing_first_stage_and_a_healthy_one_reach
     failed = sorted(dev for dev, s in sim.reported.items() if s != "committed")
     assert len(failed) == 2 and all(dev in r.stderr for dev in failed), (failed, r.stderr)
     # The second stage received nothing: no notification reached those daemons at all.
-    time.sleep(2)
     for d in devices:
         if d not in ran:
-            assert notification_counts(d).get("received", 0) == 0, f"{d.device_id} got a notification"
-            assert not d.runs(APP), d.device_id
+            nothing_but_a_probe(d, APP)
+            wait_until(lambda: len(d.runs(APP)) >= 1, 30, what=f"the probe's run at {d.device_id}")
+            assert [x.json().get("id") for x in d.runs(APP)] == [f"probe-{d.device_id}"], d.device_id
 
     # A rollout whose first stage commits goes on to every device, each once.
     with Simulator(broker, devices, "good-1", lambda k: "committed") as sim:
@@ -148,7 +157,6 @@ def test_a_rollout_stops_on_the_failures_real_devices_report(broker, nginx, make
     for d in updated:
         state = json.loads((Path(d.state_dir) / "updates" / "real-1" / "state.json").read_text())
         assert state["report"]["state"] == "failed" and d.device_id in r.stderr, (d.device_id, state)
-    time.sleep(2)
     for d in devices:
         if d not in updated:
-            assert notification_counts(d).get("received", 0) == 0, f"{d.device_id} got a notification"
+            nothing_but_a_probe(d, "updates")
