@@ -167,6 +167,10 @@ package struct FleetListing: Sendable, Equatable {
     private var freshness: [String: Freshness] = [:]
     /// The newest online status seen of each device: an offline one shows what it said last.
     private var lastOnline: [String: (FleetStatus, Freshness)] = [:]
+    /// What each device's newest status and newest online status said, as received: what a
+    /// listing with a session remembers (`memory`).
+    private var newestPayload: [String: [UInt8]] = [:]
+    private var onlinePayload: [String: [UInt8]] = [:]
     private var arrivals: UInt64 = 0
 
     package init() {}
@@ -187,15 +191,54 @@ package struct FleetListing: Sendable, Equatable {
             live = arrivals
         }
         let f = Freshness(s, live: live)
-        if s.online, lastOnline[id].map({ $0.1 < f }) ?? true { lastOnline[id] = (s, f) }
+        if s.online, lastOnline[id].map({ $0.1 < f }) ?? true {
+            lastOnline[id] = (s, f)
+            onlinePayload[id] = payload
+        }
         if let known = freshness[id], f < known {
             // An older copy: only an online one can tell what the newest (offline) one lacks.
             if let d = devices[id], !d.status.online { devices[id] = Device(id: id, status: Self.filled(d.status, from: lastOnline[id]?.0)) }
             return true
         }
         freshness[id] = f
+        newestPayload[id] = payload
         devices[id] = Device(id: id, status: s.online ? s : Self.filled(s, from: lastOnline[id]?.0))
         return true
+    }
+
+    /// What a listing with a session keeps between runs (`drowse fleet --session`,
+    /// docs/fleets.md): each device's newest status and newest online status, as the device
+    /// published them. `remember` reads it back.
+    package var memory: JSON {
+        .object([("devices", .object(devices.keys.sorted().map { id in
+            let kept = [("status", newestPayload[id]), ("online_status", onlinePayload[id] == newestPayload[id] ? nil : onlinePayload[id])]
+            return (id, .object(kept.compactMap { key, bytes in
+                bytes.flatMap { try? JSON.parse(bytes: $0, maxDepth: 8) }.map { (key, $0) }
+            }))
+        }))])
+    }
+
+    /// Takes in a `memory` of an earlier listing: its statuses count as copies a broker kept
+    /// (`Freshness`), so whatever this listing receives live, or was queued for its session,
+    /// is newer. Entries that do not parse are skipped.
+    package mutating func remember(_ memory: JSON, prefix: String) {
+        guard case .object(let entries)? = memory["devices"] else { return }
+        for (id, entry) in entries {
+            let topic = Topics.status(prefix: prefix, device: id)
+            for key in ["online_status", "status"] {
+                guard let status = entry[key], case .object = status else { continue }
+                received(topic: topic, payload: Array(status.serialized.utf8), prefix: prefix, retained: true)
+            }
+        }
+    }
+
+    /// Leaves a device out of the listing (and of its `memory`) until it is heard from again.
+    package mutating func forget(_ id: String) {
+        devices[id] = nil
+        freshness[id] = nil
+        lastOnline[id] = nil
+        newestPayload[id] = nil
+        onlinePayload[id] = nil
     }
 
     /// An offline status with what the device's last online one said (same run, or any when

@@ -127,6 +127,11 @@ package enum Topics {
     /// to a wildcard (docs/brokers.md, "RabbitMQ"). Two levels: no device topic has fewer than three.
     package static func rollCall(prefix: String) -> String { "\(prefix)/rollcall" }
 
+    /// The mark a listing's persistent session (`drowse fleet --session`) publishes to itself: it
+    /// comes back after everything the broker queued for the session before it. Four levels, so
+    /// no status filter (`<prefix>/+/status`) matches it.
+    package static func listingMark(prefix: String, session: String) -> String { "\(prefix)/fleet-sessions/\(session)/mark" }
+
     /// The device id in a status topic, if it is one.
     package static func device(inStatusTopic topic: String, prefix: String) -> String? {
         let head = "\(prefix)/"

@@ -11,20 +11,43 @@ package enum MQTTPublisher {
         package var description: String
     }
 
-    final class State {
+    /// What a one-shot client's connect callback records (each client's own state class).
+    protocol Connecting: AnyObject {
+        var connected: Bool { get }
+        var connackError: Int32? { get }
+    }
+
+    final class State: Connecting {
         var connected = false
         var connackError: Int32?
         var published = 0
     }
 
+    /// Connects and runs the loop until the CONNACK (or `end`); a refusal says the broker's reason.
+    static func connect(_ mosq: OpaquePointer, _ state: some Connecting, host: String, port: Int, until end: Double) throws(Failure) {
+        if let e = MosquittoError(rc: mosquitto_connect(mosq, host, Int32(port), 30), call: "mosquitto_connect") {
+            throw Failure(description: "cannot connect to \(host):\(port): \(e.detail)")
+        }
+        while !state.connected {
+            if let e = state.connackError { throw Failure(description: "broker refused: \(String(cString: mosquitto_connack_string(e)))") }
+            guard WallClock.monotonic() < end else { throw Failure(description: "timed out waiting for the broker") }
+            if let e = MosquittoError(rc: mosquitto_loop(mosq, 100, 1), call: "mosquitto_loop") {
+                // A refused CONNACK also fails the loop: the refusal says more.
+                if let c = state.connackError { throw Failure(description: "broker refused: \(String(cString: mosquitto_connack_string(c)))") }
+                throw Failure(description: e.detail)
+            }
+        }
+    }
+
     /// A one-shot client (`drowse push`, `drowse fleet`): libmosquitto initialised, a clean
-    /// session speaking MQTT 3.1.1, the credentials and TLS set. The caller destroys it.
+    /// session speaking MQTT 3.1.1 (or the persistent session of `clientID`), the credentials and
+    /// TLS set. The caller destroys it.
     static func makeClient(context: UnsafeMutableRawPointer, tls: Bool, caFile: String?, certFile: String?, keyFile: String?,
-                           username: String?, password: String?) throws(Failure) -> OpaquePointer {
+                           username: String?, password: String?, clientID: String? = nil, cleanSession: Bool = true) throws(Failure) -> OpaquePointer {
         do throws(MosquittoError) {
             try MosquittoError.check(mosquitto_lib_init(), "mosquitto_lib_init")
         } catch { throw Failure(description: error.description) }
-        guard let mosq = mosquitto_new(nil, true, context) else { let saved = errno; throw Failure(description: "mosquitto_new failed: \(String(cString: strerror(saved)))") }
+        guard let mosq = mosquitto_new(clientID, cleanSession, context) else { let saved = errno; throw Failure(description: "mosquitto_new failed: \(String(cString: strerror(saved)))") }
         do throws(MosquittoError) {
             try MosquittoError.check(cmosq_int_option(mosq, MOSQ_OPT_PROTOCOL_VERSION, Int32(MQTT_PROTOCOL_V311)), "mosquitto_int_option(PROTOCOL_VERSION)")
             if let username { try MosquittoError.check(mosquitto_username_pw_set(mosq, username, password), "mosquitto_username_pw_set") }
@@ -68,19 +91,8 @@ package enum MQTTPublisher {
         mosquitto_publish_callback_set(mosq) { _, obj, _ in
             Unmanaged<State>.fromOpaque(obj!).takeUnretainedValue().published += 1
         }
-        if let e = MosquittoError(rc: mosquitto_connect(mosq, host, Int32(port), 30), call: "mosquitto_connect") {
-            throw Failure(description: "cannot connect to \(host):\(port): \(e.detail)")
-        }
         let end = WallClock.monotonic() + timeout
-        while !state.connected {
-            if let e = state.connackError { throw Failure(description: "broker refused: \(String(cString: mosquitto_connack_string(e)))") }
-            guard WallClock.monotonic() < end else { throw Failure(description: "timed out waiting for the broker") }
-            if let e = MosquittoError(rc: mosquitto_loop(mosq, 200, 1), call: "mosquitto_loop") {
-                // A refused CONNACK also fails the loop: the refusal says more.
-                if let c = state.connackError { throw Failure(description: "broker refused: \(String(cString: mosquitto_connack_string(c)))") }
-                throw Failure(description: e.detail)
-            }
-        }
+        try connect(mosq, state, host: host, port: port, until: end)
         for (topic, payload) in messages {
             let rc = payload.withUnsafeBytes { mosquitto_publish(mosq, nil, topic, Int32($0.count), $0.baseAddress, 1, retain) }
             if let e = MosquittoError(rc: rc, call: "mosquitto_publish") { throw Failure(description: "publish: \(e.detail)") }

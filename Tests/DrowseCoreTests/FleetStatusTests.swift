@@ -160,4 +160,34 @@ struct FleetListingFreshnessTests {
         // Among live ones, the later arrival.
         #expect(Self.newest([(answer, false), (Self.status(false, started: 100, time: nil), false)])?.online == false)
     }
+
+    @Test("a session's memory: read back, it lists the same devices, and what arrives later beats it")
+    func memory() throws {
+        var first = FleetListing()
+        let online = Self.status(true, started: 100, time: 150, version: "2")
+        first.received(topic: "drowse/a/status", payload: online, prefix: "drowse", retained: false)
+        first.received(topic: "drowse/a/status", payload: Self.status(false, started: 100, time: nil, version: "2"), prefix: "drowse", retained: false)
+        first.received(topic: "drowse/b/status", payload: Self.status(true, started: 100, time: 160), prefix: "drowse")
+        first.received(topic: "drowse/c/status", payload: Array("not a status".utf8), prefix: "drowse")
+        let text = first.memory.serialized
+        var again = FleetListing()
+        again.remember(try JSON.parse(bytes: Array(text.utf8), maxDepth: 16), prefix: "drowse")
+        #expect(again == first)
+        // The dead device still shows what it said online (the memory keeps both of its statuses).
+        #expect(again.devices["a"]?.status.online == false && again.devices["a"]?.status.time == 150)
+        #expect(again.devices["a"]?.status.failedApps == ["a"] && again.devices["c"] == nil)
+        // A kept copy older than the memory does not win; anything live does.
+        again.received(topic: "drowse/b/status", payload: Self.status(true, started: 50, time: 999), prefix: "drowse")
+        #expect(again.devices["b"]?.status.time == 160)
+        again.received(topic: "drowse/a/status", payload: Self.status(true, started: 90, time: 10, version: "3"), prefix: "drowse", retained: false)
+        #expect(again.devices["a"]?.status.online == true && again.devices["a"]?.status.version == "3")
+        // Forgotten: out of the listing and its memory, until heard from again.
+        again.forget("b")
+        #expect(again.devices["b"] == nil && again.memory["devices"]?["b"] == nil)
+        // A memory that is not one is no device at all.
+        var none = FleetListing()
+        none.remember(.object([("devices", .array([]))]), prefix: "drowse")
+        none.remember(.object([("devices", .object([("x", .string("{}"))]))]), prefix: "drowse")
+        #expect(none.devices.isEmpty)
+    }
 }

@@ -2,6 +2,7 @@
 broker, cross-route dedupe, failover to a second broker and back, and `drowse fleet`."""
 
 import json
+import os
 import signal
 import subprocess
 import time
@@ -308,3 +309,54 @@ def test_the_status_and_the_will_carry_the_run_and_a_roll_call_gets_the_status_a
     will = wait_until(lambda: (lambda s: s if not s.get("online") else None)(retained_status(broker, "rc-dev")), 30,
                       what="the last will")
     assert will["started"] == first["started"] and will["groups"] == ["eu"] and "time" not in will, will
+
+
+def test_a_fleet_session_keeps_what_the_broker_no_longer_has_until_forgotten(broker, workdir, make_drowse):
+    """`drowse fleet --session` (docs/fleets.md, "A listing that remembers"): the broker queues the
+    device's will for the listing's persistent session while no listing runs, and this machine
+    keeps the newest status seen, so the device is still listed, offline, after its retained
+    status is cleared; `--forget` drops it; a bad name, a memory of another prefix and a memory
+    that is not one are refused and left as they were."""
+    env = {**os.environ, "XDG_STATE_HOME": str(workdir / "provider")}
+    memory = workdir / "provider" / "drowse" / "fleet" / "ops.json"
+
+    def cli(*extra):
+        return subprocess.run([str(DROWSE), "fleet", "--broker", broker.url, "--json", "--timeout", "10s", *extra],
+                              capture_output=True, text=True, timeout=60, env=env)
+
+    def listing(*extra):
+        r = cli("--session", "ops", *extra)
+        assert r.returncode == 0, r.stderr
+        return {e["device_id"]: e for e in json.loads(r.stdout)}
+
+    d = make_drowse(broker=broker, name="gone", device_id="gone-dev")
+    d.set_mqtt(groups=["eu"])
+    d.add_app("news", notification=d.recorder("news"))
+    d.start()
+    wait_until(lambda: retained_status(broker, "gone-dev").get("online"), 20, what="the online status")
+    assert listing()["gone-dev"]["online"] is True
+    assert oct(memory.stat().st_mode & 0o777) == "0o600"
+
+    d.stop(signal.SIGKILL)
+    wait_until(lambda: not retained_status(broker, "gone-dev").get("online"), 30, what="the last will")
+    # An operator clears the retained status (an empty retained message).
+    subprocess.run([MOSQUITTO_PUB, "-h", "127.0.0.1", "-p", str(broker.port), "-q", "1", "-t", "drowse/gone-dev/status", "-n", "-r"],
+                   check=True, timeout=30)
+    plain = cli()
+    assert plain.returncode == 0 and json.loads(plain.stdout) == [], plain.stdout
+    seen = listing()
+    assert list(seen) == ["gone-dev"] and seen["gone-dev"]["online"] is False, seen
+    assert seen["gone-dev"]["groups"] == ["eu"] and seen["gone-dev"]["app_count"] == 1, seen
+
+    assert listing("--forget", "gone-dev") == {}
+    assert listing() == {}
+
+    for args, says in ((["--session", "a/b"], "letters"), (["--forget", "x"], "need --session"),
+                       (["--end-session"], "need --session")):
+        r = cli(*args)
+        assert r.returncode != 0 and says in r.stderr, (args, r.stderr)
+    for text, says in (('{"prefix": "other", "devices": {}}', "--prefix 'other'"), ("not json", "cannot read session")):
+        memory.write_text(text)
+        r = cli("--session", "ops")
+        assert r.returncode != 0 and says in r.stderr, r.stderr
+        assert memory.read_text() == text
