@@ -164,6 +164,7 @@ package struct HealthWatch: Sendable, Equatable {
     package let within: Double
     package let deadline: Double
     private var activeSince: Double?
+    private var activeRun: String?
     private var last = "unknown"
     private var breaks = 0
 
@@ -175,10 +176,18 @@ package struct HealthWatch: Sendable, Equatable {
         deadline = start + within
     }
 
-    /// `state` is what `systemctl is-active` printed at `now` (active, activating, failed, ...).
-    package mutating func observe(_ state: String, at now: Double) -> Verdict {
+    /// `state` is the unit's ActiveState at `now` (active, activating, failed, ...), as
+    /// `systemctl is-active` prints it. `run` names the service's current run (systemd's
+    /// `NRestarts` and `ActiveEnterTimestampMonotonic`): a service that stopped and was started
+    /// again between two looks is active at both, and only the changed run tells the break.
+    package mutating func observe(_ state: String, run: String? = nil, at now: Double) -> Verdict {
         if state == "active" {
+            if activeSince != nil, let run, let known = activeRun, run != known {
+                breaks += 1
+                activeSince = now
+            }
             if activeSince == nil { activeSince = now }
+            activeRun = run
         } else {
             if activeSince != nil { breaks += 1 }
             activeSince = nil

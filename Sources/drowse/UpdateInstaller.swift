@@ -203,9 +203,18 @@ struct UpdateInstaller {
         if let service = request.service ?? UpdateRequest.defaultService(forPackage: package) {
             var watch = HealthWatch(service: service, healthFor: request.healthFor, start: start, within: request.checkWithin)
             watching: while true {
-                let state = runCommand(["/usr/bin/systemctl", "is-active", service], timeout: 10).output
-                    .split(whereSeparator: { $0 == "\n" }).first.map(String.init) ?? "unknown"
-                switch watch.observe(state, at: WallClock.monotonic()) {
+                // Looked at once a second; the run's restart count and start time tell a stop
+                // and a start between two looks.
+                let shown = runCommand(["/usr/bin/systemctl", "show", "--property=ActiveState,NRestarts,ActiveEnterTimestampMonotonic", service],
+                                       timeout: 10).output
+                var property: [String: String] = [:]
+                for line in shown.split(whereSeparator: { $0 == "\n" }) {
+                    guard let eq = line.firstIndex(of: "=") else { continue }
+                    property[String(line[..<eq])] = String(line[line.index(after: eq)...])
+                }
+                let state = property["ActiveState"] ?? "unknown"
+                let run = "\(property["NRestarts"] ?? "?")/\(property["ActiveEnterTimestampMonotonic"] ?? "?")"
+                switch watch.observe(state, run: run, at: WallClock.monotonic()) {
                 case .wait: usleep(1_000_000)
                 case .healthy: break watching
                 case .unhealthy(let why): return why

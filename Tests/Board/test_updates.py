@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import hashlib
 import shutil
 import subprocess
@@ -42,14 +43,14 @@ def b64url(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
-def build_svc(workdir: Path, version: str, exec_start: str) -> Path:
+def build_svc(workdir: Path, version: str, exec_start: str, restart: str = "Restart=on-failure\nRestartSec=1\n") -> Path:
     """A package with a systemd service (started by its postinst, as Debian's packages are)."""
     root = workdir / f"svc-{version}"
     (root / "DEBIAN").mkdir(parents=True)
     unit = root / "usr" / "lib" / "systemd" / "system" / f"{SVC}.service"
     unit.parent.mkdir(parents=True)
-    unit.write_text(f"[Unit]\nDescription=Drowse board test service {version}\n[Service]\nExecStart={exec_start}\n"
-                    "Restart=on-failure\nRestartSec=1\n[Install]\nWantedBy=multi-user.target\n")
+    unit.write_text(f"[Unit]\nDescription=Drowse board test service {version}\nStartLimitIntervalSec=0\n[Service]\n"
+                    f"ExecStart={exec_start}\n{restart}[Install]\nWantedBy=multi-user.target\n")
     (root / "usr" / "share" / SVC).mkdir(parents=True)
     (root / "usr" / "share" / SVC / "VERSION").write_text(version + "\n")
     (root / "DEBIAN" / "control").write_text(
@@ -272,6 +273,16 @@ def test_a_failing_service_or_check_rolls_back_to_the_kept_version(updates):
     assert b.sh(f"cat /usr/share/{SVC}/VERSION") == "1.0\n"
     wait_for(b, f"{SVC} active on 1.0", lambda: b.run(f"systemctl is-active {SVC}")[1].strip() == "active", 30)
 
+    # 2.5's service crashes every 2.5 s and systemd restarts it within 0.1 s: active at nearly
+    # every look a second apart, but never for 5 s in one run.
+    crashy = build_svc(d, "2.5", "/bin/sh -c 'sleep 2.5; exit 1'", restart="Restart=always\nRestartSec=100ms\n")
+    provider.push("svc-25", crashy, health_for=5, check_within=15, service=f"{SVC}.service")
+    u = final(log, b, SVC, "svc-25", 240)
+    assert (u["state"], u["from"], u["to"]) == ("rolled-back", "1.0", "2.5"), u
+    assert re.search(r"stops? seen", u["reason"]), u
+    assert installed(b, SVC) == "1.0"
+    wait_for(b, f"{SVC} active on 1.0", lambda: b.run(f"systemctl is-active {SVC}")[1].strip() == "active", 30)
+
     # 3.0 runs, but the update's own check fails.
     checked = build_svc(d, "3.0", "/bin/sleep infinity")
     provider.push("svc-3", checked, health_for=3, check_within=30, service=f"{SVC}.service",
@@ -284,33 +295,39 @@ def test_a_failing_service_or_check_rolls_back_to_the_kept_version(updates):
     b.run(f"dpkg --purge {SVC}")
 
 
-def test_the_window_holds_the_install_and_install_by_overrides_it(updates):
+def test_the_window_holds_the_install_until_a_clock_step_reaches_it_and_install_by_overrides_it(updates):
+    """[updates] window holds the install, not the download. On a board without a real-time clock
+    the wall clock jumps when a time sync sets it: a step of the clock into the window starts the
+    install (systemd's timer follows the wall clock). Outside the window, install_by wins."""
     b, provider, log, d = updates
-    # A window that opens at the guest's next full minute at least 25 s away.
-    now = int(b.sh("date +%s"))
-    opens = (now + 25 + 59) // 60 * 60
-    start_hm = b.sh(f"date -d @{opens} +%H:%M").strip()
-    end_hm = b.sh(f"date -d @{opens + 3600} +%H:%M").strip()
-    b.sh(f"printf '\\n[updates]\\nwindow = [\"{start_hm}-{end_hm}\"]\\n' >>/etc/drowse/drowse.toml")
+    # A window two hours ahead of the guest's clock: only a step of the clock brings it.
+    opens = (int(b.sh("date +%s")) + 7200) // 60 * 60
+    hm = lambda t: b.sh(f"date -d @{t} +%H:%M").strip()
+    b.sh(f"printf '\\n[updates]\\nwindow = [\"{hm(opens)}-{hm(opens + 3600)}\"]\\n' >>/etc/drowse/drowse.toml")
     try:
         first = build_svc(d, "5.0", "/bin/sleep infinity")
         provider.push("svc-5", first, health_for=3, check_within=30)
         waiting_for(b, log, "svc-5", "svc-5 downloaded and waiting", lambda: (log.report(SVC) or {}).get("state") == "waiting"
                     and log.report(SVC)["id"] == "svc-5", 120)
         assert installed(b, SVC) != "5.0"
-        assert b.run(f"systemctl is-active drowse-update-svc-5.timer")[1].strip() == "active"
-        left = opens - int(b.sh("date +%s"))
-        if left > 5:
-            time.sleep(left - 5)
-            assert (log.report(SVC) or {}).get("state") == "waiting", "installed before the window opened"
-            assert installed(b, SVC) != "5.0"
+        assert b.run("systemctl is-active drowse-update-svc-5.timer")[1].strip() == "active"
+        # The timer waits for the window's opening, on the wall clock.
+        elapse = b.sh("systemctl show -P NextElapseUSecRealtime drowse-update-svc-5.timer").strip()   # "Wed 2026-12-02 17:57:00 UTC"
+        next_s = int(b.sh(f"date -d '{elapse.split(' ', 1)[-1]}' +%s"))
+        assert abs(next_s - opens) <= 1, (elapse, next_s, opens)
+        # A time sync's step into the window.
+        stepped = opens + 5
+        b.sh(f"date -s @{stepped} >/dev/null")
         u = final(log, b, SVC, "svc-5", 180)
         assert u["state"] == "committed", u
-        assert u["times"]["installing"] >= opens - 1, (u, opens)
-        figure("window: seconds from the window's opening to the install", f"{u['times']['installing'] - opens:.1f}")
+        assert u["times"]["waiting"] < opens <= u["times"]["installing"], (u, opens)
+        figure("window: seconds from a clock step into the window to the install", f"{u['times']['installing'] - stepped:.1f}")
+        # Back to the host's time for what follows (the guest has no time sync).
+        b.sh(f"date -s @{time.time():.3f} >/dev/null")
 
-        # Outside the window (it closes an hour later; the next opens tomorrow), install_by wins.
-        b.sh(f"sed -i 's/^window = .*/window = [\"{b.sh(f'date -d @{opens + 7200} +%H:%M').strip()}-{b.sh(f'date -d @{opens + 7260} +%H:%M').strip()}\"]/' /etc/drowse/drowse.toml")
+        # Outside the window (two hours ahead again), install_by wins.
+        later = (int(b.sh("date +%s")) + 7200) // 60 * 60
+        b.sh(f"sed -i 's/^window = .*/window = [\"{hm(later)}-{hm(later + 60)}\"]/' /etc/drowse/drowse.toml")
         by = int(b.sh("date +%s")) + 30
         second = build_svc(d, "6.0", "/bin/sleep infinity")
         provider.push("svc-6", second, health_for=3, check_within=30, install_by=by)
@@ -321,6 +338,7 @@ def test_the_window_holds_the_install_and_install_by_overrides_it(updates):
         assert u["times"]["installing"] >= by - 1, (u, by)
         assert installed(b, SVC) == "6.0"
     finally:
+        b.sh(f"date -s @{time.time():.3f} >/dev/null")
         b.sh("sed -i '/^\\[updates\\]$/,$d' /etc/drowse/drowse.toml")
         b.run(f"dpkg --purge {SVC}")
 

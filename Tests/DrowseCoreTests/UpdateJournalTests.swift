@@ -52,6 +52,22 @@ struct UpdateJournalTests {
         #expect(w.observe("active", at: 22) == .healthy)
     }
 
+    @Test("a stop and a start between two looks is a break: the service's run changed")
+    func restartBetweenLooks() {
+        var w = HealthWatch(service: "crashy.service", healthFor: 5, start: 0, within: 12)
+        #expect(w.observe("active", run: "0/100", at: 0) == .wait)
+        #expect(w.observe("active", run: "0/100", at: 2) == .wait)
+        #expect(w.observe("active", run: "1/2600", at: 3) == .wait)
+        #expect(w.observe("active", run: "1/2600", at: 7) == .wait)
+        #expect(w.observe("active", run: "2/7100", at: 8) == .wait)
+        #expect(w.observe("active", run: "3/11600", at: 12)
+            == .unhealthy("crashy.service was not active for 5 s within 12 s (at the deadline: active for only 0 s, 3 stops seen)"))
+        // The same run all along is healthy.
+        var steady = HealthWatch(service: "s", healthFor: 5, start: 0, within: 12)
+        _ = steady.observe("active", run: "0/100", at: 0)
+        #expect(steady.observe("active", run: "0/100", at: 5) == .healthy)
+    }
+
     @Test("unhealthy at the deadline, saying what the service did")
     func unhealthy() {
         var w = HealthWatch(service: "hello.service", healthFor: 10, start: 100, within: 30)
