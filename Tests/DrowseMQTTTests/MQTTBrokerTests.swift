@@ -181,8 +181,10 @@ struct MQTTBrokerTests {
         // radio on it); 3.1.1: the gate cuts it, and the session refuses and acknowledges it.
         let refused: [SessionEvents.Seen] = choice == .mqtt311 ? [.oversized(topic: topic, bytes: 48 << 20)] : []
         #expect(events.all.filter { $0 != .connected } == [.message(topic: topic, payload: "before")] + refused + [.message(topic: topic, payload: "after")])
-        // Without the gate libmosquitto holds the whole packet, and the session a copy of it.
-        #expect(grown < 4 << 20, "peak resident memory grew by \(grown) bytes")
+        // Without the gate libmosquitto holds the whole packet (48 MiB), and the session a copy
+        // of it. The peak is the whole test process's: suites running beside this one grow it
+        // by a few MiB, so the bound is a third of the packet, not a few pages.
+        #expect(grown < 16 << 20, "peak resident memory grew by \(grown) bytes")
         // Acknowledged: a new connection does not get it again.
         broker.stop()
         try await waitUntil(10, "the session to notice the broker is gone") { !session.connected }
