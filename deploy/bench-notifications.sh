@@ -45,6 +45,8 @@
 #      DROWSE_BIN_DIR  use the binaries there instead of the release build (built with
 #                      `swift build -c release --static-swift-stdlib` when missing or older than Sources/)
 #      KEEP=1          keep the temp dir (logs, raw timings) and print where it is
+#      RELEASE_CODE_AFTER  drowsed's [lifecycle] release_code_after (default: drowsed's, 30 s); e.g.
+#                      500ms with N_SLOW: each notification then finds drowsed's code given back
 set -euo pipefail
 # shellcheck source=deploy/common.sh
 . "$(dirname "$0")/common.sh"
@@ -248,6 +250,9 @@ url = "mqtt://127.0.0.1:$PORT"
 [notifications]
 max_per_hour = 10000
 EOF
+if [ -n "${RELEASE_CODE_AFTER:-}" ]; then
+    printf '\n[lifecycle]\nrelease_code_after = "%s"\n' "$RELEASE_CODE_AFTER" >>"$TMP/drowse.toml"
+fi
 # The burst's 20 apps share one output file (the handler appends a line: O_APPEND).
 for app in fast slow $(seq -f 'burst%02g' 0 $((BURST_APPS - 1))); do
     printf 'id = "%s"\n[notification]\ncommand = ["%s", "%s"]\n' \

@@ -13,9 +13,11 @@
 #
 # Env: MAX_WAKEUPS_PER_S  fail (exit 1) above this many wakeups per second (deploy/test.sh uses it)
 #      DROWSE_BIN_DIR  use the binaries there instead of building a release
-#      SETTLE          seconds to wait after MQTT is connected, before measuring (default 12:
-#                      longer than the local API's 10 s idle timeout, whose timer, armed by the
-#                      script's own `drowse status` calls, still fires once after they closed)
+#      SETTLE          with --no-activity, seconds to wait after MQTT is connected, before
+#                      measuring (default 33: longer than the local API's 10 s idle timeout, whose
+#                      timer, armed by the script's own `drowse status` calls, still fires once
+#                      after they closed, and than [lifecycle] release_code_after, 30 s, after
+#                      which drowsed gives back its code pages)
 #      DEB             also print the size of this .deb and its Installed-Size (deploy/build-deb.sh)
 #      DETAIL=1        also list the mappings holding the most private dirty memory (a malloc
 #                      arena is an anonymous mapping starting on a 64 MiB boundary), and Pss, Rss
@@ -43,7 +45,7 @@ if [ "${1:-}" = --pid ]; then
     shift 2
 fi
 DURATION=${1:-60}
-SETTLE=${SETTLE:-12}
+SETTLE=${SETTLE:-33}
 AFTER=${AFTER:-60}
 NOTIFICATIONS=${NOTIFICATIONS:-5}
 DOWNLOAD_MIB=${DOWNLOAD_MIB:-4}
@@ -251,7 +253,7 @@ notifications_handled() {
 
 if [ -n "$ACTIVITY" ]; then
     activity
-    # The wait also outlasts the local API's 10 s idle timer (see SETTLE).
+    # The wait also outlasts the local API's 10 s idle timer and the code release (see SETTLE).
     say "work done; waiting $AFTER s before measuring"
     sleep "$AFTER"
 else

@@ -20,15 +20,15 @@ static int has_textrel(const struct dl_phdr_info *info) {
     return 0;
 }
 
-struct release { uintptr_t page; uintptr_t vdso; long bytes; };
+struct release { uintptr_t page; uintptr_t vdso; long bytes; int program; };
 
 static int release_object(struct dl_phdr_info *info, size_t size, void *data) {
     (void)size;
     struct release *r = data;
-    /* Not the program itself (its code an idle drowsed runs is laid out together by
-       deploy/order-text.sh, and it would only fault back at the next wakeup), nor the vDSO (no
-       file behind it). */
-    if (info->dlpi_name == NULL || info->dlpi_name[0] == '\0') return 0;
+    /* The program itself only when asked (after a quiet spell: the code an idle drowsed runs is
+       laid out together by deploy/order-text.sh, so a wakeup faults back few pages); never the
+       vDSO (no file behind it). */
+    if ((info->dlpi_name == NULL || info->dlpi_name[0] == '\0') && !r->program) return 0;
     if (r->vdso && (uintptr_t)info->dlpi_phdr - r->vdso < r->page) return 0;
     if (has_textrel(info)) return 0;
     for (ElfW(Half) i = 0; i < info->dlpi_phnum; i++) {
@@ -47,10 +47,12 @@ static int release_object(struct dl_phdr_info *info, size_t size, void *data) {
     return 0;
 }
 
-long drowse_release_library_code(void) {
+long drowse_release_library_code(void) { return drowse_release_code(0); }
+
+long drowse_release_code(int program) {
     long page = sysconf(_SC_PAGESIZE);
     if (page <= 0) return -1;
-    struct release r = {(uintptr_t)page, (uintptr_t)getauxval(AT_SYSINFO_EHDR), 0};
+    struct release r = {(uintptr_t)page, (uintptr_t)getauxval(AT_SYSINFO_EHDR), 0, program};
     /* dl_iterate_phdr holds the loader's lock: no dlopen or dlclose maps or unmaps meanwhile. */
     dl_iterate_phdr(release_object, &r);
     return r.bytes;

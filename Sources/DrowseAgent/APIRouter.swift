@@ -110,12 +110,14 @@ package struct APIRouter: Sendable {
     /// Admin callers only (root, drowsed's user, the `drowse` group): the series name every app
     /// and say what each did, which `drowse status` shows only to them too.
     package func metrics(caller: Caller) async -> (status: Int, body: String, contentType: String) {
+        await agent.worked()
         if caller.isAdmin { return (200, await agent.metricsText(), "text/plain; version=0.0.4; charset=utf-8") }
         let error = APIError.forbidden("metrics are for root and the drowse group")
         return (error.status, error.wire.json.pretty + "\n", "application/json")
     }
 
     package func handle(_ req: APIRequest, caller: Caller) async -> (Int, JSON) {
+        await agent.worked()
         do {
             return (200, try await route(req, caller: caller))
         } catch {

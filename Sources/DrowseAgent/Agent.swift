@@ -22,6 +22,8 @@ package struct AgentParts {
     package let metricsFile: MetricsTextfile
     /// The counters the parts count into (`GET /v1/metrics`).
     package let metrics: AgentMetrics
+    /// drowsed's code pages, given back after a quiet spell.
+    package let code: CodeRelease
 
     /// The parts in their one order (docs/architecture.md, "Parts are services"): each starts
     /// once those before it are ready, and the ServiceGroup stops them in reverse. The app files
@@ -99,6 +101,12 @@ package struct AgentParts {
         let timeline = clock.timeline
         let events = DaemonEvents()
         let metrics = AgentMetrics()
+        let code = CodeRelease(after: config.lifecycle.releaseCodeAfter.seconds, clock: clock, logger: logger)
+        events.listen { event in
+            // A ping's radio use is the one event an idle daemon has: not work.
+            if case .radioUsed = event { return }
+            code.worked()
+        }
         let registry = AppRegistry(directory: config.appsDir, minimumInterval: config.scheduler.minimumInterval.seconds, logger: logger)
         let conditions = ConditionsService(
             reader: ConditionsProbe(sysfsRoot: config.conditions.sysfsRoot, meteredInterfaces: config.conditions.meteredInterfaces),
@@ -127,10 +135,11 @@ package struct AgentParts {
             topicPrefix: config.mqtt?.topicPrefix ?? "drowse", deviceID: config.deviceID, groups: config.mqtt?.groups ?? [],
             maxPayload: config.notifications.maxPayload, heldStore: store, metrics: metrics, logger: logger)
         let mqtt = MQTTLink(config: config, logger: logger, store: store, timeline: timeline, registry: registry, conditions: conditions,
-                            notifications: notifications, metrics: metrics, events: events)
+                            notifications: notifications, metrics: metrics, events: events, code: code)
         let metricsFile = MetricsTextfile(path: config.metrics.textfile, metrics: metrics, registry: registry, handlers: handlers, logger: logger)
         return AgentParts(events: events, registry: registry, conditions: conditions, fetch: fetch, processes: processes,
-                          handlers: handlers, notifications: notifications, transfers: transfers, mqtt: mqtt, metricsFile: metricsFile, metrics: metrics)
+                          handlers: handlers, notifications: notifications, transfers: transfers, mqtt: mqtt, metricsFile: metricsFile, metrics: metrics,
+                          code: code)
     }
 
     /// The daemon's start order: the local API (step 0, ready once it listens), then the parts
@@ -153,6 +162,9 @@ package struct AgentParts {
         opts.releaseCodeAfter = config.transfers.releaseCodeAfter.seconds
         return opts
     }
+
+    /// An API request: work, after which drowsed's code is given back (`CodeRelease`).
+    package func worked() { parts.code.worked() }
 
     /// Graceful shutdown begins: no handler is launched any more.
     package func stopLaunching() { parts.handlers.stopLaunching() }

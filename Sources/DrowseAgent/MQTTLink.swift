@@ -37,6 +37,8 @@ struct FleetStatusState {
     let events: DaemonEvents
     /// The network the session starts on.
     let conditions: ConditionsReading
+    /// Told of each message: work, after which drowsed's code is given back.
+    let code: CodeRelease?
     /// What the session's thread reports, in its order (`serve`); finished when the thread ends.
     let reports = Reports<MQTTSessionEvent>()
     var fleet = FleetStatusState()
@@ -47,7 +49,8 @@ struct FleetStatusState {
     package nonisolated var partName: String { "mqtt" }
 
     init(config: MainConfig, logger: Logger, store: Store, timeline: Timeline, registry: AppRegistry, conditions: ConditionsReading,
-         notifications: NotificationService, metrics: AgentMetrics, events: DaemonEvents) {
+         notifications: NotificationService, metrics: AgentMetrics, events: DaemonEvents, code: CodeRelease? = nil) {
+        self.code = code
         self.config = config
         self.conditions = conditions
         self.logger = logger
@@ -163,6 +166,10 @@ struct FleetStatusState {
     }
 
     func sessionEvent(_ event: MQTTSessionEvent) {
+        switch event {
+        case .message, .oversized: code?.worked()
+        default: break
+        }
         switch event {
         case .connected:
             metrics.mqttConnected()

@@ -64,6 +64,9 @@ package struct MainConfig: Sendable, Equatable {
         /// Handlers start through the spawn helper `drowse-spawner` (with cgroups); false: from
         /// drowsed itself.
         package var spawnHelper = true
+        /// After this long with nothing to do, drowsed gives back the resident pages of its own
+        /// code and constants and the libraries' (`CodeRelease`).
+        package var releaseCodeAfter: Duration = .seconds(30)
     }
 
     package struct NotificationsConfig: Sendable, Equatable {
@@ -331,6 +334,7 @@ package struct MainConfig: Sendable, Equatable {
                 lifecycle.memoryPressure = trigger
             }
             lifecycle.spawnHelper = try l.bool("spawn_helper") ?? lifecycle.spawnHelper
+            lifecycle.releaseCodeAfter = try l.duration("release_code_after", minimum: .milliseconds(100)) ?? lifecycle.releaseCodeAfter
             try l.rejectUnknown()
         }
         var metrics = MetricsConfig()

@@ -15,4 +15,12 @@ package enum LibraryCode {
         let bytes = drowse_release_library_code()
         return bytes < 0 ? nil : bytes
     }
+
+    /// The same, and the program's own code and constants: what a burst of work touched of
+    /// drowse's binary (an API request alone brings back about 6 MiB of it) is given back too
+    /// (`CodeRelease` in DrowseAgent, after a quiet spell).
+    package static func releaseWithProgram() -> Int? {
+        let bytes = drowse_release_code(1)
+        return bytes < 0 ? nil : bytes
+    }
 }

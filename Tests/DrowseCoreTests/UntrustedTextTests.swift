@@ -85,5 +85,9 @@ struct UntrustedTextTests {
         #expect(try MainConfig.parse("", file: "/x/d.toml", machineID: "abc").transfers.releaseCodeAfter == .seconds(30))
         #expect(try MainConfig.parse("[transfers]\nrelease_code_after = \"500ms\"\n", file: "/x/d.toml", machineID: "abc").transfers.releaseCodeAfter == .milliseconds(500))
         #expect(throws: ConfigError.self) { try MainConfig.parse("[transfers]\nrelease_code_after = \"0s\"\n", file: "/x/d.toml", machineID: "abc") }
+        // drowsed's own code, after any work: [lifecycle]'s key, the same bounds.
+        #expect(try MainConfig.parse("", file: "/x/d.toml", machineID: "abc").lifecycle.releaseCodeAfter == .seconds(30))
+        #expect(try MainConfig.parse("[lifecycle]\nrelease_code_after = \"2s\"\n", file: "/x/d.toml", machineID: "abc").lifecycle.releaseCodeAfter == .seconds(2))
+        #expect(throws: ConfigError.self) { try MainConfig.parse("[lifecycle]\nrelease_code_after = \"50ms\"\n", file: "/x/d.toml", machineID: "abc") }
     }
 }

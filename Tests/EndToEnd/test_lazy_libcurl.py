@@ -4,7 +4,7 @@ restart with a transfer to resume loads it again."""
 
 import re
 
-from drowse_e2e import sha256_file, wait_until
+from drowse_e2e import notify_topic, sha256_file, wait_until
 
 MiB = 1 << 20
 
@@ -79,4 +79,33 @@ def test_library_code_is_given_back_after_transfers_and_faults_back(nginx, make_
         assert before["libcurl.so"] >= 128 and before["libcrypto.so"] >= 256, before
         wait_until(lambda: released(before), timeout=30,
                    what=f"the libraries' code pages given back (round {round_}; before: {before} kB)")
+    assert d.proc.poll() is None
+
+
+def test_drowseds_own_code_is_given_back_after_a_quiet_spell_and_faults_back(broker, make_drowse):
+    """[lifecycle] release_code_after (docs/configuration.md): that long after the last work, the
+    resident pages of drowse's own code leave drowsed (an API request alone brings back megabytes
+    of them); a request and a notification after it are served, faulting back what they run, and
+    the next quiet spell gives them back again."""
+    d = make_drowse(broker=broker)
+    d.set_lifecycle(release_code_after="2s")
+    d.add_app("news", notification=d.recorder("news"))
+    d.start()
+    broker.wait_subscribed(notify_topic("news"))
+    d.json("status")
+    pid = d.proc.pid
+    before = resident_code_kb(pid, "drowse")
+    assert before >= 1024, before
+    wait_until(lambda: resident_code_kb(pid, "drowse") <= before // 4, timeout=30,
+               what=f"drowse's code pages given back (before: {before} kB)")
+    released = resident_code_kb(pid, "drowse")
+
+    assert d.json("status")["mqtt"]["connected"] is True
+    broker.publish(notify_topic("news"), b'{"aps": {"content-available": 1}, "id": "after-release"}')
+    wait_until(lambda: any(r.json().get("id") == "after-release" for r in d.runs("news")), timeout=30,
+               what="the notification's run after the release")
+    worked = resident_code_kb(pid, "drowse")
+    assert worked >= released + 256, (released, worked)
+    wait_until(lambda: resident_code_kb(pid, "drowse") <= worked // 2, timeout=30,
+               what=f"given back again after the next quiet spell (after the work: {worked} kB)")
     assert d.proc.poll() is None

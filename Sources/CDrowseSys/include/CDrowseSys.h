@@ -14,6 +14,9 @@
 /// at any time. Returns the bytes advised (resident or not), or -1.
 long drowse_release_library_code(void);
 
+/// The same, and with `program` non-zero the program's own code and constants too.
+long drowse_release_code(int program);
+
 /// Starts `path` in a new process group with the given stdio descriptors, working
 /// directory and (when `set_ids` is non-zero) user, group and supplementary groups.
 /// The child is made with clone(CLONE_VM | CLONE_VFORK), as posix_spawn does (no copy of the
