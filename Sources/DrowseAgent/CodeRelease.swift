@@ -19,7 +19,7 @@ import Logging
     private let logger: Logger
     private let release: () -> Int?
     private var lastWork: Double?
-    /// How many times the code was given back (`drowse status --json`: `lifecycle.code_releases`).
+    /// How many times the code was given back.
     package private(set) var releases = 0
 
     package init(after: Double, clock: AgentClock, logger: Logger, release: @escaping () -> Int? = LibraryCode.releaseWithProgram) {
