@@ -90,10 +90,9 @@ struct FleetSession {
     var clientID: String { "drowse-fleet-\(name)" }
 
     init(name: String) throws {
-        guard (1...32).contains(name.utf8.count),
-              name.utf8.allSatisfy({ ("a"..."z").contains(Character(UnicodeScalar($0))) || ("A"..."Z").contains(Character(UnicodeScalar($0)))
-                  || ("0"..."9").contains(Character(UnicodeScalar($0))) || $0 == UInt8(ascii: "-") || $0 == UInt8(ascii: "_") })
-        else { throw CLIError("--session '\(name)': 1 to 32 letters, digits, '-' or '_'") }
+        guard Identifier.isValid(name) else {
+            throw CLIError("--session '\(name)': 1 to 64 letters, digits, '-', '_' or '.', not starting with '.'")
+        }
         self.name = name
         let base: String
         if let x = getenv("XDG_STATE_HOME"), x.pointee == UInt8(ascii: "/") {

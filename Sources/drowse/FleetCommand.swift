@@ -23,7 +23,7 @@ struct FleetCommand: ParsableCommand {
     @Flag(help: "Print a JSON array.") var json = false
     @Option(help: "Give up waiting for the broker after this long (e.g. 10s).") var timeout = "10s"
     @Flag(help: "Publish a roll call: online devices with [mqtt] roll_call publish their status again.") var rollCall = false
-    @Option(help: "Keep a persistent session on the broker and the listing on this machine under this name (letters, digits, - and _).")
+    @Option(help: "Keep a persistent session on the broker and the listing on this machine under this name (letters, digits, -, _ and .).")
     var session: String?
     @Option(help: "With --session: leave this device out until it is heard from again (repeatable).") var forget: [String] = []
     @Flag(help: "With --session: end the session on the broker and remove this machine's copy.") var endSession = false
