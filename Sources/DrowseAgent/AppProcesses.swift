@@ -33,9 +33,14 @@ import Logging
     var limitHolders: [String: (processes: Bool, memory: Bool)] = [:]
     /// The limits last written for each app (see `prepare`).
     var limitsWritten: [String: AppLimits] = [:]
-    /// One empty cgroup leaf made ahead for each app's next handler run: making a cgroup costs
-    /// ~80 µs of the time between a notification and its handler's start.
-    var spareLeaves: [String: String] = [:]
+    /// Empty cgroup leaves for each app's next handler runs: the leaves of runs that ended clean
+    /// (`AppSuspension.isReusable`), else one made ahead. Making a cgroup costs ~80 µs of the
+    /// time between a notification and its handler's start, and with removing it was a quarter
+    /// of the daemon's work per handler in a burst.
+    var spareLeaves: [String: [String]] = [:]
+    /// At most this many spare leaves per app: in a burst to one app a run's end frees a leaf
+    /// just before the next run takes one.
+    static let sparesPerApp = 2
     var seq = 0
     /// The spawn helper's refusals and in-process fallbacks already logged.
     var seenSpawner = (refused: 0, fallbacks: 0)
@@ -241,8 +246,13 @@ import Logging
     /// limits, on the cgroup where the tree can hold them, else as rlimits in the request.
     func prepare(_ app: AppDefinition, _ request: inout LaunchRequest, name: String) -> String? {
         request.allowPrivilegeGain = app.allowPrivilegeGain
-        // The spare, unless it has gone meanwhile (a stat costs far less than making a leaf).
-        let spare = name == "run" ? spareLeaves.removeValue(forKey: app.id).flatMap { access($0, F_OK) == 0 ? $0 : nil } : nil
+        // A spare, unless it has gone or was killed meanwhile (`killAll`): reading its
+        // cgroup.events costs far less than making a leaf.
+        var spare: String?
+        if name == "run", let leaf = spareLeaves[app.id]?.popLast() {
+            if suspension.isReusable(leaf) { spare = leaf } else { suspension.leafEnded(leaf) }
+            if spareLeaves[app.id]?.isEmpty == true { spareLeaves[app.id] = nil }
+        }
         let leaf = spare ?? newLeaf(app.id, name)
         request.cgroup = leaf
         let l = limits(of: app)
@@ -275,7 +285,7 @@ import Logging
         noteSpawnHelper()
         // The next run's leaf, made now that this one has started in its own (off the path to a
         // start); not where runs get no leaf (no cgroups).
-        if leaf != nil, spareLeaves[app] == nil { spareLeaves[app] = newLeaf(app, "run") }
+        if leaf != nil, spareLeaves[app] == nil, let made = newLeaf(app, "run") { spareLeaves[app] = [made] }
     }
 
     /// A fresh leaf (never reused: see `CgroupSuspension.killAll`), named `NAME-PID-SEQ`.
@@ -286,8 +296,8 @@ import Logging
 
     /// Spare leaves of apps that are gone, or all of them (at shutdown), are removed.
     func removeSpareLeaves(keeping keep: (String) -> Bool = { _ in false }) {
-        for (app, leaf) in spareLeaves where !keep(app) {
-            suspension.leafEnded(leaf)
+        for (app, leaves) in spareLeaves where !keep(app) {
+            for leaf in leaves { suspension.leafEnded(leaf) }
             spareLeaves[app] = nil
         }
     }
@@ -296,7 +306,14 @@ import Logging
     func handlerEnded(_ app: String, _ run: HandlerRun, leaf: String?) {
         handlerRuns[app]?[ObjectIdentifier(run)] = nil
         if handlerRuns[app]?.isEmpty == true { handlerRuns[app] = nil }
-        if let leaf { suspension.leafEnded(leaf) }
+        if let leaf {
+            if !stopping, registry[app] != nil, spareLeaves[app, default: []].count < Self.sparesPerApp, suspension.isReusable(leaf) {
+                spareLeaves[app, default: []].append(leaf)
+            } else {
+                suspension.leafEnded(leaf)
+            }
+            if spareLeaves[app]?.isEmpty == true { spareLeaves[app] = nil }
+        }
         lifecycle { $0.handlerEnded(app) }
     }
 

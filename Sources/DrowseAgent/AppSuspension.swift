@@ -23,6 +23,8 @@ package protocol AppSuspension: AnyObject {
     func leaf(app: String, name: String) -> String?
     /// The leaf's processes are gone: remove it.
     func leafEnded(_ leaf: String)
+    /// The leaf of a handler run that ended may take another run of its app.
+    func isReusable(_ leaf: String) -> Bool
     func freeze(app: String, processGroups: [pid_t])
     func thaw(app: String, processGroups: [pid_t])
     /// Kills every process of the app, children that called setsid included.
@@ -54,6 +56,7 @@ final class SignalSuspension: AppSuspension {
     func adopt(apps: [String]) -> Set<String> { [] }
     func leaf(app: String, name: String) -> String? { nil }
     func leafEnded(_ leaf: String) {}
+    func isReusable(_ leaf: String) -> Bool { false }
     func freeze(app: String, processGroups: [pid_t]) { SignalFreezer().stop(processGroups: processGroups) }
     func thaw(app: String, processGroups: [pid_t]) { SignalFreezer().resume(processGroups: processGroups) }
     func killAll(app: String, processGroups: [pid_t]) {

@@ -73,6 +73,8 @@ final class CgroupSuspension: AppSuspension {
         _ = tree.removeLeafIfEmpty(leaf)
     }
 
+    func isReusable(_ leaf: String) -> Bool { tree.isReusable(leaf) }
+
     func freeze(app: String, processGroups: [pid_t]) {
         do { try tree.freeze(app: app) } catch { logger.warning("cannot freeze: \(error)", metadata: ["app.id": "\(app)"]) }
     }
@@ -84,7 +86,7 @@ final class CgroupSuspension: AppSuspension {
     /// Each leaf is killed on its own, never the app's cgroup as a whole: Linux 6.18 kills at
     /// once every process later cloned (CLONE_INTO_CGROUP) into a cgroup that was killed, or
     /// below one (seen: a restarted resident died with SIGKILL at its clone3). For the same
-    /// reason every process gets a fresh leaf.
+    /// reason a leaf that was killed never takes another process (`AppCgroups.wasKilled`).
     func killAll(app: String, processGroups: [pid_t]) {
         for leaf in tree.leaves(app: app) { tree.kill(tree.appPath(app) + "/" + leaf) }
     }

@@ -211,8 +211,8 @@ extension Store: FetchStore {}
 
     // MARK: a fetch's run (`RunOwner`)
 
-    package func starting(_ run: QueuedRun, app: AppDefinition?) -> Int? {
-        guard app == nil else { return 1 }
+    package func starting(_ run: QueuedRun, app: AppDefinition?) -> RunStart? {
+        guard app == nil else { return RunStart(attempt: 1) }
         notRun(run, why: "app '\(run.app)' is gone")
         return nil
     }

@@ -54,6 +54,19 @@ package enum QueuedRun: Sendable {
     }
 }
 
+/// A run's owner says yes to its start: the attempt it is (DROWSE_ATTEMPT), and whether what the
+/// owner wrote for it (the count of the start) reaches the disk only at the journal's next sync,
+/// which the start then waits for.
+package struct RunStart: Sendable, Equatable {
+    package var attempt: Int
+    package var afterSync: Bool
+
+    package init(attempt: Int, afterSync: Bool = false) {
+        self.attempt = attempt
+        self.afterSync = afterSync
+    }
+}
+
 /// What the end of a run writes in the run's own transaction, as its owner says.
 package struct RunEffects: Sendable {
     /// The fetch scheduler's bookkeeping for a fetch's end.
@@ -70,10 +83,10 @@ package struct RunEffects: Sendable {
 /// The part that queued a run and gives its start and end their meaning: the runner starts the
 /// handler, records the run with what `ending` returns in one transaction, and tells `ended`.
 @DaemonActor package protocol RunOwner: AnyObject, Sendable {
-    /// A slot is free for `run`: the attempt to start it as (DROWSE_ATTEMPT), or nil when there
-    /// is nothing to run (its app is gone, it was collapsed, ...), which the owner has settled.
-    /// `app`: the app as loaded now, nil when it is gone.
-    func starting(_ run: QueuedRun, app: AppDefinition?) -> Int?
+    /// A slot is free for `run`: the attempt to start it as (DROWSE_ATTEMPT) and whether the start
+    /// waits for the journal's sync, or nil when there is nothing to run (its app is gone, it was
+    /// collapsed, ...), which the owner has settled. `app`: the app as loaded now, nil when it is gone.
+    func starting(_ run: QueuedRun, app: AppDefinition?) -> RunStart?
     /// No process could be made for it (no descriptors, no memory): nothing ran, and the run
     /// waits in the queue, its start uncounted, to be tried again.
     func notStarted(_ run: QueuedRun)
@@ -174,19 +187,25 @@ struct RunJob: Sendable {
             case .nothingToRun:
                 queue.ended()
             case .shortage(let err):
-                // Its counted start was taken back (`RunOwner.notStarted`): the retry counts anew.
-                let delay = queue.failedToStart(RunJob(run: job.run.uncounted, owner: job.owner))
-                logger.warning("""
-                    a handler could not start (\(String(cString: strerror(err)))); \(queue.waitingCount) run(s) wait \
-                    for \(delay.map { "a retry in \($0) s" } ?? "a running handler to end")
-                    """)
-                if let delay {
-                    retryWake.set(now() + delay) { [weak self] in
-                        self?.queue.retry()
-                        self?.pump()
-                    }
-                }
+                notStarted(job, err)
                 return
+            }
+        }
+    }
+
+    /// No process could be made for `job` (no descriptors, no memory): it goes back to the front
+    /// of the queue, and nothing starts until a run ends or the retry delay has passed.
+    private func notStarted(_ job: RunJob, _ err: Int32) {
+        // Its counted start was taken back (`RunOwner.notStarted`): the retry counts anew.
+        let delay = queue.failedToStart(RunJob(run: job.run.uncounted, owner: job.owner))
+        logger.warning("""
+            a handler could not start (\(String(cString: strerror(err)))); \(queue.waitingCount) run(s) wait \
+            for \(delay.map { "a retry in \($0) s" } ?? "a running handler to end")
+            """)
+        if let delay {
+            retryWake.set(now() + delay) { [weak self] in
+                self?.queue.retry()
+                self?.pump()
             }
         }
     }
@@ -199,9 +218,44 @@ struct RunJob: Sendable {
 
     enum QueuedStart { case started, nothingToRun, shortage(Int32) }
 
+    /// Starts a run `next()` gave, holding its slot: at once, or once the journal's sync has
+    /// made its owner's count of the start durable (`RunStart.afterSync`).
     private func startQueued(_ job: RunJob) -> QueuedStart {
         let app = registry[job.run.app]
-        guard let attempt = job.owner.starting(job.run, app: app), let app else { return .nothingToRun }
+        guard let begin = job.owner.starting(job.run, app: app), let app else { return .nothingToRun }
+        guard begin.afterSync else { return launch(job, app: app, attempt: begin.attempt) }
+        // The count is in the WAL: the handler starts after the sync that makes it durable, so a
+        // power cut cannot hide that it ran. The sync runs on the journal thread, shared by every
+        // start and record waiting meanwhile, and the daemon goes on; in a burst a slot that
+        // frees no longer waits for an fdatasync of its own on the daemon's thread.
+        store.afterJournalSync { ok in
+            Task { @DaemonActor [weak self] in self?.synced(job, app: app, attempt: begin.attempt, ok: ok) }
+        }
+        return .started
+    }
+
+    /// The sync a start waited for returned; its slot is still held.
+    private func synced(_ job: RunJob, app: AppDefinition, attempt: Int, ok: Bool) {
+        if !ok { logger.error("store: the start of a handler not synced; after a power cut it may run again as attempt \(attempt)") }
+        guard !stopping else {
+            // Shutdown began meanwhile: it runs after the restart, as a queued run does.
+            job.owner.notStarted(job.run)
+            job.owner.notRun(job.run)
+            queue.ended()
+            return
+        }
+        events.turn {
+            if case .shortage(let err) = launch(job, app: app, attempt: attempt) {
+                notStarted(job, err)
+            }
+        }
+        // A run that ended meanwhile may have left more to start.
+        pump()
+    }
+
+    /// Starts the handler of a run whose slot is held; `.shortage`: no process could be made, the
+    /// owner has taken its start back.
+    private func launch(_ job: RunJob, app: AppDefinition, attempt: Int) -> QueuedStart {
         let stdin: [UInt8]
         switch job.run {
         case .notification(_, _, let payload, _): stdin = payload

@@ -68,8 +68,9 @@ struct FleetStatusState {
                 // The keepalive rides the window.
                 session?.rideWindow()
             case .runEnded(let app, _, let failed, _, _):
-                fleet.lastRunFailed[app] = failed
-                republishStatusIfChanged()
+                // The status says only whether an app's last run failed: a run that ends as the
+                // last one did changes nothing in it (a burst's thousand ends built it for nothing).
+                if fleet.lastRunFailed.updateValue(failed, forKey: app) != failed { republishStatusIfChanged() }
             case .conditionsRead(let c):
                 // Every reading tells the session whether there is a default route.
                 session?.setNetwork(online: c.network != .none, path: c.networkKey)

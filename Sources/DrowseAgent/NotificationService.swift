@@ -220,13 +220,15 @@ extension Store: NotificationStore {}
             // A duplicate's first copy may not be on disk yet either (written, then the daemon
             // was killed before its sync): it too is acknowledged only once it is.
             var decided: (seq: Int64, actions: [NotificationAdmission.Action], startsNow: Bool)?
-            let beforeRecord = admission
+            var checkpoint: NotificationAdmission.Checkpoint?
             do {
                 _ = try store.recordNotification(
                     app: appID, dedupeKey: key, payload: String(decoding: body, as: UTF8.self), at: t, signed: signed,
                     collapseID: note.collapseID, attempts: attempts, durable: false
                 ) { seq in
-                    let actions = admission.recorded(seq: seq, now: now(), uses: budgetUses(plus: appID), nextWindow: nextFetchWindow())
+                    let (actions, undo) = admission.recordedTentatively(seq: seq, now: now(), uses: budgetUses(plus: appID),
+                                                                        nextWindow: nextFetchWindow())
+                    checkpoint = undo
                     // Its handler starts in this turn (a free slot, nothing waiting before it, no
                     // other run queued first): the start is counted in this commit, which its
                     // PUBACK's sync makes durable.
@@ -241,7 +243,7 @@ extension Store: NotificationStore {}
                 // Admitted, then the commit failed (a full disk fails at COMMIT): the record was
                 // rolled back and its number may be given again, so the machine forgets what it
                 // decided for it, and none of it is carried out.
-                if decided != nil { admission = beforeRecord }
+                if let checkpoint { admission.takeBack(checkpoint) }
                 return .reject
             }
             // Not admitted: a duplicate of a recorded one.
@@ -531,7 +533,7 @@ extension Store: NotificationStore {}
 
     // MARK: a notification's run (`RunOwner`)
 
-    package func starting(_ run: QueuedRun, app: AppDefinition?) -> Int? {
+    package func starting(_ run: QueuedRun, app: AppDefinition?) -> RunStart? {
         guard case .notification(let appID, let seq, _, let counted) = run else { return nil }
         // Its app may have been removed while it waited (a collapse is found below).
         guard let app else {
@@ -541,7 +543,7 @@ extension Store: NotificationStore {}
         // The start is counted before it happens (DROWSE_ATTEMPT), unless the commit that
         // recorded it in this turn counted it already; nil: no longer pending (a newer one
         // collapsed it while it waited).
-        guard let attempt = counted ?? countStart(seq, app: appID) else {
+        guard let start = counted.map({ RunStart(attempt: $0) }) ?? countStart(seq, app: appID) else {
             notificationRunEnded(seq)
             return nil
         }
@@ -551,21 +553,21 @@ extension Store: NotificationStore {}
             notificationRunEnded(seq)
             return nil
         }
-        return attempt
+        return start
     }
 
-    /// Counts a notification's start in the store and returns the attempt it is; nil when the
-    /// notification is no longer pending. On disk before the start, unless this is the
-    /// notification being received now: the sync its PUBACK waits for covers the mark, and a
-    /// message whose PUBACK never left comes back marked DUP.
-    private func countStart(_ seq: Int64, app: String) -> Int? {
+    /// Counts a notification's start in the store; nil when the notification is no longer
+    /// pending. Written to the WAL now; the start waits for the journal's next sync, unless this
+    /// is the notification being received now: the sync its PUBACK waits for covers the mark, and
+    /// a message whose PUBACK never left comes back marked DUP.
+    private func countStart(_ seq: Int64, app: String) -> RunStart? {
         do {
-            return try store.notificationStarting(seq, durable: arriving != seq)
+            return try store.notificationStarting(seq, durable: false).map { RunStart(attempt: $0, afterSync: arriving != seq) }
         } catch {
             // Not counted: the handler may run again after a restart without knowing. Start it
             // anyway (the notification is recorded); the log says why.
             logger.error("store: the start of a notification's handler not recorded: \(error)", metadata: ["app.id": "\(app)"])
-            return 1
+            return RunStart(attempt: 1)
         }
     }
 

@@ -337,13 +337,13 @@ package final class SystemTransferFiles: TransferFiles {
 
     // MARK: a session's run (`RunOwner`)
 
-    package func starting(_ run: QueuedRun, app: AppDefinition?) -> Int? {
+    package func starting(_ run: QueuedRun, app: AppDefinition?) -> RunStart? {
         guard case .transfers(let session, _, _) = run else { return nil }
         guard app != nil else {
             sessionNotDelivered(session)
             return nil
         }
-        return 1
+        return RunStart(attempt: 1)
     }
 
     package func notStarted(_ run: QueuedRun) {}

@@ -201,6 +201,27 @@ package struct NotificationAdmission: Sendable {
     /// When the oldest record a prune could delete was received; nil when none is known.
     package private(set) var oldestPrunable: Double?
     var lastPrune: Double?
+    /// Entries waiting for their rollout delay (`retime` looks at them only when there are some).
+    var spreading = 0
+    /// While a record is tentative (`recordedTentatively`): each change to the entries, to take
+    /// back should its commit fail.
+    private var changes: [Change]?
+
+    /// One change to the followed entries, as `takeBack` undoes it.
+    enum Change: Sendable {
+        case inserted(Int64)
+        case removed(Entry)
+        case collapsing(CollapseKey, was: Int64?)
+    }
+
+    /// What `recordedTentatively` changed: `takeBack` restores the machine as it was before.
+    package struct Checkpoint: Sendable {
+        fileprivate var changes: [Change] = []
+        fileprivate var arriving: (arrival: Arrival, key: String, at: Double)?
+        fileprivate var timerAt: Double?
+        fileprivate var oldestPrunable: Double?
+        fileprivate var lastPrune: Double?
+    }
 
     package init(budget: NotificationBudget, deviceID: String = "", maxDeferred: Int = 64) {
         self.budget = budget
@@ -224,7 +245,7 @@ package struct NotificationAdmission: Sendable {
 
     package var deferredCount: Int { deferredPerApp.values.reduce(0, +) }
     /// Notifications waiting for their rollout delay.
-    package var spreadingCount: Int { entries.values.count { $0.phase == .spreading } }
+    package var spreadingCount: Int { spreading }
     package var followedCount: Int { entries.count }
     /// Notifications waiting (deferred or for their rollout delay), by app.
     package func waitingCount(app: String) -> Int { waiting[app]?.count ?? 0 }
@@ -241,6 +262,7 @@ package struct NotificationAdmission: Sendable {
         collapsing = [:]
         deferredPerApp = [:]
         waiting = [:]
+        spreading = 0
         arriving = nil
         var uses = uses
         var out: [Action] = []
@@ -312,6 +334,36 @@ package struct NotificationAdmission: Sendable {
         dispatch(entry, now: now, uses: &uses, nextWindow: nextWindow, into: &out)
         out += retime(now: now, uses: uses, nextWindow: nextWindow)
         return out
+    }
+
+    /// `recorded`, for a record whose transaction has not committed yet: the checkpoint lets
+    /// `takeBack` undo it should the commit fail. It costs what `recorded` changes, not a copy
+    /// of the machine: a copy kept for the rollback was copied on write at every record, and
+    /// with a burst's thousand entries waiting that was a tenth of the daemon's work for it.
+    package mutating func recordedTentatively(seq: Int64?, now: Double, uses: [String: [Double]], nextWindow: Double?)
+        -> (actions: [Action], checkpoint: Checkpoint) {
+        var checkpoint = Checkpoint(arriving: arriving, timerAt: timerAt, oldestPrunable: oldestPrunable, lastPrune: lastPrune)
+        changes = []
+        let actions = recorded(seq: seq, now: now, uses: uses, nextWindow: nextWindow)
+        checkpoint.changes = changes ?? []
+        changes = nil
+        return (actions, checkpoint)
+    }
+
+    /// The commit of a record `recordedTentatively` decided for failed: the machine is as it was
+    /// before (its actions are not carried out; the broker delivers the message again).
+    package mutating func takeBack(_ checkpoint: Checkpoint) {
+        for change in checkpoint.changes.reversed() {
+            switch change {
+            case .inserted(let seq): unfollow(seq)
+            case .removed(let e): follow(e)
+            case .collapsing(let key, let was): collapsing[key] = was
+            }
+        }
+        arriving = checkpoint.arriving
+        timerAt = checkpoint.timerAt
+        oldestPrunable = checkpoint.oldestPrunable
+        lastPrune = checkpoint.lastPrune
     }
 
     /// A fetch window opens (the radio is awake): deferred notifications run as far as their
@@ -396,7 +448,7 @@ package struct NotificationAdmission: Sendable {
                 out.append(.startDownload(seq: entry.seq, app: a.app))
                 becamePrunable(receivedAt: entry.receivedAt)
                 if let c = a.collapseID, collapsing[CollapseKey(app: a.app, id: c)] == entry.seq {
-                    collapsing[CollapseKey(app: a.app, id: c)] = nil
+                    setCollapsing(CollapseKey(app: a.app, id: c), nil)
                 }
                 return
             }
@@ -436,7 +488,7 @@ package struct NotificationAdmission: Sendable {
             out.append(.dropCollapsed(seq: live, app: entry.arrival.app, collapseID: c))
             becamePrunable(receivedAt: older.receivedAt)
         }
-        collapsing[key] = entry.seq
+        setCollapsing(key, entry.seq)
         return false
     }
 
@@ -459,7 +511,7 @@ package struct NotificationAdmission: Sendable {
             ready.phase = .deferred
             act(ready, now: now, uses: &uses, nextWindow: nextWindow, into: &out)
             // Still live (admitted or deferred): a newer one with its collapse id replaces it.
-            if let c = e.arrival.collapseID, entries[seq] != nil { collapsing[CollapseKey(app: e.arrival.app, id: c)] = seq }
+            if let c = e.arrival.collapseID, entries[seq] != nil { setCollapsing(CollapseKey(app: e.arrival.app, id: c), seq) }
         }
         guard deferredCount > 0 else { return out + retime(now: now, uses: uses, nextWindow: nextWindow) }
         for seq in entries.keys.sorted() {
@@ -494,7 +546,7 @@ package struct NotificationAdmission: Sendable {
         if let n = next, let w = nextWindow, w > now { next = min(n, w) }
         // Rollout delays: each entry's due time, or its expiry if sooner (to drop it then). A
         // window that opens first releases them too, but they do not wait for one.
-        for e in entries.values where e.phase == .spreading {
+        for e in entries.values where spreading > 0 && e.phase == .spreading {
             let due = min(e.dueAt, e.arrival.expiration.map { max($0, now) } ?? .infinity)
             next = min(next ?? due, due)
         }
@@ -537,8 +589,28 @@ package struct NotificationAdmission: Sendable {
     }
 
     private mutating func insert(_ e: Entry) {
+        changes?.append(.inserted(e.seq))
+        follow(e)
+    }
+
+    private mutating func remove(_ e: Entry) {
+        guard let old = unfollow(e.seq) else { return }
+        changes?.append(.removed(old))
+        if let c = old.arrival.collapseID, collapsing[CollapseKey(app: old.arrival.app, id: c)] == old.seq {
+            setCollapsing(CollapseKey(app: old.arrival.app, id: c), nil)
+        }
+    }
+
+    private mutating func setCollapsing(_ key: CollapseKey, _ seq: Int64?) {
+        changes?.append(.collapsing(key, was: collapsing[key]))
+        collapsing[key] = seq
+    }
+
+    /// The entry and the counts and lists it is in (not `collapsing`, which its callers keep).
+    private mutating func follow(_ e: Entry) {
         entries[e.seq] = e
         if e.phase == .deferred { deferredPerApp[e.arrival.app, default: 0] += 1 }
+        if e.phase == .spreading { spreading += 1 }
         if e.phase != .admitted {
             // Seqs mostly arrive ascending: the search from the end is usually one step.
             var seqs = waiting[e.arrival.app] ?? []
@@ -549,18 +621,18 @@ package struct NotificationAdmission: Sendable {
         }
     }
 
-    private mutating func remove(_ e: Entry) {
-        guard let old = entries.removeValue(forKey: e.seq) else { return }
+    @discardableResult
+    private mutating func unfollow(_ seq: Int64) -> Entry? {
+        guard let old = entries.removeValue(forKey: seq) else { return nil }
         if old.phase == .deferred {
             let n = (deferredPerApp[old.arrival.app] ?? 1) - 1
             deferredPerApp[old.arrival.app] = n > 0 ? n : nil
         }
+        if old.phase == .spreading { spreading -= 1 }
         if old.phase != .admitted, var seqs = waiting[old.arrival.app], let i = seqs.lastIndex(of: old.seq) {
             seqs.remove(at: i)
             waiting[old.arrival.app] = seqs.isEmpty ? nil : seqs
         }
-        if let c = old.arrival.collapseID, collapsing[CollapseKey(app: old.arrival.app, id: c)] == old.seq {
-            collapsing[CollapseKey(app: old.arrival.app, id: c)] = nil
-        }
+        return old
     }
 }

@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import CDrowseSys
+import Synchronization
 import DrowseCore
 
 /// How an app's processes are stopped while it is suspended (`drowse status`, `lifecycle.suspension`).
@@ -249,7 +250,11 @@ package final class AppCgroups: Sendable {
 
     /// Removes a leaf once nothing runs in it; false while populated (EBUSY) or when already gone.
     @discardableResult
-    package func removeLeafIfEmpty(_ path: String) -> Bool { rmdir(path) == 0 }
+    package func removeLeafIfEmpty(_ path: String) -> Bool {
+        guard rmdir(path) == 0 else { return false }
+        Self.killed.withLock { set in if !set.isEmpty { set.remove(path) } }
+        return true
+    }
 
     /// Freezes the app's whole subtree (`cgroup.freeze` = 1); the kernel finishes asynchronously,
     /// see `waitFrozen`.
@@ -276,8 +281,36 @@ package final class AppCgroups: Sendable {
     package func kill(_ path: String) { Self.kill(path) }
 
     package static func kill(_ path: String) {
+        killed.withLock { _ = $0.insert(path) }
         if (try? writeFile(path + "/cgroup.kill", "1")) != nil { return }
         killByPids(path)
+    }
+
+    /// Cgroups `kill` was used on, until they are removed: Linux 6.18 kills at once every process
+    /// later cloned into one of them or below one, so none of them may take a process again.
+    private static let killed = Mutex<Set<String>>([])
+
+    /// Whether `path`, or a cgroup above it, was killed (`kill`) since it was made.
+    package static func wasKilled(_ path: String) -> Bool {
+        killed.withLock { set in
+            guard !set.isEmpty else { return false }
+            var p = Substring(path)
+            while !p.isEmpty {
+                if set.contains(String(p)) { return true }
+                guard let slash = p.lastIndex(of: "/") else { break }
+                p = p[..<slash]
+            }
+            return false
+        }
+    }
+
+    /// A leaf a handler run ended in may take the next run of its app instead of a fresh one
+    /// (a cgroup's mkdir and rmdir were a quarter of the daemon's work per handler in a burst):
+    /// it is there and was never killed. Such a leaf is empty: at a run's end a leaf that still
+    /// holds a process is killed (`ProcessLauncher`), and an empty one takes no process again
+    /// unless drowsed starts one in it.
+    package func isReusable(_ path: String) -> Bool {
+        !Self.wasKilled(path) && access(path, F_OK) == 0
     }
 
     /// The fallback of `kill` for kernels before 5.14 (no `cgroup.kill`).
@@ -342,8 +375,8 @@ package final class AppCgroups: Sendable {
         _ = try? thaw(app: app)
         _ = Self.waitForEvents(path, timeout: within) { $0["populated"] == false }
         // A leaf that will not go (still populated) keeps the app's folder too: try again later.
-        let stuck = leaves(app: app).filter { rmdir(path + "/" + $0) != 0 }
-        return stuck.isEmpty && rmdir(path) == 0
+        let stuck = leaves(app: app).filter { !removeLeafIfEmpty(path + "/" + $0) }
+        return stuck.isEmpty && removeLeafIfEmpty(path)
     }
 
     // MARK: cgroup.events

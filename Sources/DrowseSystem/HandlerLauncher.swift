@@ -295,9 +295,10 @@ package struct ProcessLauncher: HandlerLaunching {
                     }
                 case .setTimer(let at): timerAt = at
                 case .killLeftovers:
-                    if let cg = req.cgroup {
+                    if let cg = req.cgroup, AppCgroups.eventsField(cg, "populated") != false {
                         // The run is over: its leaf is emptied (bounded wait on cgroup.events), so
-                        // that it can be removed once the outcome is out.
+                        // that it can be removed once the outcome is out. One already empty is not
+                        // killed: it may take the app's next run (`AppCgroups.isReusable`).
                         AppCgroups.kill(cg)
                         _ = AppCgroups.waitForEvents(cg, timeout: 2) { $0["populated"] == false }
                     }

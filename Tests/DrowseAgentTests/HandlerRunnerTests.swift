@@ -18,6 +18,8 @@ import Testing
     @DaemonActor final class Owner: RunOwner {
         let attempt: Int?
         let store: Store
+        /// The start waits for the journal's sync (`RunStart.afterSync`).
+        var afterSync = false
         var calls: [String] = []
         /// The runs of the app on record when `ended` was called.
         var recordedAtEnd: [RunRecord] = []
@@ -25,9 +27,9 @@ import Testing
             self.attempt = attempt
             self.store = store
         }
-        func starting(_ run: QueuedRun, app: AppDefinition?) -> Int? {
+        func starting(_ run: QueuedRun, app: AppDefinition?) -> RunStart? {
             calls.append("starting(\(app?.id ?? "gone"))")
-            return app == nil ? nil : attempt
+            return app == nil ? nil : attempt.map { RunStart(attempt: $0, afterSync: afterSync) }
         }
         func notStarted(_ run: QueuedRun) { calls.append("notStarted") }
         func ending(_ run: QueuedRun, _ outcome: HandlerOutcome, cutShort: Bool) -> RunEffects {
@@ -81,6 +83,50 @@ import Testing
         #expect(launcher.started.isEmpty)
         #expect(try f.store.runs(app: "ghost").isEmpty)
         #expect(f.agent.parts.handlers.running == 0)
+    }
+
+    @Test("a start that waits for the journal's sync starts after one that began once its owner said yes; its slot is held meanwhile")
+    func startAfterSync() async throws {
+        let launcher = FakeLauncher(hold: true)
+        let f = try await Fixture(apps: ["a": "1h", "b": "1h"], launcher: launcher, more: "[scheduler]\nmax_concurrent_handlers = 1")
+        f.agent.loadApps()
+        let owner = Owner(attempt: 2, store: f.store)
+        owner.afterSync = true
+        let runner = f.agent.parts.handlers
+        let journal = runner.store.journal
+        let syncsBefore = journal.stats.syncs
+        runner.enqueue(.fetch(app: "a", trigger: .manual, done: HandlerRun()), owner: owner)
+        #expect(launcher.started.isEmpty, "not before the sync")
+        #expect(!runner.startsAtOnce, "its slot is held while it waits")
+        let other = Owner(attempt: 1, store: f.store)
+        runner.enqueue(.fetch(app: "b", trigger: .manual, done: HandlerRun()), owner: other)
+        for _ in 0..<400 where launcher.started.isEmpty { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(launcher.started == ["a"] && launcher.attempts.withLock { $0 } == ["2"])
+        #expect(journal.stats.syncs > syncsBefore, "a sync ran before the start")
+        #expect(other.calls.isEmpty, "the second waits for the one slot")
+        launcher.release()
+        #expect(await ended(owner))
+        for _ in 0..<400 where launcher.started.count < 2 { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(launcher.started == ["a", "b"])
+        launcher.release()
+        #expect(await ended(other))
+        #expect(other.calls == ["starting(b)", "ending(new-data)", "ended"])
+    }
+
+    @Test("shutdown while a start waits for the sync: it does not start, its owner takes the start back and hears it will not run")
+    func stopWhileSyncing() async throws {
+        let launcher = FakeLauncher()
+        let f = try await Fixture(apps: ["a": "1h"], launcher: launcher)
+        f.agent.loadApps()
+        let owner = Owner(attempt: 1, store: f.store)
+        owner.afterSync = true
+        let runner = f.agent.parts.handlers
+        runner.enqueue(.fetch(app: "a", trigger: .manual, done: HandlerRun()), owner: owner)
+        runner.stopLaunching()
+        for _ in 0..<400 where !owner.calls.contains("notRun") { try await Task.sleep(for: .milliseconds(5)) }
+        #expect(owner.calls == ["starting(a)", "notStarted", "notRun"])
+        #expect(launcher.started.isEmpty)
+        #expect(runner.running == 0 && runner.queue.running == 0)
     }
 
     @Test("the start's attempt, as the owner gave it, is the handler's DROWSE_ATTEMPT; at shutdown, a waiting run's owner hears it will not run")

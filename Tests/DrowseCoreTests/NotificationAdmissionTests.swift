@@ -402,6 +402,40 @@ struct NotificationAdmissionTests {
         #expect(w.ran == [1, 4])
     }
 
+    @Test("a record whose commit fails is taken back: collapse, eviction, spread and timer undone, the machine acts as if it never came")
+    func tentativeRecordTakenBack() {
+        var w = World(maxPerHour: 1, maxDeferred: 4)
+        w.receive(note(id: "first"))
+        w.receive(note(id: "c1", collapse: "score"))
+        w.receive(note(id: "s1", spread: 600))
+        w.receive(note(id: "d1", priority: 1))
+        w.receive(note(id: "d2"))
+        #expect(w.m.deferredCount == 3 && w.m.spreadingCount == 1)
+        let before = w
+        var m = w.m
+        // c2 collapses c1; e1 makes five waiting, past max_deferred: the lowest priority (d1) goes.
+        for (arrival, expected) in [(note(id: "c2", collapse: "score"), NotificationAdmission.Action.dropCollapsed(seq: 2, app: "news", collapseID: "score")),
+                                    (note(id: "e1"), .evict(seq: 4, app: "news", maxDeferred: 4))] {
+            _ = m.received(arrival, now: w.now, idDigest: { $0 }) { "x" }
+            let (actions, checkpoint) = m.recordedTentatively(seq: w.nextSeq, now: w.now, uses: w.uses(), nextWindow: nil)
+            #expect(actions.contains(expected))
+            m.takeBack(checkpoint)
+            #expect(m.deferredCount == before.m.deferredCount && m.spreadingCount == before.m.spreadingCount)
+            #expect(m.followedCount == before.m.followedCount && m.timerAt == before.m.timerAt)
+            #expect((1...5).map { m.phase(of: $0) } == (1...5).map { before.m.phase(of: $0) })
+            #expect(m.waitingCount(app: "news") == before.m.waitingCount(app: "news"))
+        }
+        // From here both machines see the same events and must do the same.
+        w.m = m
+        var twin = before
+        for step in [{ (x: inout World) in x.receive(note(id: "c3", collapse: "score")) },
+                     { (x: inout World) in x.advance(to: x.now + 2 * hour) },
+                     { (x: inout World) in x.windowOpened() }] {
+            #expect(step(&w) == step(&twin))
+        }
+        #expect(w.ran == twin.ran && w.rows == twin.rows)
+    }
+
     @Test("collapse ids are per app, and one without a collapse id collapses nothing")
     func collapsePerApp() {
         var w = World(maxPerHour: 1)

@@ -185,6 +185,31 @@ struct AppCgroupsTreeTests {
         }
     }
 
+    @Test("a run's leaf that ended empty takes the next run; one that had to be killed, or whose app was, never takes a process again")
+    func reuse() async throws {
+        try await withTestCgroups { tree in
+            let clean = try tree.makeLeaf(app: "weather", name: "run-1")
+            var outcome = await startIn(clean, "exit 0").outcome()
+            #expect(outcome.ending == .exited(0))
+            #expect(tree.isReusable(clean) && !tree.isPopulated(clean), "not killed at its end: it was empty")
+            outcome = await startIn(clean, "exit 3").outcome()
+            #expect(outcome.ending == .exited(3), "a second run in the same leaf runs")
+            // A run that leaves a process behind: its leaf is killed at the end, and not used again.
+            let messy = try tree.makeLeaf(app: "weather", name: "run-2")
+            outcome = await startIn(messy, "sleep 30 & exit 0").outcome()
+            #expect(outcome.ending == .exited(0))
+            #expect(!tree.isPopulated(messy))
+            #expect(!tree.isReusable(messy))
+            #expect(tree.removeLeafIfEmpty(messy))
+            // The app's cgroup killed as a whole: none of its leaves is reusable.
+            let other = try tree.makeLeaf(app: "weather", name: "run-3")
+            tree.kill(tree.appPath("weather"))
+            #expect(!tree.isReusable(other) && !tree.isReusable(clean))
+            // A leaf that is gone is not reusable either.
+            #expect(tree.removeLeafIfEmpty(other) && !tree.isReusable(other))
+        }
+    }
+
     @Test("setUp on drowsed's own cgroup moves this process into <base>/daemon")
     func movesSelf() async throws {
         let mount = try #require(testCgroupMount)
