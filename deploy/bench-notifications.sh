@@ -292,6 +292,16 @@ run() {
     stop_baseline
 }
 
+# cpu_ticks PID...: the user and system time those processes used so far, in clock ticks (their
+# own threads, not their reaped children: a handler's time is the handler's, for both consumers).
+cpu_ticks() {
+    local pid total=0
+    for pid in "$@"; do
+        total=$(( total + $(awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$pid/stat" 2>/dev/null || echo 0) ))
+    done
+    echo "$total"
+}
+
 # both_have N FILE1 FILE2: both files have N lines or more.
 both_have() { [ "$(wc -l <"$2")" -ge "$1" ] && [ "$(wc -l <"$3")" -ge "$1" ]; }
 stop_baseline() {
@@ -321,8 +331,19 @@ burst() {
     sleep 1
     : >"$d_out"; : >"$b_out"
     say "burst: $n notifications back to back to $BURST_APPS apps"
+    # What each consumer itself spends on the burst: drowsed with its spawn helper; the
+    # baseline's mosquitto_sub and xargs.
+    local mine theirs d0 b0
+    mine=$(pgrep -P "$DROWSED_PID" | tr '\n' ' ')
+    theirs=$(pgrep -s "$BASE_PID" -x 'mosquitto_sub|xargs' | tr '\n' ' ')
+    # shellcheck disable=SC2086
+    d0=$(cpu_ticks "$DROWSED_PID" $mine); b0=$(cpu_ticks $theirs)
     python3 "$TMP/pub.py" "$PORT" "$topics" "$n" 0 "$sent"
     wait_until 120 both_have "$n" "$d_out" "$b_out" || true
+    # Until the last ends are recorded: drowsed is idle again.
+    sleep 1
+    # shellcheck disable=SC2086
+    echo "$(( $(cpu_ticks "$DROWSED_PID" $mine) - d0 )) $(( $(cpu_ticks $theirs) - b0 )) $(getconf CLK_TCK)" >"$TMP/out/burst-cpu.txt"
     stop_baseline
     # What the burst left behind in drowsed, once its last handler has been reaped.
     sleep 5
@@ -485,6 +506,12 @@ if n_burst:
         notes.append(f"A burst of {n_burst} to 20 apps, {label}: {len(got)} handled, {len(got) / last:.0f} handlers started "
                      f"per second, the last {last:.2f} s after the first publish.")
     print("first/last: from the first publish until the first/last handler started; starts/s: handled / last")
+    if os.path.exists(f"{out}/burst-cpu.txt"):
+        d, b, hz = (int(x) for x in open(f"{out}/burst-cpu.txt").read().split())
+        line = (f"CPU per notification, the consumer's own (not its handlers'): drowsed with its spawn helper "
+                f"{d * 1000 / hz / n_burst:.2f} ms, mosquitto_sub and xargs {b * 1000 / hz / n_burst:.2f} ms")
+        print(line)
+        notes.append(line + ".")
     mem = dict(l.split() for l in open(f"{out}/burst-memory.txt")) if os.path.exists(f"{out}/burst-memory.txt") else {}
     if mem:
         print(f"drowsed 5 s after the burst: private dirty {int(mem['Private_Dirty:']) / 1024:.1f} MiB, PSS {int(mem['Pss:']) / 1024:.1f} MiB")
