@@ -103,7 +103,7 @@ extension Store {
 
     /// The held notifications, oldest first.
     package func heldNotifications() throws(StoreError) -> [HeldNotification] {
-        try db.query("SELECT seq, app, payload, received_at, state, signed, attempts FROM notifications WHERE \(Self.waitingOrHeld) AND \(Self.held) ORDER BY seq")
+        try db.query("SELECT seq, app, payload, received_at, state, signed, attempts FROM notifications WHERE \(Self.held) ORDER BY seq")
             .compactMap { r in
                 guard let seq = r[0].int64, let app = r[1].string, let payload = r[2].string else { return nil }
                 return HeldNotification(seq: seq, app: app, payload: payload, receivedAt: r[3].double ?? 0, checked: r[4].string == NotificationState.held(checked: true).stored,
@@ -113,7 +113,10 @@ extension Store {
 
     /// Removes a held notification once it was admitted again under its own key.
     package func releaseHeld(_ seq: Int64) throws(StoreError) {
-        try db.query("DELETE FROM notifications WHERE seq = ? AND \(Self.held)", [.int(seq)])
+        try db.transaction { () throws(StoreError) in
+            try db.query("DELETE FROM notifications WHERE seq = ? AND \(Self.held)", [.int(seq)])
+            try keepPendingScanBelowNext()
+        }
     }
 
     /// Makes every record written so far durable (see `recordNotification(durable:)`).
@@ -136,11 +139,13 @@ extension Store {
         "state IN (" + states.map { "'\($0.stored)'" }.joined(separator: ", ") + ")"
     }
 
-    /// The partial index `notifications_waiting`'s condition: the notifications that wait to
-    /// run or are held. A query uses that index only when its WHERE has this very term.
+    /// The condition of schema 14's index of the notifications waiting or held (schema 16
+    /// dropped it: see `scanFrom`).
     static let waitingOrHeld = stateIn(NotificationState.waitingOrHeld)
     /// Waiting to run (and so needing the payload).
     static let waiting = stateIn([.pending, .deferred])
+    /// Held: the partial index `notifications_held`'s condition (a query uses that index only
+    /// when its WHERE has this very term).
     static let held = stateIn([.held(checked: false), .held(checked: true)])
 
     /// Marks a notification handled, keeping only what dedupes a redelivery for
@@ -169,7 +174,7 @@ extension Store {
     /// Notifications recorded but not yet handled (after a crash, they are handled on start).
     package func pendingNotifications() throws(StoreError) -> [NotificationRecord] {
         try db.query(
-            "SELECT seq, app, payload, received_at, state, signed, budget_at, dedupe_key FROM notifications WHERE \(Self.waitingOrHeld) AND \(Self.waiting) ORDER BY seq"
+            "SELECT seq, app, payload, received_at, state, signed, budget_at, dedupe_key FROM notifications WHERE seq >= (\(Self.scanFrom)) AND \(Self.waiting) ORDER BY seq"
         ).map {
             NotificationRecord(
                 seq: $0[0].int64 ?? 0, app: $0[1].string ?? "", payload: $0[2].string ?? "", receivedAt: Self.unixTime($0[3]) ?? 0,
@@ -240,8 +245,44 @@ extension Store {
     /// one has aged).
     @discardableResult
     package func pruneNotifications(before: Double) throws(StoreError) -> Double? {
-        let handled = "NOT \(Self.waiting)"
-        try db.query("DELETE FROM notifications WHERE \(handled) AND received_at < ?", [.double(before)])
-        return try db.query("SELECT MIN(received_at) FROM notifications WHERE \(handled)").first?.first?.double
+        try db.transaction { () throws(StoreError) in
+            let handled = "NOT \(Self.waiting)"
+            try db.query("DELETE FROM notifications WHERE \(handled) AND received_at < ?", [.double(before)])
+            try advancePendingScan()
+            return try db.query("SELECT MIN(received_at) FROM notifications WHERE \(handled)").first?.first?.double
+        }
+    }
+
+    // MARK: where a start looks for notifications not yet handled
+
+    /// `notifications_scan.from_seq`, as SQL. Every notification waiting to run has a seq at or
+    /// above it, and it is never above the next seq (the largest + 1: without AUTOINCREMENT the
+    /// number of a deleted newest row is given again), so a new row is never below it. A start
+    /// reads the rows from there (a range of the table's own key) instead of a week of handled
+    /// ones, and no index of the waiting ones costs each notification a page in two commits
+    /// (docs/benchmarks.md, "Where the bytes go"). It moves up at each prune (at the start,
+    /// then at most hourly, in the prune's commit); what arrived since is read again after a
+    /// crash, a few rows.
+    /// A missing row of `notifications_scan` reads as 1 (the whole table), and the next prune
+    /// puts it back.
+    static let scanFrom = "SELECT coalesce(min(from_seq), 1) FROM notifications_scan"
+    static let nextSeq = "SELECT coalesce(max(seq), 0) + 1 FROM notifications"
+
+    /// Moves `from_seq` to the oldest notification waiting to run, or the next seq when none
+    /// does. Call inside a transaction.
+    func advancePendingScan() throws(StoreError) {
+        let oldest = try db.query("SELECT min(seq) FROM notifications WHERE seq >= (\(Self.scanFrom)) AND \(Self.waiting)").first?.first?.int64
+        let next = try db.query(Self.nextSeq).first?.first?.int64 ?? 1
+        let to = oldest ?? next
+        try db.query("UPDATE notifications_scan SET from_seq = ? WHERE from_seq != ?", [.int(to), .int(to)])
+        if db.changes == 0 {
+            try db.query("INSERT INTO notifications_scan(from_seq) SELECT ? WHERE NOT EXISTS (SELECT 1 FROM notifications_scan)", [.int(to)])
+        }
+    }
+
+    /// After a delete: `from_seq` is not above the next seq, which may have gone down (the
+    /// newest row deleted). Writes nothing when it is not. Call inside the delete's transaction.
+    func keepPendingScanBelowNext() throws(StoreError) {
+        try db.query("UPDATE notifications_scan SET from_seq = (\(Self.nextSeq)) WHERE from_seq > (\(Self.nextSeq))")
     }
 }

@@ -7,7 +7,7 @@ package final class Store {
     package let db: SQLiteDatabase
     /// Syncs the WAL off the caller's thread (`afterJournalSync`).
     package let journal: JournalSyncer
-    package static let schemaVersion: Int64 = 15
+    package static let schemaVersion: Int64 = 16
 
     package init(path: String) throws(StoreError) {
         db = try SQLiteDatabase(path: path)
@@ -288,6 +288,23 @@ package final class Store {
                     UPDATE notifications SET download_id = substr(state, 10), state = 'downloading' WHERE state LIKE 'download:%';
                     UPDATE schema_version SET version = 15;
                     """)
+            }
+            if current < 16 {
+                // No index of the notifications waiting to run: each one entered it in its
+                // record's commit and left it in its end's, a page written twice per
+                // notification, for a query made once per start. A start reads from
+                // `notifications_scan.from_seq` instead (`pendingNotifications`); held ones, which
+                // normal notifications never are, keep an index of their own.
+                try db.exec(
+                    """
+                    DROP INDEX IF EXISTS notifications_waiting;
+                    CREATE INDEX IF NOT EXISTS notifications_held ON notifications(seq) WHERE \(Self.held);
+                    CREATE TABLE IF NOT EXISTS notifications_scan (from_seq INTEGER NOT NULL);
+                    DELETE FROM notifications_scan;
+                    INSERT INTO notifications_scan(from_seq) VALUES (1);
+                    UPDATE schema_version SET version = 16;
+                    """)
+                try advancePendingScan()
             }
         }
     }

@@ -54,23 +54,63 @@ struct NotificationIndexTests {
         try store.db.query("SELECT sql FROM sqlite_master WHERE type = 'index' AND name = ?", [.text(name)]).first?.first?.string
     }
 
-    @Test("the waiting, held and budget queries use the partial indexes; a handled notification leaves the waiting one")
+    @Test("a start reads the notifications waiting to run by the table's key from from_seq; held and budget queries use their partial indexes")
     func partial() throws {
         try withStorePath { path in
             let store = try Store(path: path)
-            let pending = "SELECT seq FROM notifications WHERE \(Store.waitingOrHeld) AND state IN ('pending', 'deferred')"
-            #expect(try Self.plan(store, pending, []).contains("notifications_waiting"))
-            let held = "SELECT seq FROM notifications WHERE \(Store.waitingOrHeld) AND state IN ('held', 'held-checked')"
-            #expect(try Self.plan(store, held, []).contains("notifications_waiting"))
+            let pending = "SELECT seq FROM notifications WHERE seq >= (\(Store.scanFrom)) AND \(Store.waiting) ORDER BY seq"
+            #expect(try Self.plan(store, pending, []).contains("USING INTEGER PRIMARY KEY (rowid>?)"))
+            let held = "SELECT seq FROM notifications WHERE \(Store.held) ORDER BY seq"
+            #expect(try Self.plan(store, held, []).contains("notifications_held"))
             let budget = "SELECT budget_at FROM notifications WHERE app = ? AND budget_at > ? ORDER BY budget_at"
             #expect(try Self.plan(store, budget, [.text("a"), .double(0)]).contains("notifications_budget"))
+            #expect(try Self.indexSQL(store, "notifications_waiting") == nil, "no index of the waiting ones")
             let seq = try #require(try store.recordNotification(app: "a", dedupeKey: "k", payload: "{}", at: 1) { _ in NotificationAdmitted(chargedAt: 1) })
             _ = try store.recordNotification(app: "a", dedupeKey: "k2", payload: "{}", at: 1)
             try store.markNotification(seq, state: .handled(.newData), at: 2)
-            // One row in the waiting index (k2), one in the budget index (k).
-            #expect(try store.db.query("SELECT count(*) FROM notifications INDEXED BY notifications_waiting WHERE \(Store.waitingOrHeld)").first?.first?.int64 == 1)
+            #expect(try store.db.query("SELECT count(*) FROM notifications INDEXED BY notifications_held WHERE \(Store.held)").first?.first?.int64 == 0)
             #expect(try store.pendingNotifications().map(\.dedupeKey) == ["k2"])
             #expect(try store.budgetUses(app: "a", since: 0) == [1])
+        }
+    }
+
+    @Test("from_seq moves up at a prune and down when the newest rows go, so a notification numbered again is never skipped; without its row the whole table is read")
+    func scanFrom() throws {
+        try withStorePath { path in
+            let store = try Store(path: path)
+            func from() throws -> Int64? { try store.db.query("SELECT from_seq FROM notifications_scan").first?.first?.int64 }
+            func record(_ key: String, at: Double = 10) throws -> Int64 {
+                try #require(try store.recordNotification(app: "a", dedupeKey: key, payload: "{}", at: at))
+            }
+            func handle(_ seq: Int64) throws { try store.markNotification(seq, state: .handled(.newData), at: 20) }
+            func pending() throws -> [String] { try store.pendingNotifications().compactMap(\.dedupeKey) }
+            #expect(try from() == 1)
+            for key in ["a", "b", "c"] { _ = try record(key) }
+            #expect(try pending() == ["a", "b", "c"])
+            for seq: Int64 in 1...3 { try handle(seq) }
+            try store.pruneNotifications(before: 0)
+            #expect(try from() == 4, "none waits: the next seq")
+            #expect(try record("d") == 4 && pending() == ["d"])
+            try handle(4)
+            // Everything pruned: numbers start again at 1, and from_seq came down with them.
+            try store.pruneNotifications(before: 1000)
+            #expect(try from() == 1)
+            #expect(try record("e") == 1 && pending() == ["e"])
+            // Its row gone (state.db edited by hand): the whole table is read.
+            #expect(try record("f") == 2)
+            try store.db.exec("DELETE FROM notifications_scan")
+            #expect(try pending() == ["e", "f"])
+            try store.pruneNotifications(before: 0)
+            #expect(try from() == 1, "put back at the next prune")
+            // A held one released while it was the newest: the next record takes its number.
+            for seq: Int64 in 1...2 { try handle(seq) }
+            let g = try record("g")
+            try store.holdRecorded(g)
+            try store.pruneNotifications(before: 0)
+            #expect(try from() == g + 1)
+            try store.releaseHeld(g)
+            #expect(try from() == g, "the next seq came down")
+            #expect(try record("h") == g && pending() == ["h"])
         }
     }
 
@@ -125,14 +165,20 @@ struct NotificationIndexTests {
             do {
                 let store = try Store(path: path)
                 try store.db.exec("""
-                    DROP INDEX notifications_waiting; CREATE INDEX notifications_state ON notifications(state, app);
+                    DROP INDEX notifications_held; DROP TABLE notifications_scan;
+                    CREATE INDEX notifications_state ON notifications(state, app);
                     DROP INDEX notifications_budget; CREATE INDEX notifications_budget ON notifications(app, budget_at);
                     UPDATE schema_version SET version = 13;
                     """)
+                for key in ["a", "b", "c"] { _ = try store.recordNotification(app: "a", dedupeKey: key, payload: "{}", at: 1) }
+                try store.markNotification(1, state: .handled(.newData), at: 2)
             }
             let store = try Store(path: path)
+            #expect(try store.db.query("SELECT from_seq FROM notifications_scan").map { $0[0].int64 } == [2], "the oldest waiting one")
+            #expect(try store.pendingNotifications().compactMap(\.dedupeKey) == ["b", "c"])
             #expect(try Self.indexSQL(store, "notifications_state") == nil)
-            #expect(try Self.indexSQL(store, "notifications_waiting")?.contains("WHERE") == true)
+            #expect(try Self.indexSQL(store, "notifications_waiting") == nil, "made by 14, dropped by 16")
+            #expect(try Self.indexSQL(store, "notifications_held")?.contains("WHERE") == true)
             #expect(try Self.indexSQL(store, "notifications_budget")?.contains("WHERE budget_at IS NOT NULL") == true)
         }
     }
