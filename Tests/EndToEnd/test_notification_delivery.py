@@ -306,6 +306,62 @@ def test_kill_9_at_random_moments_loses_nothing_and_repeats_only_interrupted_run
                 f"{nid} started at {first:.3f} and again at {second:.3f} with no kill in between: {kills}"
 
 
+# burst-log.sh LOG: "started <unix time> <DROWSE_ATTEMPT> <payload>", 50 ms of work, then "done …".
+BURST_LOG_SH = r"""#!/bin/sh
+p="$(tr -d '\n')"
+printf 'started %s %s %s\n' "$(date +%s.%N)" "${DROWSE_ATTEMPT:-0}" "$p" >> "$1"
+sleep 0.05
+printf 'done %s %s %s\n' "$(date +%s.%N)" "${DROWSE_ATTEMPT:-0}" "$p" >> "$1"
+"""
+
+
+def test_kill_9_in_the_middle_of_a_burst_loses_nothing_and_repeats_no_finished_run(broker, make_drowse):
+    """400 notifications published back to back (most wait for one of the 8 handler slots, their
+    starts counted and synced in groups), drowsed killed with SIGKILL once a quarter are done, then
+    restarted: every one is handled; one that starts again does so with DROWSE_ATTEMPT 2 or more; and
+    none whose run had ended (its end logged well before the kill) runs again."""
+    d = make_drowse(broker=broker, extra_config=BIG_BUDGET)
+    d.write_script("burst-log.sh", BURST_LOG_SH)
+    log = d.out_dir("news") / "burst.log"
+    d.add_app("news", raw=f'id = "news"\n[notification]\ncommand = {json.dumps([str(d.bin / "burst-log.sh"), str(log)])}\n')
+    d.start()
+    broker.wait_subscribed(notify_topic("news"))
+    wanted = [f"b-{i:03d}" for i in range(400)]
+
+    def runs(kind):
+        out = {}
+        for line in (log.read_text(errors="replace") if log.exists() else "").splitlines():
+            what, t, attempt, payload = line.split(" ", 3)
+            if what == kind:
+                out.setdefault(json.loads(payload)["id"], []).append((float(t), int(attempt)))
+        return out
+
+    broker.publish_many(notify_topic("news"),
+                        [json.dumps({"aps": {"content-available": 1}, "id": nid}).encode() for nid in wanted])
+    wait_until(lambda: len(runs("done")) >= 100, 60, what="a quarter of the burst to be handled")
+    killed_at = time.time()
+    rc = d.stop(signal.SIGKILL)
+    assert rc == -signal.SIGKILL, d.exit_note()
+    done_before = runs("done")
+    assert len(done_before) < len(wanted), "the whole burst was handled before the kill: the test's timing is off"
+    d.start()
+    wait_until(lambda: set(wanted) <= set(runs("done")), 120, what="every notification of the burst to be handled")
+    d.wait_idle()
+    starts = runs("started")
+    assert set(starts) == set(wanted), f"unexpected ids: {set(starts) ^ set(wanted)}"
+    repeated = {nid: ts for nid, ts in starts.items() if len(ts) > 1}
+    for nid, ts in repeated.items():
+        assert all(attempt >= 2 for _, attempt in sorted(ts)[1:]), f"{nid} started again without DROWSE_ATTEMPT >= 2: {ts}"
+    # A run's end is written to the WAL as the handler is reaped: one that ended well before the
+    # kill is on record, and is not run again.
+    ended_early = {nid for nid, ts in done_before.items() if min(t for t, _ in ts) < killed_at - 0.5}
+    assert ended_early, "no run ended well before the kill: the test's timing is off"
+    again = sorted(nid for nid in ended_early if len(starts[nid]) > 1)
+    assert not again, f"runs that had ended before the kill ran again: {again}"
+    print(f"\nburst kill -9: {len(done_before)} of {len(wanted)} handled before the kill, "
+          f"{len(repeated)} started again after it (all with DROWSE_ATTEMPT >= 2)")
+
+
 STRACE = shutil.which("strace")
 
 
