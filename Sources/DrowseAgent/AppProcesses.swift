@@ -246,8 +246,8 @@ import Logging
     /// limits, on the cgroup where the tree can hold them, else as rlimits in the request.
     func prepare(_ app: AppDefinition, _ request: inout LaunchRequest, name: String) -> String? {
         request.allowPrivilegeGain = app.allowPrivilegeGain
-        // A spare, unless it has gone or was killed meanwhile (`killAll`): reading its
-        // cgroup.events costs far less than making a leaf.
+        // A spare, unless it has gone or was killed meanwhile (`killAll`): a stat costs far
+        // less than making a leaf.
         var spare: String?
         if name == "run", let leaf = spareLeaves[app.id]?.popLast() {
             if suspension.isReusable(leaf) { spare = leaf } else { suspension.leafEnded(leaf) }
@@ -288,7 +288,8 @@ import Logging
         if leaf != nil, spareLeaves[app] == nil, let made = newLeaf(app, "run") { spareLeaves[app] = [made] }
     }
 
-    /// A fresh leaf (never reused: see `CgroupSuspension.killAll`), named `NAME-PID-SEQ`.
+    /// A fresh leaf, named `NAME-PID-SEQ` (a handler's may take later runs of its app while it is
+    /// never killed: `AppSuspension.isReusable`).
     func newLeaf(_ app: String, _ name: String) -> String? {
         seq += 1
         return suspension.leaf(app: app, name: "\(name)-\(getpid())-\(seq)")
