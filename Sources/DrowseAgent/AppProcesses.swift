@@ -313,7 +313,6 @@ import Logging
             } else {
                 suspension.leafEnded(leaf)
             }
-            if spareLeaves[app]?.isEmpty == true { spareLeaves[app] = nil }
         }
         lifecycle { $0.handlerEnded(app) }
     }
