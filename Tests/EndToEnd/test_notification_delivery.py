@@ -246,17 +246,24 @@ printf 'done %s %s\n' "$(date +%s.%N)" "$p" >> "$1"
 """
 
 
+def start_logging_app(broker, make_drowse, script: str, text: str):
+    """A started daemon whose app "news" runs `script` (written from `text`) with a log file as its
+    argument: the daemon and that log (news/<script>.log)."""
+    d = make_drowse(broker=broker, extra_config=BIG_BUDGET)
+    d.write_script(script, text)
+    log = d.out_dir("news") / (script.removesuffix(".sh") + ".log")
+    d.add_app("news", raw=f'id = "news"\n[notification]\ncommand = {json.dumps([str(d.bin / script), str(log)])}\n')
+    d.start()
+    broker.wait_subscribed(notify_topic("news"))
+    return d, log
+
+
 def test_kill_9_at_random_moments_loses_nothing_and_repeats_only_interrupted_runs(broker, make_drowse):
     """60 notifications published 0.1 s apart while drowsed is killed with SIGKILL 6 times at seeded
     random moments (and restarted 0.1-0.6 s later): each is handled, and a handler starts again only
     for a run a kill interrupted: between two starts of one notification there is always a kill."""
     rng = random.Random(6)
-    d = make_drowse(broker=broker, extra_config=BIG_BUDGET)
-    d.write_script("timed-log.sh", TIMED_LOG_SH)
-    log = d.out_dir("news") / "timed.log"
-    d.add_app("news", raw=f'id = "news"\n[notification]\ncommand = {json.dumps([str(d.bin / "timed-log.sh"), str(log)])}\n')
-    d.start()
-    broker.wait_subscribed(notify_topic("news"))
+    d, log = start_logging_app(broker, make_drowse, "timed-log.sh", TIMED_LOG_SH)
     wanted = [f"k-{i:02d}" for i in range(60)]
     kills = []  # (just before SIGKILL, once drowsed is gone)
     stop = threading.Event()
@@ -320,12 +327,7 @@ def test_kill_9_in_the_middle_of_a_burst_loses_nothing_and_repeats_no_finished_r
     starts counted and synced in groups), drowsed killed with SIGKILL once a quarter are done, then
     restarted: every one is handled; one that starts again does so with DROWSE_ATTEMPT 2 or more; and
     none whose run had ended (its end logged well before the kill) runs again."""
-    d = make_drowse(broker=broker, extra_config=BIG_BUDGET)
-    d.write_script("burst-log.sh", BURST_LOG_SH)
-    log = d.out_dir("news") / "burst.log"
-    d.add_app("news", raw=f'id = "news"\n[notification]\ncommand = {json.dumps([str(d.bin / "burst-log.sh"), str(log)])}\n')
-    d.start()
-    broker.wait_subscribed(notify_topic("news"))
+    d, log = start_logging_app(broker, make_drowse, "burst-log.sh", BURST_LOG_SH)
     wanted = [f"b-{i:03d}" for i in range(400)]
 
     def runs(kind):
