@@ -194,10 +194,15 @@ struct AppCgroupsTreeTests {
             #expect(tree.isReusable(clean) && !tree.isPopulated(clean), "not killed at its end: it was empty")
             outcome = await startIn(clean, "exit 3").outcome()
             #expect(outcome.ending == .exited(3), "a second run in the same leaf runs")
-            // A run that leaves a process behind: its leaf is killed at the end, and not used again.
+            // A run that ends while its leaf still holds a process: the leaf is killed at that end,
+            // and not used again. The process left is another run's, so that it is drowsed's own
+            // child: an orphan left by a handler is adopted, and any run's end elsewhere in this
+            // process (tests run side by side) may kill it first and empty the leaf.
             let messy = try tree.makeLeaf(app: "weather", name: "run-2")
-            outcome = await startIn(messy, "sleep 30 & exit 0").outcome()
+            let stays = startIn(messy, "exec sleep 30")
+            outcome = await startIn(messy, "exit 0").outcome()
             #expect(outcome.ending == .exited(0))
+            #expect(await stays.outcome().ending == .signaled(SIGKILL), "the leaf was killed at the first run's end")
             #expect(!tree.isPopulated(messy))
             #expect(!tree.isReusable(messy))
             #expect(tree.removeLeafIfEmpty(messy))
