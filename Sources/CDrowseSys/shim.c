@@ -254,6 +254,34 @@ int drowse_kill_adopted(int sig, int *pidfds, int max) { return scan_adopted(sig
 
 int drowse_reap_adopted(void) { return scan_adopted(0, NULL, 0); }
 
+int drowse_reap_ended_adopted(void) {
+    /* waitid with WNOWAIT names an ended child and leaves it waitable: one that is not
+       registered and not in drowsed's own group and session (the rule of visit_adopted) is an
+       orphan drowsed adopted, reaped here; then the next. Any other ended child is its owner's
+       to reap, and waitid would name it again: only a scan looks past it. */
+    for (int round = 0; round < 4096; round++) {
+        siginfo_t si;
+        memset(&si, 0, sizeof si);
+        if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT | __WALL) != 0) return errno == ECHILD ? 0 : -1;
+        if (si.si_pid == 0) return 0;
+        pid_t pid = si.si_pid;
+        pthread_mutex_lock(&children_lock);
+        int adopted = 1;
+        for (size_t i = 0; i < children_count && adopted; i++) {
+            if (children[i].pid == pid) adopted = 0;
+        }
+        pid_t pgrp, sid;
+        if (adopted && (proc_stat_ids(pid, NULL, NULL, &pgrp, &sid, NULL) != 0 || (pgrp == getpgrp() && sid == getsid(0)))) adopted = 0;
+        if (adopted) {
+            int status;
+            waitpid(pid, &status, WNOHANG | __WALL);
+        }
+        pthread_mutex_unlock(&children_lock);
+        if (!adopted) return -1;
+    }
+    return -1;
+}
+
 struct table_scan { pid_t *pids, *ppids; int max, count; };
 
 static int visit_table(pid_t pid, void *p) {

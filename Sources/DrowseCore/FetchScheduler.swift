@@ -20,7 +20,14 @@ package struct FetchScheduler: Sendable {
         package var record: Record
         /// Handler runs of any kind (start, seconds), oldest first; those of the last day count
         /// against the daily budget.
-        package var recentRuns: [Span]
+        package var recentRuns: [Span] { didSet { totalRecentRuns() } }
+        /// The sum of `recentRuns`' seconds, in their order, and their earliest start, kept with
+        /// them: every plan reads every app's runtime of the last day, and summing a busy app's
+        /// runs afresh each time cost a walk over a day of them per app per event (a burst of
+        /// notifications replans twice per run). While no run is older than a day the sum is
+        /// that runtime as the walk would add it up.
+        package private(set) var recentRunsSeconds = 0.0
+        package private(set) var earliestRecentRun = Double.infinity
         /// Recent uses of the app's data (`drowse used`), oldest first.
         package var uses: [Double]
 
@@ -32,6 +39,25 @@ package struct FetchScheduler: Sendable {
             self.record = record
             self.recentRuns = recentRuns
             self.uses = uses
+            totalRecentRuns()
+        }
+
+        private mutating func totalRecentRuns() {
+            var seconds = 0.0, earliest = Double.infinity
+            for r in recentRuns {
+                seconds += r.seconds
+                earliest = min(earliest, r.start)
+            }
+            recentRunsSeconds = seconds
+            earliestRecentRun = earliest
+        }
+
+        /// The seconds of the runs that started at `since` or later.
+        func runtime(since: Double) -> Double {
+            if earliestRecentRun >= since { return recentRunsSeconds }
+            var seconds = 0.0
+            for r in recentRuns where r.start >= since { seconds += r.seconds }
+            return seconds
         }
     }
 
@@ -228,7 +254,7 @@ package struct FetchScheduler: Sendable {
         case let .handlerEnded(id, fetch, start, end):
             guard var app = apps[id] else { break }
             app.recentRuns.append(Span(start: start, seconds: min(max(end - start, 0), 86400)))
-            app.recentRuns.removeAll { $0.start < now - 86400 }
+            if app.earliestRecentRun < now - 86400 { app.recentRuns.removeAll { $0.start < now - 86400 } }
             if let fetch {
                 running.remove(id)
                 app.record = app.record.after(fetch.result, timedOut: fetch.timedOut, start: start)
@@ -294,8 +320,7 @@ package struct FetchScheduler: Sendable {
     }
 
     func input(_ app: App, _ now: Double, nextUse: Double?) -> FetchPlanner.AppInput {
-        var runtime = 0.0
-        for r in app.recentRuns where r.start >= now - 86400 { runtime += r.seconds }
+        let runtime = app.runtime(since: now - 86400)
         return FetchPlanner.AppInput(
             id: app.id, interval: app.interval.map { .milliseconds(Int64(saturating: ($0 * 1000).rounded())) },
             lastFetch: app.record.lastFetch, consecutiveFailures: app.record.consecutiveFailures,

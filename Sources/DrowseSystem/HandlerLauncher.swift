@@ -301,6 +301,10 @@ package struct ProcessLauncher: HandlerLaunching {
                         // killed: it may take the app's next run (`AppCgroups.isReusable`).
                         AppCgroups.kill(cg)
                         _ = AppCgroups.waitForEvents(cg, timeout: 2) { $0["populated"] == false }
+                    } else if req.cgroup != nil, ProcessTree.reapEndedAdopted() {
+                        // The leaf emptied by itself: whatever the run left has ended, and its
+                        // orphans, drowsed's now, are reaped without a walk over /proc.
+                        break
                     }
                     // Reaps what drowsed adopted (the leaf's setsid children among them).
                     ProcessTree.killLeftovers()

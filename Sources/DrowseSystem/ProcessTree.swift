@@ -40,6 +40,12 @@ package enum ProcessTree {
         for p in descendants(of: root) { Sys.killOwn(p, signal) }
     }
 
+    /// Reaps what drowsed adopted that has ended, when none of it can be alive (a run whose
+    /// cgroup leaf emptied by itself): no walk over /proc, which was a fifth of a handler's
+    /// supervision in a burst. False when an ended child that is not an adopted one is in the
+    /// way (`drowse_reap_ended_adopted`): `killLeftovers` then does it.
+    package static func reapEndedAdopted() -> Bool { drowse_reap_ended_adopted() == 0 }
+
     /// Kills (SIGKILL) and reaps every process drowsed has adopted, in rounds: killing one makes
     /// its own children drowsed's. Waits on pidfds (no polling) for at most `within` seconds in
     /// all; a process that will not die in time (stuck in the kernel) is taken at the next call.

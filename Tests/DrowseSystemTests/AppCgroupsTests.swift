@@ -215,6 +215,28 @@ struct AppCgroupsTreeTests {
         }
     }
 
+    @Test("a run whose leaf emptied by itself: what it orphaned and has ended is reaped at its end, and the leaf is not killed")
+    func endedOrphansReaped() async throws {
+        try await withTestCgroups { tree in
+            let leaf = try tree.makeLeaf(app: "weather", name: "run-1")
+            let file = "/tmp/drowse-orphan-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+            defer { unlink(file) }
+            // The grandchild outlives its parent, so the handler (a subreaper) adopts it. It ends
+            // once the handler has become `sleep`, which never waits for it: a zombie, drowsed's
+            // once the handler exits. (A shell would reap it.)
+            let script = """
+                h=$$
+                (setsid sh -c "while read -r c < /proc/$h/comm && [ \\"\\$c\\" != sleep ]; do :; done; echo \\$\\$ > \(file)" &)
+                exec sleep 2
+                """
+            let outcome = await startIn(leaf, script).outcome()
+            #expect(outcome.ending == .exited(0))
+            let orphan = try #require(pid_t((try FileSystem.readText(file)).trimmingCharacters(in: .whitespacesAndNewlines)))
+            #expect(Glibc.kill(orphan, 0) != 0 && errno == ESRCH, "the ended orphan was reaped by the run's end")
+            #expect(tree.isReusable(leaf), "nothing was left alive: the leaf was not killed")
+        }
+    }
+
     @Test("setUp on drowsed's own cgroup moves this process into <base>/daemon")
     func movesSelf() async throws {
         let mount = try #require(testCgroupMount)

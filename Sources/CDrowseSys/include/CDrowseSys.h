@@ -80,6 +80,12 @@ int drowse_kill_adopted(int sig, int *pidfds, int max);
 /// Reaps adopted children that have ended (zombies). Returns how many, or -1.
 int drowse_reap_adopted(void);
 
+/// Reaps adopted children that have ended, without a scan of /proc: for when none of them can
+/// be alive. Returns 0 when no ended child is left, -1 when the next is not an adopted one (a
+/// registered child its owner has yet to reap, or not drowsed's to reap): only
+/// drowse_reap_adopted can look past it.
+int drowse_reap_ended_adopted(void);
+
 /// Every process's pid and parent pid, from /proc (at most `max`). Returns the count.
 int drowse_process_table(pid_t *pids, pid_t *ppids, int max);
 
