@@ -9,7 +9,11 @@
 #       N_BURST notifications published back to back, to 20 apps in turn (default 1000; 0: none).
 #               The baseline is `mosquitto_sub | xargs -P 8` (drowsed runs at most 8 handlers at
 #               once by default, [scheduler] max_concurrent_handlers): handlers started per second
-#               and the time from the first publish until the last handler started.
+#               and the time from the first publish until the last handler started. Then the
+#               same burst to the durable floor (deploy/bench-floor.c, built here with cc and
+#               libsqlite3) beside the same baseline: what a consumer that keeps drowsed's
+#               promises (records committed before each start, ends committed, cgroup leaves,
+#               payload and output on pipes) does in C with nothing else.
 #       --markdown  also write the summary table and the command into docs/benchmarks.md (the
 #               block of this HANDLER there only)
 #
@@ -72,9 +76,13 @@ release_binaries   # sets BIN
 # ---------------------------------------------------------------------------- temp dir, cleanup
 TMP=$(mktemp -d /tmp/drowse-bench-notify.XXXXXX)
 chmod 755 "$TMP"
-BROKER_PID='' DROWSED_PID='' BASE_PID=''
+BROKER_PID='' DROWSED_PID='' BASE_PID='' FLOOR_PID='' FLOOR_CGROUPS=-
 cleanup() {
     [ -n "$BASE_PID" ] && kill -TERM -- "-$BASE_PID" 2>/dev/null || true
+    [ -n "$FLOOR_PID" ] && kill -TERM -- "-$FLOOR_PID" 2>/dev/null || true
+    if [ "$FLOOR_CGROUPS" != - ]; then
+        rmdir "$FLOOR_CGROUPS"/burst* "$FLOOR_CGROUPS" 2>/dev/null || true
+    fi
     stop_pid "$DROWSED_PID"
     stop_pid "$BROKER_PID"
     if [ "${KEEP:-}" = 1 ]; then say "kept $TMP"; else rm -rf "$TMP"; fi
@@ -310,15 +318,28 @@ stop_baseline() {
     BASE_PID=''
 }
 
-# burst N: N notifications back to back to the apps burst00..burst19 in turn; the baseline
-# subscribes to all of them and runs up to 8 handlers at once.
+# burst WHO N: N notifications back to back to the apps burst00..burst19 in turn; the baseline
+# subscribes to all of them and runs up to 8 handlers at once. WHO is the consumer beside it:
+#   drowse  drowsed (topics drowse/DEVICE/apps/burstNN/notify);
+#   floor   the durable floor, deploy/bench-floor.c: each record committed before its handler
+#           starts, the handler in its app's cgroup leaf (clone3) with its payload and output on
+#           pipes, its end committed, 8 at once, in one C thread on one epoll. Its topics are not
+#           drowsed's (floor/DEVICE/apps/burstNN/notify): drowsed sits idle meanwhile.
 burst() {
-    local n=$1 i topics=''
-    local d_out="$TMP/out/drowse-burst.txt" b_out="$TMP/out/base-burst.txt" sent="$TMP/out/sent-burst.txt"
+    local who=$1 n=$2 i topics='' prefix=drowse
+    [ "$who" = floor ] && prefix=floor
+    local d_out="$TMP/out/$who-burst.txt" b_out="$TMP/out/base-$who-burst.txt" sent="$TMP/out/sent-$who-burst.txt"
     : >"$d_out"; : >"$b_out"; : >"$sent"
-    for i in $(seq -f 'burst%02g' 0 $((BURST_APPS - 1))); do topics+=${topics:+,}drowse/$DEVICE/apps/$i/notify; done
-    setsid "$TMP/baseline.sh" "$PORT" "drowse/$DEVICE/apps/+/notify" "$b_out" 8 &
+    for i in $(seq -f 'burst%02g' 0 $((BURST_APPS - 1))); do topics+=${topics:+,}$prefix/$DEVICE/apps/$i/notify; done
+    setsid "$TMP/baseline.sh" "$PORT" "$prefix/$DEVICE/apps/+/notify" "$b_out" 8 &
     BASE_PID=$!
+    if [ "$who" = floor ]; then
+        rm -f "$TMP/state/floor.db"*
+        setsid sh -c 'mosquitto_sub -h 127.0.0.1 -p "$1" -q 1 -v -t "$2" | "$3" "$4" "$5" 8 "$6" "$7"' sh \
+            "$PORT" "$prefix/$DEVICE/apps/+/notify" "$TMP/bench-floor" "$TMP/state/floor.db" "$FLOOR_CGROUPS" \
+            "$TMP/handler" "$d_out" &
+        FLOOR_PID=$!
+    fi
     # Warm-up: one notification per app (seq -1000 and up), until both ran all: the baseline's
     # SUBSCRIBE is in place and each app has run once (its cgroup exists).
     local ok=''
@@ -327,34 +348,59 @@ burst() {
         python3 "$TMP/pub.py" "$PORT" "$topics" "$BURST_APPS" 0 /dev/null -1000
         if wait_until 5 both_have "$BURST_APPS" "$d_out" "$b_out"; then ok=1; break; fi
     done
-    [ -n "$ok" ] || die "the burst's warm-up did not reach both consumers"
+    [ -n "$ok" ] || die "the burst's warm-up did not reach both consumers ($who)"
     sleep 1
     : >"$d_out"; : >"$b_out"
-    say "burst: $n notifications back to back to $BURST_APPS apps"
-    # What each consumer itself spends on the burst: drowsed with its spawn helper; the
-    # baseline's mosquitto_sub and xargs.
+    say "burst: $n notifications back to back to $BURST_APPS apps, $who beside the baseline"
+    # What each consumer itself spends on the burst: drowsed with its spawn helper (or the floor
+    # with its mosquitto_sub); the baseline's mosquitto_sub and xargs.
     local mine theirs d0 b0
-    mine=$(pgrep -P "$DROWSED_PID" | tr '\n' ' ')
+    if [ "$who" = floor ]; then
+        mine=$(pgrep -s "$FLOOR_PID" -x 'mosquitto_sub|bench-floor' | tr '\n' ' ')
+    else
+        mine="$DROWSED_PID $(pgrep -P "$DROWSED_PID" | tr '\n' ' ')"
+    fi
     theirs=$(pgrep -s "$BASE_PID" -x 'mosquitto_sub|xargs' | tr '\n' ' ')
     # shellcheck disable=SC2086
-    d0=$(cpu_ticks "$DROWSED_PID" $mine); b0=$(cpu_ticks $theirs)
+    d0=$(cpu_ticks $mine); b0=$(cpu_ticks $theirs)
     python3 "$TMP/pub.py" "$PORT" "$topics" "$n" 0 "$sent"
     wait_until 120 both_have "$n" "$d_out" "$b_out" || true
-    # Until the last ends are recorded: drowsed is idle again.
+    # Until the last ends are recorded: the consumer is idle again.
     sleep 1
     # shellcheck disable=SC2086
-    echo "$(( $(cpu_ticks "$DROWSED_PID" $mine) - d0 )) $(( $(cpu_ticks $theirs) - b0 )) $(getconf CLK_TCK)" >"$TMP/out/burst-cpu.txt"
+    echo "$(( $(cpu_ticks $mine) - d0 )) $(( $(cpu_ticks $theirs) - b0 )) $(getconf CLK_TCK)" >"$TMP/out/$who-burst-cpu.txt"
     stop_baseline
+    if [ "$who" = floor ]; then
+        kill -TERM -- "-$FLOOR_PID" 2>/dev/null || true
+        wait "$FLOOR_PID" 2>/dev/null || true
+        FLOOR_PID=''
+        return
+    fi
     # What the burst left behind in drowsed, once its last handler has been reaped.
     sleep 5
     awk '$1 == "Pss:" || $1 == "Private_Dirty:" { printf "%s %s\n", $1, $2 }' "/proc/$DROWSED_PID/smaps_rollup" \
         >"$TMP/out/burst-memory.txt" 2>/dev/null || true
 }
 
+# The durable floor's cgroup leaves: a folder beside this shell's own cgroup on the cgroup2 mount,
+# when it can be made (as root); else "-", and the floor starts its handlers without one.
+floor_cgroups() {
+    local mount own dir
+    mount=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/mounts)
+    own=$(sed -n 's/^0:://p' /proc/self/cgroup)
+    dir="$mount${own%/}/drowse-bench-floor.$$"
+    if [ -n "$mount" ] && [ -n "$own" ] && mkdir "$dir" 2>/dev/null; then echo "$dir"; else echo -; fi
+}
+
 say "drowsed $("$BIN/drowse" --version 2>/dev/null || echo '?') from $BIN; mosquitto on 127.0.0.1:$PORT; $(nproc) CPU(s); HANDLER=$HANDLER"
 [ "$N_FAST" -gt 0 ] && run fast "$N_FAST" 0.030
 [ "$N_SLOW" -gt 0 ] && run slow "$N_SLOW" 1
-[ "$N_BURST" -gt 0 ] && burst "$N_BURST"
+if [ "$N_BURST" -gt 0 ]; then
+    burst drowse "$N_BURST"
+    "$CC" -O2 -o "$TMP/bench-floor" deploy/bench-floor.c -lsqlite3 -lpthread || die "cannot build deploy/bench-floor.c with $CC (libsqlite3-dev)"
+    FLOOR_CGROUPS=$(floor_cgroups)
+    burst floor "$N_BURST"
+fi
 
 # The floor: the handler started by a minimal C loop (clock, posix_spawn with the payload as its
 # argument, wait), 200 times 30 ms apart: what starting the handler costs any consumer.
@@ -487,29 +533,42 @@ if os.path.exists(f"{out}/fsync.txt"):
         notes.append(f"An fdatasync of 4 KiB in the state folder (each record's commit before its handler starts): "
                      f"p50 {pct(syncs, 50):.2f}, p99 {pct(syncs, 99):.2f}, max {syncs[-1]:.2f} ms.")
 if n_burst:
-    sent = {s: ts[0] for s, ts in read(f"{out}/sent-burst.txt").items() if s >= 0}
-    t0 = min(sent.values())
-    print()
-    print(f"burst: {n_burst} notifications back to back to 20 apps (publishing took {(max(sent.values()) - t0) * 1000:.0f} ms)")
-    print(f"{'consumer':<34}{'handled':>9}{'missing':>9}{'twice':>7}{'first ms':>10}{'last ms':>10}{'starts/s':>10}{'p50 ms':>9}{'p99 ms':>9}")
-    for who, label in (("drowse", "drowsed (8 at once)"), ("base", "mosquitto_sub | xargs -P 8")):
-        starts = read(f"{out}/{who}-burst.txt")
-        got = {s: min(ts) for s, ts in starts.items() if s in sent}
-        twice = sum(1 for s, ts in starts.items() if s >= 0 and len(ts) > 1)
-        if not got:
-            print(f"{label:<34}{0:>9}{len(sent):>9}{twice:>7}")
+    rates = {}
+    for who, name in (("drowse", "drowsed (8 at once)"), ("floor", "durable floor in C (8 at once)")):
+        sent = {s: ts[0] for s, ts in read(f"{out}/sent-{who}-burst.txt").items() if s >= 0}
+        if not sent:
             continue
-        first, last = min(got.values()) - t0, max(got.values()) - t0
-        lat = sorted((got[s] - sent[s]) * 1000 for s in got)
-        print(f"{label:<34}{len(got):>9}{len(sent) - len(got):>9}{twice:>7}{first * 1000:>10.1f}{last * 1000:>10.1f}"
-              f"{len(got) / last:>10.0f}{pct(lat, 50):>9.1f}{pct(lat, 99):>9.1f}")
-        notes.append(f"A burst of {n_burst} to 20 apps, {label}: {len(got)} handled, {len(got) / last:.0f} handlers started "
-                     f"per second, the last {last:.2f} s after the first publish.")
-    print("first/last: from the first publish until the first/last handler started; starts/s: handled / last")
-    if os.path.exists(f"{out}/burst-cpu.txt"):
-        d, b, hz = (int(x) for x in open(f"{out}/burst-cpu.txt").read().split())
-        line = (f"CPU per notification, the consumer's own (not its handlers'): drowsed with its spawn helper "
-                f"{d * 1000 / hz / n_burst:.2f} ms, mosquitto_sub and xargs {b * 1000 / hz / n_burst:.2f} ms")
+        t0 = min(sent.values())
+        print()
+        print(f"burst: {n_burst} notifications back to back to 20 apps, {name} beside the baseline "
+              f"(publishing took {(max(sent.values()) - t0) * 1000:.0f} ms)")
+        print(f"{'consumer':<34}{'handled':>9}{'missing':>9}{'twice':>7}{'first ms':>10}{'last ms':>10}{'starts/s':>10}{'p50 ms':>9}{'p99 ms':>9}")
+        for f, label in ((who, name), (f"base-{who}", "mosquitto_sub | xargs -P 8")):
+            starts = read(f"{out}/{f}-burst.txt")
+            got = {s: min(ts) for s, ts in starts.items() if s in sent}
+            twice = sum(1 for s, ts in starts.items() if s >= 0 and len(ts) > 1)
+            if not got:
+                print(f"{label:<34}{0:>9}{len(sent):>9}{twice:>7}")
+                continue
+            first, last = min(got.values()) - t0, max(got.values()) - t0
+            lat = sorted((got[s] - sent[s]) * 1000 for s in got)
+            rates[f] = len(got) / last
+            print(f"{label:<34}{len(got):>9}{len(sent) - len(got):>9}{twice:>7}{first * 1000:>10.1f}{last * 1000:>10.1f}"
+                  f"{len(got) / last:>10.0f}{pct(lat, 50):>9.1f}{pct(lat, 99):>9.1f}")
+            notes.append(f"A burst of {n_burst} to 20 apps, {label}{' beside ' + name if f.startswith('base') else ''}: "
+                         f"{len(got)} handled, {len(got) / last:.0f} handlers started per second, the last {last:.2f} s "
+                         f"after the first publish, p99 start latency {pct(lat, 99):.0f} ms.")
+        print("first/last: from the first publish until the first/last handler started; starts/s: handled / last")
+        if os.path.exists(f"{out}/{who}-burst-cpu.txt"):
+            d, b, hz = (int(x) for x in open(f"{out}/{who}-burst-cpu.txt").read().split())
+            own = "drowsed with its spawn helper" if who == "drowse" else "the floor with its mosquitto_sub"
+            line = (f"CPU per notification, the consumer's own (not its handlers'): {own} "
+                    f"{d * 1000 / hz / n_burst:.2f} ms, mosquitto_sub and xargs {b * 1000 / hz / n_burst:.2f} ms")
+            print(line)
+            notes.append(line + ".")
+    if rates.get("base-drowse") and rates.get("base-floor") and "drowse" in rates and "floor" in rates:
+        line = (f"starts/s against the baseline in the same burst: drowsed {rates['drowse'] / rates['base-drowse']:.2f}x, "
+                f"the durable floor {rates['floor'] / rates['base-floor']:.2f}x")
         print(line)
         notes.append(line + ".")
     mem = dict(l.split() for l in open(f"{out}/burst-memory.txt")) if os.path.exists(f"{out}/burst-memory.txt") else {}
