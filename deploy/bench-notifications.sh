@@ -51,6 +51,8 @@
 #      DROWSE_BIN_DIR  use the binaries there instead of the release build (built with
 #                      `swift build -c release --static-swift-stdlib` when missing or older than Sources/)
 #      KEEP=1          keep the temp dir (logs, raw timings) and print where it is
+#      NO_FLOOR=1      the burst against drowsed only, not again against the durable floor (for
+#                      a profile of drowsed's burst alone)
 #      RELEASE_CODE_AFTER  drowsed's [lifecycle] release_code_after (default: drowsed's, 30 s); e.g.
 #                      500ms with N_SLOW: each notification then finds drowsed's code given back
 set -euo pipefail
@@ -397,9 +399,12 @@ say "drowsed $("$BIN/drowse" --version 2>/dev/null || echo '?') from $BIN; mosqu
 [ "$N_SLOW" -gt 0 ] && run slow "$N_SLOW" 1
 if [ "$N_BURST" -gt 0 ]; then
     burst drowse "$N_BURST"
-    "$CC" -O2 -o "$TMP/bench-floor" deploy/bench-floor.c -lsqlite3 -lpthread || die "cannot build deploy/bench-floor.c with $CC (libsqlite3-dev)"
-    FLOOR_CGROUPS=$(floor_cgroups)
-    burst floor "$N_BURST"
+    if [ -z "${NO_FLOOR:-}" ]; then
+        "$CC" -O2 -o "$TMP/bench-floor" deploy/bench-floor.c -lsqlite3 -lpthread ||
+            die "cannot build deploy/bench-floor.c with $CC (libsqlite3-dev)"
+        FLOOR_CGROUPS=$(floor_cgroups)
+        burst floor "$N_BURST"
+    fi
 fi
 
 # The floor: the handler started by a minimal C loop (clock, posix_spawn with the payload as its

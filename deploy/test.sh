@@ -9,8 +9,9 @@
 #
 # What it installs when missing: Debian packages (apt-get, through sudo unless root), stopping and
 # disabling the nginx and rabbitmq-server services their packages start; schemathesis from PyPI
-# into a venv ($DROWSE_VENV, else ~/.cache/drowse/venv); pytest from PyPI when python3 is not
-# Debian's. The Swift toolchain it does not install. The last line printed is pytest's summary.
+# into a venv ($DROWSE_VENV, else ~/.cache/drowse/venv); pytest and pytest-xdist from PyPI when
+# python3 is not Debian's. The Swift toolchain it does not install. The last line printed is
+# pytest's summary.
 set -euo pipefail
 # shellcheck source=deploy/common.sh
 . "$(dirname "$0")/common.sh"
@@ -37,6 +38,11 @@ if ! python3 -m pytest --version >/dev/null 2>&1; then
     # A `python3` that is not Debian's (pyenv, a venv) gets its own pytest.
     if [ "$(command -v python3)" = /usr/bin/python3 ]; then packages+=(python3-pytest); else pytest_from_pypi=1; fi
 fi
+# The end-to-end tests run in two workers (pytest-xdist) on a machine with two cores or more.
+xdist_from_pypi=
+if ! python3 -c "import xdist" >/dev/null 2>&1; then
+    if [ "$(command -v python3)" = /usr/bin/python3 ]; then packages+=(python3-pytest-xdist); else xdist_from_pypi=1; fi
+fi
 schemathesis_dir=$(schemathesis_venv)
 schemathesis_missing=
 if [ ! -x "$schemathesis_dir/bin/schemathesis" ]; then
@@ -49,6 +55,7 @@ mapfile -t missing < <(missing_packages "${packages[@]}")
 wanted=()
 [ ${#missing[@]} -eq 0 ] || wanted+=("Debian packages (apt-get$([ "$(id -u)" -eq 0 ] || echo ', with sudo')): ${missing[*]}")
 [ -z "$pytest_from_pypi" ] || wanted+=("pytest from PyPI (pip, for $(command -v python3))")
+[ -z "$xdist_from_pypi" ] || wanted+=("pytest-xdist from PyPI (pip, for $(command -v python3))")
 [ -z "$schemathesis_missing" ] || wanted+=("schemathesis $DROWSE_SCHEMATHESIS_VERSION from PyPI, into a venv in $schemathesis_dir")
 if [ -z "${DROWSE_NO_INSTALL:-}" ]; then
     need_swift   # not installed by this script: stops before anything is
@@ -79,6 +86,13 @@ if [ -n "$pytest_from_pypi" ]; then
     python3 -m pip install --quiet pytest
 elif ! python3 -m pytest --version >/dev/null 2>&1; then
     need_packages python3-pytest
+fi
+if [ -n "$xdist_from_pypi" ]; then
+    [ -z "${DROWSE_NO_INSTALL:-}" ] || die "missing: pytest-xdist for $(command -v python3)"
+    say "pip install pytest-xdist (for $(command -v python3))"
+    python3 -m pip install --quiet pytest-xdist
+elif ! python3 -c "import xdist" >/dev/null 2>&1; then
+    need_packages python3-pytest-xdist
 fi
 # schemathesis checks drowsed against docs/openapi.json (Tests/EndToEnd/test_openapi.py).
 need_schemathesis
@@ -112,5 +126,10 @@ python3 Tests/EndToEnd/sleep_budget.py --max 20
 
 DROWSE_BIN_DIR=$(swift build --show-bin-path)
 export DROWSE_BIN_DIR
-say "end-to-end tests with DROWSE_BIN_DIR=$DROWSE_BIN_DIR"
-exec python3 -m pytest Tests/EndToEnd -q
+# Two workers where there are two cores (each test has its own daemons, brokers, ports and
+# folders). Their temp folders go under a short base, which pytest empties at each run: a
+# worker's own level would make the longest socket paths too long for a unix socket (107 bytes).
+workers=0
+[ "$(nproc)" -lt 2 ] || workers=2
+say "end-to-end tests with DROWSE_BIN_DIR=$DROWSE_BIN_DIR, $workers workers"
+exec python3 -m pytest Tests/EndToEnd -q -n "$workers" --basetemp "${TMPDIR:-/tmp}/drowse-e2e-$(id -u)"

@@ -287,11 +287,13 @@ def test_the_status_and_the_will_carry_the_run_and_a_roll_call_gets_the_status_a
     assert isinstance(first.get("started"), (int, float)) and first["started"] <= first["time"], first
 
     sub = str(Path(MOSQUITTO_PUB).with_name("mosquitto_sub"))
+    # The look at the retained status above subscribed too: the live one is the next.
+    earlier = broker.subscription_count("drowse/rc-dev/status")
     # -R: only what is published from now on, not the retained copy.
     live = subprocess.Popen([sub, "-h", "127.0.0.1", "-p", str(broker.port), "-t", "drowse/rc-dev/status", "-R", "-C", "1",
                              "-W", "20"], stdout=subprocess.PIPE, text=True)
     try:
-        broker.wait_subscribed("drowse/rc-dev/status")
+        broker.wait_subscribed("drowse/rc-dev/status", count=earlier + 1)
         # Its `time` is later than the first status's: times are fractional seconds.
         broker.publish("drowse/rollcall", b"roll call")
         answer = json.loads(live.communicate(timeout=30)[0])
