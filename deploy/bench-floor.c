@@ -17,10 +17,9 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <pthread.h>
-#include <sys/eventfd.h>
 #include <fcntl.h>
 #include <linux/sched.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <sqlite3.h>
@@ -29,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
