@@ -127,9 +127,15 @@ python3 Tests/EndToEnd/sleep_budget.py --max 20
 DROWSE_BIN_DIR=$(swift build --show-bin-path)
 export DROWSE_BIN_DIR
 # Two workers where there are two cores (each test has its own daemons, brokers, ports and
-# folders). Their temp folders go under a short base, which pytest empties at each run: a
-# worker's own level would make the longest socket paths too long for a unix socket (107 bytes).
+# folders). Their temp folders go under a short base: a worker's own level would make the longest
+# socket paths too long for a unix socket (107 bytes). The base is made afresh (mktemp: no name
+# another user could take first) and removed after a run that passed; kept, with the failed
+# tests' logs, after one that did not.
 workers=0
 [ "$(nproc)" -lt 2 ] || workers=2
-say "end-to-end tests with DROWSE_BIN_DIR=$DROWSE_BIN_DIR, $workers workers"
-exec python3 -m pytest Tests/EndToEnd -q -n "$workers" --basetemp "${TMPDIR:-/tmp}/drowse-e2e-$(id -u)"
+base=$(mktemp -d "${TMPDIR:-/tmp}/drowse-e2e.XXXXXX")
+say "end-to-end tests with DROWSE_BIN_DIR=$DROWSE_BIN_DIR, $workers workers, temp folders in $base"
+status=0
+python3 -m pytest Tests/EndToEnd -q -n "$workers" --basetemp "$base" || status=$?
+[ "$status" -ne 0 ] || rm -rf "$base"
+exit "$status"
