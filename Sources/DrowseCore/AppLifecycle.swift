@@ -257,12 +257,12 @@ package struct AppLifecycle: Sendable {
     /// A handler of this app is about to start (the app is thawed first) or has ended.
     package mutating func handlerStarting(_ app: String, now: Double) -> [Action] {
         apps[app]?.handlers += 1
-        return settle(now: now)
+        return settle(now: now, changed: app)
     }
 
     package mutating func handlerEnded(_ app: String, now: Double) -> [Action] {
         if let h = apps[app]?.handlers, h > 0 { apps[app]?.handlers = h - 1 }
-        return settle(now: now)
+        return settle(now: now, changed: app)
     }
 
     package mutating func activate(_ app: String, _ on: Bool, now: Double) -> [Action]? {
@@ -340,9 +340,22 @@ package struct AppLifecycle: Sendable {
     /// Applies every rule that time or the last event made due, then derives each app's state,
     /// freezes or thaws to match, and asks for the next timer.
     private mutating func settle(now: Double) -> [Action] {
+        settle(now: now, ids: apps.keys.sorted())
+    }
+
+    /// `settle` after an event that changed only `app`: while no rule of any app has fallen due
+    /// (the timer is ahead), every other app is as the last settle left it, and only `app` is
+    /// gone over; else all of them are. A handler's start and end in a burst no longer walk
+    /// every app's record.
+    private mutating func settle(now: Double, changed app: String) -> [Action] {
+        if let at = timerAt, now >= at { return settle(now: now) }
+        return settle(now: now, ids: apps[app] == nil ? [] : [app])
+    }
+
+    private mutating func settle(now: Double, ids: [String]) -> [Action] {
         var actions: [Action] = []
         var thaws: [Action] = []
-        for id in apps.keys.sorted() {
+        for id in ids {
             guard var r = apps[id] else { continue }
             var local: [Action] = []
             // Resident process due to (re)start.

@@ -280,7 +280,7 @@ package struct FetchScheduler: Sendable {
         case .timerFired:
             // A stale timer (one replaced just as it fired) opens nothing early.
             if conditions.online, let window = planned, now + 0.001 >= window.at,
-               let due = policy.nextWindow(inputs(now), now: now).flatMap({ $0.at <= now + 0.001 ? $0.apps : nil }) {
+               let due = policy.nextWindow(fetchingInputs(now), now: now).flatMap({ $0.at <= now + 0.001 ? $0.apps : nil }) {
                 if !due.isEmpty {
                     for id in due { running.insert(id) }
                     out.append(.startFetch(apps: due, trigger: .scheduled))
@@ -328,9 +328,20 @@ package struct FetchScheduler: Sendable {
             lastTimedOut: app.record.lastTimedOut, runtimeToday: runtime, predictedUse: nextUse)
     }
 
-    /// Remakes the one planned window and says what changed.
+    /// The planner's view of every app that fetches (has an interval) and is not fetching right
+    /// now: the others take no part in a window.
+    mutating func fetchingInputs(_ now: Double) -> [FetchPlanner.AppInput] {
+        order.compactMap { id -> FetchPlanner.AppInput? in
+            guard !running.contains(id), let app = apps[id], app.interval != nil else { return nil }
+            return input(app, now)
+        }
+    }
+
+    /// Remakes the one planned window and says what changed. Apps that never fetch are only
+    /// told so, once: in a burst of notifications to them, each run's start and end replans
+    /// without building their inputs.
     mutating func replan(_ now: Double, into out: inout [Action]) {
-        let all = inputs(now)
+        let all = fetchingInputs(now)
         planned = conditions.online ? policy.nextWindow(all, now: now) : nil
         var wake = planned?.at
         // An app over its daily budget opens no window, but its budget frees as its runs age
@@ -347,14 +358,26 @@ package struct FetchScheduler: Sendable {
             out.append(.cancelTimer)
             timerAt = nil
         }
-        for app in all {
-            let reason = governing(app)
-            if explained[app.id] != reason {
-                explained[app.id] = reason
-                out.append(.explain(app: app.id, reason: reason))
+        // In id order, as `inputs` lists them.
+        var fetching = all[...]
+        for id in order where !running.contains(id) {
+            guard let app = apps[id] else { continue }
+            let reason: String
+            if app.interval == nil {
+                reason = Self.fetchOff
+            } else {
+                guard let input = fetching.first, input.id == id else { continue }
+                fetching.removeFirst()
+                reason = governing(input)
+            }
+            if explained[id] != reason {
+                explained[id] = reason
+                out.append(.explain(app: id, reason: reason))
             }
         }
     }
+
+    static let fetchOff = "background fetch is off"
 
     /// When an app over its daily budget is under it again, as its runs of the last day age
     /// (nil: not over it). Just after a run is a day old it no longer counts.
@@ -372,7 +395,7 @@ package struct FetchScheduler: Sendable {
 
     /// The standing reason behind an app's schedule, without the times that move every second.
     func governing(_ app: FetchPlanner.AppInput) -> String {
-        guard app.interval != nil else { return "background fetch is off" }
+        guard app.interval != nil else { return Self.fetchOff }
         var notes = policy.notes(app)
         if !conditions.online { notes.insert("offline: fetches wait for the network", at: 0) }
         return notes.isEmpty ? "on schedule" : notes.joined(separator: "; ")

@@ -201,6 +201,22 @@ import Testing
         #expect(m.timerFired(now: Self.t0 + 11).contains(.freeze(app: "r")))
     }
 
+    @Test func aHandlersStartSettlesAnotherAppOnlyOnceItsRuleIsDue() {
+        // "h"'s handler starts and ends while resident "r" is idle: before r's suspension is due
+        // nothing happens to r; once it is due (the timer not yet fired), h's start freezes it.
+        var (m, _) = machine([AppLifecycle.Spec(id: "r", resident: true), AppLifecycle.Spec(id: "h", resident: false)])
+        _ = m.processStarted("r", now: Self.t0)
+        _ = m.streamOpened("r", now: Self.t0)
+        let early = m.handlerStarting("h", now: Self.t0 + 5) + m.handlerEnded("h", now: Self.t0 + 6)
+        #expect(!early.contains(.freeze(app: "r")))
+        #expect(state(m) == "background (idle)")
+        #expect(state(m, "h") == "not-running (idle)")
+        let late = m.handlerStarting("h", now: Self.t0 + 12)
+        #expect(late.contains(.freeze(app: "r")))
+        #expect(state(m) == "suspended (idle)")
+        #expect(state(m, "h") == "background (event)")
+    }
+
     @Test func theTimerIsAlwaysTheEarliestDueRule() {
         // Random events; after each, no rule may be due before the timer it asked for.
         var rng = SplitMix64(seed: 7)
