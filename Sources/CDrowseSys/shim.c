@@ -190,6 +190,27 @@ struct adopted_scan {
     unsigned char *seen; /* registry entries still alive as our children */
 };
 
+/* Whether drowsed's child PID (with its process group, session and start time) is what a handler
+   run left behind, now drowsed's as subreaper: not a registered child (the same pid, and the same
+   start time when that is known), and not in drowsed's own group and session. Handlers run in
+   process groups of their own, so whatever a handler leaves behind is in another group (or, after
+   setsid, another session). A child in drowsed's own group and session was started by drowsed's
+   process itself by other means (in the unit tests: swift-testing's exit-test children), is not a
+   leftover, and is not ours to kill or reap. *slot: the registry entry it matched, else -1.
+   Called with children_lock held. */
+static int is_adopted_leftover(pid_t pid, pid_t pgrp, pid_t sid, unsigned long long start,
+                               pid_t own_pgrp, pid_t own_sid, long *slot) {
+    *slot = -1;
+    if (pgrp == own_pgrp && sid == own_sid) return 0;
+    for (size_t i = 0; i < children_count; i++) {
+        if (children[i].pid == pid && (children[i].start == 0 || children[i].start == start)) {
+            *slot = (long)i;
+            return 0;
+        }
+    }
+    return 1;
+}
+
 static int visit_adopted(pid_t pid, void *p) {
     struct adopted_scan *s = p;
     char state;
@@ -201,13 +222,10 @@ static int visit_adopted(pid_t pid, void *p) {
         return 0;
     }
     if (ppid != s->self) return 0;
-    /* Handlers run in process groups of their own, so whatever a handler leaves behind is in
-       another group (or, after setsid, another session). A child in drowsed's own group and
-       session was started by drowsed's process itself by other means (in the unit tests:
-       swift-testing's exit-test children), is not a leftover, and is not ours to kill or reap. */
-    if (pgrp == s->pgrp && sid == s->sid) return 0;
-    for (size_t i = 0; i < children_count; i++) {
-        if (children[i].pid == pid && (children[i].start == 0 || children[i].start == start)) { s->seen[i] = 1; return 0; }
+    long slot;
+    if (!is_adopted_leftover(pid, pgrp, sid, start, s->pgrp, s->sid, &slot)) {
+        if (slot >= 0) s->seen[slot] = 1;
+        return 0;
     }
     if (s->sig == 0) {
         if (state == 'Z') {
@@ -255,9 +273,8 @@ int drowse_kill_adopted(int sig, int *pidfds, int max) { return scan_adopted(sig
 int drowse_reap_adopted(void) { return scan_adopted(0, NULL, 0); }
 
 int drowse_reap_ended_adopted(void) {
-    /* waitid with WNOWAIT names an ended child and leaves it waitable: one that is not
-       registered and not in drowsed's own group and session (the rule of visit_adopted) is an
-       orphan drowsed adopted, reaped here; then the next. Any other ended child is its owner's
+    /* waitid with WNOWAIT names an ended child and leaves it waitable: an adopted leftover
+       (is_adopted_leftover) is reaped here; then the next. Any other ended child is its owner's
        to reap, and waitid would name it again: only a scan looks past it. */
     for (int round = 0; round < 4096; round++) {
         siginfo_t si;
@@ -266,12 +283,11 @@ int drowse_reap_ended_adopted(void) {
         if (si.si_pid == 0) return 0;
         pid_t pid = si.si_pid;
         pthread_mutex_lock(&children_lock);
-        int adopted = 1;
-        for (size_t i = 0; i < children_count && adopted; i++) {
-            if (children[i].pid == pid) adopted = 0;
-        }
         pid_t pgrp, sid;
-        if (adopted && (proc_stat_ids(pid, NULL, NULL, &pgrp, &sid, NULL) != 0 || (pgrp == getpgrp() && sid == getsid(0)))) adopted = 0;
+        unsigned long long start;
+        long slot;
+        int adopted = proc_stat_ids(pid, NULL, NULL, &pgrp, &sid, &start) == 0 &&
+                      is_adopted_leftover(pid, pgrp, sid, start, getpgrp(), getsid(0), &slot);
         if (adopted) {
             int status;
             waitpid(pid, &status, WNOHANG | __WALL);
