@@ -184,6 +184,8 @@ package struct MainConfig: Sendable, Equatable {
     }
 
     package static let defaultPath = "/etc/drowse/drowse.toml"
+    /// The longest path a unix socket may have (`sockaddr_un.sun_path` less its NUL).
+    package static let socketPathLimit = 107
 
     /// Parses `text` read from `file`. `machineID` supplies the default device id.
     package static func parse(_ text: String, file: String, machineID: String?) throws(ConfigError) -> MainConfig {
@@ -205,6 +207,15 @@ package struct MainConfig: Sendable, Equatable {
         let stateDir = ConfigPath.resolve(try r.string("state_dir") ?? "/var/lib/drowse", relativeTo: dir)
         let appsDir = ConfigPath.resolve(try r.string("apps_dir") ?? "/etc/drowse/apps.d", relativeTo: dir)
         let socket = ConfigPath.resolve(try r.string("socket") ?? "/run/drowse/drowse.sock", relativeTo: dir)
+        // A unix socket's address holds at most 107 bytes of path (sun_path, with its NUL): a
+        // longer one (a relative path below a deep folder) is refused here, by name, rather than
+        // by the bind at start-up.
+        guard socket.utf8.count <= Self.socketPathLimit else {
+            throw r.error("socket", """
+                '\(socket)' is \(socket.utf8.count) bytes long; a unix socket's path may be at most \(Self.socketPathLimit): \
+                choose a shorter path (a relative one resolves against the config file's folder)
+                """)
+        }
 
         var mqtt: MQTTConfig?
         if var m = try r.table("mqtt") {

@@ -117,6 +117,20 @@ struct MainConfigTests {
 
     // MARK: - Paths
 
+    @Test("a socket path longer than a unix socket's address holds is refused by name")
+    func socketPathTooLong() throws {
+        let deep = "/home/me/" + String(repeating: "a-rather-long-folder-name/", count: 4) + "deploy/drowse.toml"
+        let longest = "/run/" + String(repeating: "s", count: MainConfig.socketPathLimit - 5)
+        #expect(try parse("socket = '\(longest)'").socket == longest)
+        let e = try #require(refusal("socket = '\(longest)x'"))
+        #expect(e.key == "socket")
+        #expect(e.problem.contains("\(MainConfig.socketPathLimit + 1) bytes long"))
+        // A relative path resolves below the config's folder, and that is what counts.
+        let rel = try #require(refusal("socket = 'run/drowse-agent.sock'", file: deep))
+        #expect(rel.key == "socket")
+        #expect(rel.problem.contains("/home/me/a-rather-long-folder-name/"))
+    }
+
     @Test("relative paths resolve against the config file's folder")
     func relativePaths() throws {
         let c = try parse("""
