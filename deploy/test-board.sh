@@ -69,7 +69,8 @@ say "board suite: $(basename "$DEB") on ${BOARD_SSH:-$IMAGE}"
 t2=$(date +%s)
 rc=0
 # A hang guard above the suite (about 30 minutes under TCG: five stream power cuts take 12).
-timeout 2400 python3 -m pytest Tests/Board -q -s || rc=$?
+# Each test's time is printed after the summary: where the suite's half hour goes.
+timeout 2400 python3 -m pytest Tests/Board -q -s --durations=0 || rc=$?
 t_suite=$(( $(date +%s) - t2 ))
 echo
 echo "== board figures"
