@@ -345,8 +345,8 @@ package struct AppLifecycle: Sendable {
 
     /// `settle` after an event that changed only `app`: while no rule of any app has fallen due
     /// (the timer is ahead), every other app is as the last settle left it, and only `app` is
-    /// gone over; else all of them are. A handler's start and end in a burst no longer walk
-    /// every app's record.
+    /// settled; else every app is. A handler's start and end in a burst no longer walk every
+    /// app's record.
     private mutating func settle(now: Double, changed app: String) -> [Action] {
         if let at = timerAt, now >= at { return settle(now: now) }
         return settle(now: now, ids: apps[app] == nil ? [] : [app])
